@@ -1,0 +1,40 @@
+# herd's build, test and benchmark entry points. Every target is safe to run on a fresh clone.
+GO ?= go
+BIN := bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
+
+.PHONY: build test test-short lint demo bench-controller bench-lb kubernetes deps
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
+
+# Unit and integration tests (integration tests are named TestIntegration* and need root for real instances).
+test: build
+	$(GO) test -count=1 -timeout 30m ./...
+
+# Unit tests only: integration tests skip themselves under -short.
+test-short:
+	$(GO) test -short -count=1 ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# The quick start: herd end to end on this machine.
+demo:
+	./hack/demo.sh
+
+bench-controller: build
+	$(GO) run ./hack/bench/controller
+
+bench-lb: build
+	./hack/bench-lb.sh
+
+# Debian packages needed by real instances and benchmarks.
+deps:
+	./hack/install-deps.sh
+
+# Builds the pinned upstream Kubernetes components into herd's cache directory.
+kubernetes:
+	./hack/kubernetes/build.sh

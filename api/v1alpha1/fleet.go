@@ -1,0 +1,200 @@
+package v1alpha1
+
+import "time"
+
+// Fleet is an application run as a set of identical one-node Kubernetes clusters (instances)
+// behind a load balancer.
+type Fleet struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta  `json:"metadata"`
+	Spec     FleetSpec   `json:"spec"`
+	Status   FleetStatus `json:"status,omitempty"`
+}
+
+// FleetSpec is the desired state of a fleet.
+type FleetSpec struct {
+	// Image names the node image every instance boots from: a bundle digest ("sha256:...") or the
+	// name of a NodeImage built with `herd image build`. A change here makes a new revision. Required.
+	Image string `json:"image"`
+	// Replicas bounds and sets the number of instances.
+	Replicas Replicas `json:"replicas"`
+	// Listeners are the ports the load balancer opens for this fleet. Default: none (the fleet is not
+	// reachable through the load balancer).
+	Listeners []Listener `json:"listeners,omitempty"`
+	// HealthCheck is how the load balancer decides an instance may receive traffic.
+	HealthCheck HealthCheck `json:"healthCheck,omitempty"`
+	// Autoscaling changes the desired count between min and max from load. Default: off.
+	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
+	// Rollout is how a new revision replaces the current one. Default: Rolling with maxSurge 1 and
+	// maxUnavailable 0.
+	Rollout Rollout `json:"rollout,omitempty"`
+	// Regions are where instances run. Default: one region named "local" on the local provider.
+	Regions []Region `json:"regions,omitempty"`
+}
+
+// Replicas bounds the fleet's size.
+type Replicas struct {
+	// Min is the fewest instances the fleet may have. Default: 1. May be 0 (scale to zero).
+	Min *int32 `json:"min,omitempty"`
+	// Max is the most instances the fleet may have. Default: the larger of min and desired, at least 1.
+	Max *int32 `json:"max,omitempty"`
+	// Desired is the number of instances to run now; the autoscaler and `herd scale` change it
+	// within [min, max]. Default: min.
+	Desired *int32 `json:"desired,omitempty"`
+}
+
+// Protocol is what a listener speaks.
+type Protocol string
+
+// Listener protocols.
+const (
+	ProtocolHTTP Protocol = "http"
+	ProtocolTCP  Protocol = "tcp"
+)
+
+// Listener maps a load-balancer port to a port on every instance.
+type Listener struct {
+	// Name identifies the listener within the fleet. Default: the protocol and port, e.g. "http-8080".
+	Name string `json:"name,omitempty"`
+	// Port is the load balancer's port (1-65535). Required.
+	Port int32 `json:"port"`
+	// InstancePort is the port on each instance that receives the traffic (1-65535), typically a
+	// NodePort. Required.
+	InstancePort int32 `json:"instancePort"`
+	// Protocol is http or tcp. Default: http.
+	Protocol Protocol `json:"protocol,omitempty"`
+}
+
+// HealthCheck is an active HTTP check the load balancer runs against every instance.
+type HealthCheck struct {
+	// Path is the HTTP path requested. Default: "/healthz".
+	Path string `json:"path,omitempty"`
+	// Port is the instance port checked. Default: the first listener's instancePort.
+	Port int32 `json:"port,omitempty"`
+	// Interval is the time between checks. Default: 1s.
+	Interval *Duration `json:"interval,omitempty"`
+	// Timeout bounds one check; must not exceed interval. Default: 500ms.
+	Timeout *Duration `json:"timeout,omitempty"`
+	// HealthyThreshold is how many consecutive passes make an instance healthy. Default: 2.
+	HealthyThreshold int32 `json:"healthyThreshold,omitempty"`
+	// UnhealthyThreshold is how many consecutive failures make an instance unhealthy. Default: 2.
+	UnhealthyThreshold int32 `json:"unhealthyThreshold,omitempty"`
+}
+
+// AutoscalingMetric is what target tracking follows.
+type AutoscalingMetric string
+
+// Autoscaling metrics.
+const (
+	MetricRequestsPerSecond AutoscalingMetric = "requestsPerSecond"
+	MetricCPU               AutoscalingMetric = "cpu"
+	MetricLatencyP95        AutoscalingMetric = "latencyP95"
+)
+
+// Autoscaling is target tracking on one metric.
+type Autoscaling struct {
+	// Metric is requestsPerSecond (per instance, from the load balancer), cpu (percent of a core,
+	// from the agents) or latencyP95 (milliseconds, from the load balancer). Default: requestsPerSecond.
+	Metric AutoscalingMetric `json:"metric,omitempty"`
+	// Target is the value per instance to track. Required when autoscaling is set; must be > 0.
+	Target float64 `json:"target"`
+	// ScaleInStabilization is how long load must stay low before instances are removed. Default: 300s.
+	ScaleInStabilization *Duration `json:"scaleInStabilization,omitempty"`
+	// WarmPool is how many booted instances are kept out of rotation, ready to be registered. Default: 0.
+	WarmPool int32 `json:"warmPool,omitempty"`
+}
+
+// RolloutStrategy is how a new revision replaces the current one.
+type RolloutStrategy string
+
+// Rollout strategies.
+const (
+	StrategyRolling   RolloutStrategy = "Rolling"
+	StrategyBlueGreen RolloutStrategy = "BlueGreen"
+	StrategyCanary    RolloutStrategy = "Canary"
+)
+
+// Rollout configures revision changes.
+type Rollout struct {
+	// Strategy is Rolling, BlueGreen or Canary. Default: Rolling.
+	Strategy RolloutStrategy `json:"strategy,omitempty"`
+	// MaxSurge is how many instances above desired may exist during a rolling update. Default: 1.
+	MaxSurge *int32 `json:"maxSurge,omitempty"`
+	// MaxUnavailable is how many instances below desired may be not ready during a rolling update.
+	// Default: 0.
+	MaxUnavailable *int32 `json:"maxUnavailable,omitempty"`
+	// RollbackWindow is how long a blue/green rollout keeps the old instances after the switch.
+	// Default: 300s.
+	RollbackWindow *Duration `json:"rollbackWindow,omitempty"`
+	// Steps are the canary's traffic weights, in percent, each held for its pause. Default (Canary
+	// only): 10% for 60s, 50% for 60s.
+	Steps []CanaryStep `json:"steps,omitempty"`
+	// Analysis compares the canary with the stable revision during each step. Default: see its fields.
+	Analysis *CanaryAnalysis `json:"analysis,omitempty"`
+}
+
+// CanaryStep is one traffic weight held for a while.
+type CanaryStep struct {
+	// Weight is the percent of traffic sent to the new revision (1-100). Required.
+	Weight int32 `json:"weight"`
+	// Pause is how long the weight is held before the next step. Default: 60s.
+	Pause *Duration `json:"pause,omitempty"`
+}
+
+// CanaryAnalysis bounds how much worse the canary may be than the stable revision.
+type CanaryAnalysis struct {
+	// MaxErrorRateRatio fails the canary when its 5xx rate exceeds the stable one's times this. Default: 2.
+	MaxErrorRateRatio float64 `json:"maxErrorRateRatio,omitempty"`
+	// MaxLatencyRatio fails the canary when its p95 latency exceeds the stable one's times this. Default: 1.5.
+	MaxLatencyRatio float64 `json:"maxLatencyRatio,omitempty"`
+	// MinRequests is the smallest sample judged. Default: 100.
+	MinRequests int64 `json:"minRequests,omitempty"`
+}
+
+// Region is a place instances run, on one provider.
+type Region struct {
+	// Name identifies the region (a DNS label). Required.
+	Name string `json:"name"`
+	// Provider runs the instances: "local" (real one-node clusters on this machine) or "fake"
+	// (in memory, for tests). Default: the control plane's provider (`herd up --provider`).
+	Provider string `json:"provider,omitempty"`
+	// Options are passed to the provider as they are. Default: none.
+	Options map[string]string `json:"options,omitempty"`
+	// Default marks the region new instances go to; exactly one region is the default. Default: the
+	// first region.
+	Default bool `json:"default,omitempty"`
+}
+
+// FleetStatus is what the controller observed.
+type FleetStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// CurrentRevision is the revision new instances are created from.
+	CurrentRevision string `json:"currentRevision,omitempty"`
+	// Revisions lists every revision that still has instances, newest first.
+	Revisions []RevisionStatus `json:"revisions,omitempty"`
+	// Replicas counts all instances that are not terminating.
+	Replicas int32 `json:"replicas"`
+	// ReadyReplicas counts Ready instances.
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// Phase summarises the fleet: Pending, Scaling, Ready, Degraded or Deleting.
+	Phase string `json:"phase,omitempty"`
+	// Message explains the phase when it is not Ready.
+	Message string `json:"message,omitempty"`
+	// LastReconcile is when the controller last wrote this status.
+	LastReconcile *time.Time `json:"lastReconcile,omitempty"`
+}
+
+// RevisionStatus describes one revision of a fleet.
+type RevisionStatus struct {
+	// Name is "<fleet>-<hash>", the hash covering every instance-shaping field of the spec.
+	Name string `json:"name"`
+	// Image is the node image the revision's instances boot from.
+	Image string `json:"image"`
+	// Replicas counts the revision's instances that are not terminating.
+	Replicas int32 `json:"replicas"`
+	// ReadyReplicas counts its Ready instances.
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// Weight is the percent of traffic it receives.
+	Weight int32 `json:"weight"`
+}

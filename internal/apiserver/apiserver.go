@@ -1,0 +1,414 @@
+// Package apiserver is the control plane's HTTP/JSON API: the CLI and the dashboard are its
+// clients. Every request must carry the bearer token written by `herd up`; anything else gets a
+// bare 401. Writes are validated with the same code the CLI uses and stored atomically, so a bad
+// request changes nothing.
+package apiserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/version"
+)
+
+// maxBodyBytes bounds a request body: one apply of specs is far below it.
+const maxBodyBytes = 2 << 20
+
+// Options configure the API.
+type Options struct {
+	Store store.Store
+	// Token is the bearer token every request must present.
+	Token  string
+	Logger *slog.Logger
+	// DefaultProvider fills regions that name none.
+	DefaultProvider string
+	// Providers are the providers this control plane runs; a region naming another is refused.
+	Providers []string
+	// Status, if set, reports components' health for GET /v1/status.
+	Status func() map[string]string
+	// LBHealth, if set, returns the load balancer's view of each instance by name.
+	LBHealth func() map[string]string
+}
+
+// Server serves the API.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New returns the API handler.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, log: opts.Logger.With("component", "apiserver"), mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /v1/version", s.getVersion)
+	s.mux.HandleFunc("GET /v1/status", s.getStatus)
+	s.mux.HandleFunc("GET /v1/fleets", s.listFleets)
+	s.mux.HandleFunc("GET /v1/fleets/{name}", s.getFleet)
+	s.mux.HandleFunc("POST /v1/apply", s.apply)
+	s.mux.HandleFunc("PUT /v1/fleets/{name}/scale", s.scaleFleet)
+	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
+	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
+	s.mux.HandleFunc("GET /v1/events", s.listEvents)
+	return s
+}
+
+// ServeHTTP authenticates, then routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || s.opts.Token == "" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.Token)) == 1
+}
+
+// ErrorBody is what every failed request returns.
+type ErrorBody struct {
+	Error string `json:"error"`
+	// Fields lists each invalid field, when the request was refused by validation.
+	Fields []FieldProblem `json:"fields,omitempty"`
+}
+
+// FieldProblem is one validation error, in the wire format.
+type FieldProblem struct {
+	Document int    `json:"document,omitempty"`
+	Field    string `json:"field"`
+	Message  string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // messages hold '<' and '>' and are read by people and curl
+	_ = enc.Encode(v)
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	if code >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, code, ErrorBody{Error: err.Error()})
+}
+
+func (s *Server) storeError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("%s not found", what))
+	case errors.Is(err, store.ErrConflict):
+		s.fail(w, r, http.StatusConflict, fmt.Errorf("%s was changed by someone else meanwhile: try again", what))
+	default:
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("%s: %w", what, err))
+	}
+}
+
+func (s *Server) getVersion(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": version.Version})
+}
+
+func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
+	st := map[string]string{}
+	if s.opts.Status != nil {
+		st = s.opts.Status()
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) listFleets(w http.ResponseWriter, r *http.Request) {
+	fleets, _, err := store.ListObjects[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets)
+	if err != nil {
+		s.storeError(w, r, "fleets", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fleets)
+}
+
+func (s *Server) getFleet(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	f, err := store.GetObject[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets, name)
+	if err != nil {
+		s.storeError(w, r, "fleet "+strconv.Quote(name), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+// ApplyRequest carries the fleets of one file; they are stored together or not at all.
+type ApplyRequest struct {
+	Fleets []v1alpha1.Fleet `json:"fleets"`
+}
+
+// ApplyResult says what happened to each fleet: created, configured or unchanged.
+type ApplyResult struct {
+	Name   string `json:"name"`
+	Result string `json:"result"`
+}
+
+func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
+	var req ApplyRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("malformed apply request: %w", err))
+		return
+	}
+	if len(req.Fleets) == 0 {
+		s.fail(w, r, http.StatusBadRequest, errors.New("apply request holds no fleet"))
+		return
+	}
+	var problems []FieldProblem
+	seen := map[string]bool{}
+	for i := range req.Fleets {
+		f := &req.Fleets[i]
+		f.Status = v1alpha1.FleetStatus{}
+		v1alpha1.SetFleetDefaults(f, s.opts.DefaultProvider)
+		errs := v1alpha1.ValidateFleet(f)
+		for j, rg := range f.Spec.Regions {
+			if rg.Provider != "" && !slices.Contains(s.opts.Providers, rg.Provider) {
+				errs = append(errs, v1alpha1.FieldError{
+					Field:   fmt.Sprintf("spec.regions[%d].provider", j),
+					Message: fmt.Sprintf("provider %q is not running in this control plane (it runs %s): change the region's provider or start herd up --provider %s", rg.Provider, strings.Join(s.opts.Providers, ", "), rg.Provider),
+				})
+			}
+		}
+		if seen[f.Metadata.Name] {
+			errs = append(errs, v1alpha1.FieldError{Field: "metadata.name", Message: fmt.Sprintf("fleet %q appears twice in one apply", f.Metadata.Name)})
+		}
+		seen[f.Metadata.Name] = true
+		for _, e := range errs {
+			problems = append(problems, FieldProblem{Document: i + 1, Field: e.Field, Message: e.Message})
+		}
+	}
+	if len(problems) > 0 {
+		writeJSON(w, http.StatusUnprocessableEntity, ErrorBody{Error: "invalid fleet spec", Fields: problems})
+		return
+	}
+	// Read-modify-write of all fleets in one transaction; a concurrent writer makes it retry.
+	for attempt := 0; ; attempt++ {
+		results, ops, err := s.planApply(r.Context(), req.Fleets)
+		if err != nil {
+			s.storeError(w, r, "fleets", err)
+			return
+		}
+		if len(ops) > 0 {
+			if _, err := s.opts.Store.Txn(r.Context(), ops...); err != nil {
+				if (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrExists)) && attempt < 5 {
+					continue
+				}
+				s.storeError(w, r, "fleets", err)
+				return
+			}
+		}
+		for _, res := range results {
+			s.log.Info("fleet applied", "fleet", res.Name, "result", res.Result)
+		}
+		writeJSON(w, http.StatusOK, results)
+		return
+	}
+}
+
+func (s *Server) planApply(ctx context.Context, fleets []v1alpha1.Fleet) ([]ApplyResult, []store.Op, error) {
+	var results []ApplyResult
+	var ops []store.Op
+	now := time.Now().UTC()
+	for i := range fleets {
+		f := fleets[i]
+		cur, err := store.GetObject[v1alpha1.Fleet](ctx, s.opts.Store, store.Fleets, f.Metadata.Name)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			f.Metadata.Generation = 1
+			f.Metadata.CreationTimestamp = &now
+			f.Metadata.ResourceVersion = 0
+			results = append(results, ApplyResult{f.Metadata.Name, "created"})
+		case err != nil:
+			return nil, nil, err
+		case reflect.DeepEqual(cur.Spec, f.Spec) && reflect.DeepEqual(cur.Metadata.Labels, f.Metadata.Labels):
+			results = append(results, ApplyResult{f.Metadata.Name, "unchanged"})
+			continue
+		default:
+			f.Metadata.Generation = cur.Metadata.Generation
+			if !reflect.DeepEqual(cur.Spec, f.Spec) {
+				f.Metadata.Generation++
+			}
+			f.Metadata.CreationTimestamp = cur.Metadata.CreationTimestamp
+			f.Metadata.ResourceVersion = cur.Metadata.ResourceVersion
+			f.Status = cur.Status
+			results = append(results, ApplyResult{f.Metadata.Name, "configured"})
+		}
+		op, err := store.PutOp(store.Fleets, &f)
+		if err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, op)
+	}
+	return results, ops, nil
+}
+
+// ScaleRequest sets a fleet's desired instance count.
+type ScaleRequest struct {
+	Replicas int32 `json:"replicas"`
+}
+
+func (s *Server) scaleFleet(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var req ScaleRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("malformed scale request: %w", err))
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		f, err := store.GetObject[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets, name)
+		if err != nil {
+			s.storeError(w, r, "fleet "+strconv.Quote(name), err)
+			return
+		}
+		rp := f.Spec.Replicas
+		switch {
+		case req.Replicas < 0:
+			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Errorf("--replicas must be >= 0 (got %d)", req.Replicas))
+			return
+		case req.Replicas < *rp.Min:
+			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Errorf("--replicas %d is below spec.replicas.min (%d): lower min in the fleet spec and apply it first", req.Replicas, *rp.Min))
+			return
+		case req.Replicas > *rp.Max:
+			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Errorf("--replicas %d is above spec.replicas.max (%d): raise max in the fleet spec and apply it first", req.Replicas, *rp.Max))
+			return
+		}
+		if *rp.Desired == req.Replicas {
+			writeJSON(w, http.StatusOK, f)
+			return
+		}
+		d := req.Replicas
+		f.Spec.Replicas.Desired = &d
+		f.Metadata.Generation++
+		op, err := store.PutOp(store.Fleets, f)
+		if err == nil {
+			_, err = s.opts.Store.Txn(r.Context(), op)
+		}
+		if errors.Is(err, store.ErrConflict) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			s.storeError(w, r, "fleet "+strconv.Quote(name), err)
+			return
+		}
+		s.log.Info("fleet scaled", "fleet", name, "replicas", req.Replicas)
+		writeJSON(w, http.StatusOK, f)
+		return
+	}
+}
+
+func (s *Server) deleteFleet(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := store.Delete(r.Context(), s.opts.Store, store.Fleets, name, 0); err != nil {
+		s.storeError(w, r, "fleet "+strconv.Quote(name), err)
+		return
+	}
+	s.log.Info("fleet deleted", "fleet", name)
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": name})
+}
+
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
+	insts, _, err := store.ListObjects[v1alpha1.Instance](r.Context(), s.opts.Store, store.Instances)
+	if err != nil {
+		s.storeError(w, r, "instances", err)
+		return
+	}
+	fleet := r.URL.Query().Get("fleet")
+	var health map[string]string
+	if s.opts.LBHealth != nil {
+		health = s.opts.LBHealth()
+	}
+	out := insts[:0]
+	for _, in := range insts {
+		if fleet != "" && in.Spec.Fleet != fleet {
+			continue
+		}
+		if h, ok := health[in.Metadata.Name]; ok {
+			in.Status.LBHealth = h
+		}
+		out = append(out, in)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listEvents returns events, oldest first; ?object=Kind/name filters, ?limit=N keeps the newest N,
+// ?watch=true streams new events as JSON lines after the listed ones.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	evs, rev, err := store.ListObjects[v1alpha1.Event](r.Context(), s.opts.Store, store.Events)
+	if err != nil {
+		s.storeError(w, r, "events", err)
+		return
+	}
+	match := func(e *v1alpha1.Event) bool {
+		o := q.Get("object")
+		return o == "" || e.Object == o || strings.HasPrefix(e.Object, "Instance/"+strings.TrimPrefix(o, "Fleet/")+"-")
+	}
+	var out []*v1alpha1.Event
+	for _, e := range evs {
+		if match(e) {
+			out = append(out, e)
+		}
+	}
+	if n, err := strconv.Atoi(q.Get("limit")); err == nil && n >= 0 && n < len(out) {
+		out = out[len(out)-n:]
+	}
+	if q.Get("watch") != "true" {
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	for _, e := range out {
+		_ = enc.Encode(e)
+	}
+	flush(w)
+	ch, err := s.opts.Store.Watch(r.Context(), store.Events, rev)
+	if err != nil {
+		return
+	}
+	for ev := range ch {
+		if ev.Type != store.Added {
+			continue
+		}
+		e, err := store.DecodeRecord[v1alpha1.Event](ev.Record)
+		if err != nil || !match(e) {
+			continue
+		}
+		if enc.Encode(e) != nil {
+			return
+		}
+		flush(w)
+	}
+}
+
+func flush(w io.Writer) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}

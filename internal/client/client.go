@@ -1,0 +1,200 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/apiserver"
+)
+
+// Client talks to one control plane.
+type Client struct {
+	cfg  Config
+	http *http.Client
+}
+
+// New returns a client for cfg.
+func New(cfg *Config) *Client {
+	return &Client{cfg: *cfg, http: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// APIError is a refusal from the API, with the field problems when validation failed.
+type APIError struct {
+	Code   int
+	Body   apiserver.ErrorBody
+	Server string
+}
+
+func (e *APIError) Error() string {
+	if e.Code == http.StatusUnauthorized {
+		return fmt.Sprintf("the control plane at %s refused the token (401): the client config is from another `herd up`; restart it or use its config", e.Server)
+	}
+	if len(e.Body.Fields) == 0 {
+		return e.Body.Error
+	}
+	lines := make([]string, 0, len(e.Body.Fields))
+	for _, f := range e.Body.Fields {
+		lines = append(lines, f.Field+": "+f.Message)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// IsNotFound reports whether err is the API's 404.
+func IsNotFound(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == http.StatusNotFound
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.send(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("read response of %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.cfg.Server, "/")+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("cannot reach the herd control plane at %s (connection refused): is it running? Start it with `herd up`", c.cfg.Server)
+		}
+		return nil, fmt.Errorf("cannot reach the herd control plane at %s: %w", c.cfg.Server, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		ae := &APIError{Code: resp.StatusCode, Server: c.cfg.Server}
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &ae.Body) != nil || ae.Body.Error == "" {
+			ae.Body.Error = fmt.Sprintf("%s %s: %s", method, path, resp.Status)
+		}
+		return nil, ae
+	}
+	return resp, nil
+}
+
+// Version returns the control plane's version.
+func (c *Client) Version(ctx context.Context) (string, error) {
+	var v map[string]string
+	err := c.do(ctx, http.MethodGet, "/v1/version", nil, &v)
+	return v["version"], err
+}
+
+// Status returns the control plane's component health.
+func (c *Client) Status(ctx context.Context) (map[string]string, error) {
+	var v map[string]string
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &v)
+	return v, err
+}
+
+// Apply stores fleets, all or none.
+func (c *Client) Apply(ctx context.Context, fleets []v1alpha1.Fleet) ([]apiserver.ApplyResult, error) {
+	var out []apiserver.ApplyResult
+	err := c.do(ctx, http.MethodPost, "/v1/apply", apiserver.ApplyRequest{Fleets: fleets}, &out)
+	return out, err
+}
+
+// ListFleets returns every fleet.
+func (c *Client) ListFleets(ctx context.Context) ([]v1alpha1.Fleet, error) {
+	var out []v1alpha1.Fleet
+	err := c.do(ctx, http.MethodGet, "/v1/fleets", nil, &out)
+	return out, err
+}
+
+// GetFleet returns one fleet.
+func (c *Client) GetFleet(ctx context.Context, name string) (*v1alpha1.Fleet, error) {
+	var out v1alpha1.Fleet
+	if err := c.do(ctx, http.MethodGet, "/v1/fleets/"+url.PathEscape(name), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Scale sets a fleet's desired count.
+func (c *Client) Scale(ctx context.Context, name string, replicas int32) error {
+	return c.do(ctx, http.MethodPut, "/v1/fleets/"+url.PathEscape(name)+"/scale", apiserver.ScaleRequest{Replicas: replicas}, nil)
+}
+
+// DeleteFleet deletes a fleet; the controller then deletes its instances.
+func (c *Client) DeleteFleet(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/fleets/"+url.PathEscape(name), nil, nil)
+}
+
+// ListInstances returns the instances of one fleet, or of all when fleet is "".
+func (c *Client) ListInstances(ctx context.Context, fleet string) ([]v1alpha1.Instance, error) {
+	var out []v1alpha1.Instance
+	err := c.do(ctx, http.MethodGet, "/v1/instances?fleet="+url.QueryEscape(fleet), nil, &out)
+	return out, err
+}
+
+// ListEvents returns events about object ("" for all), oldest first, at most limit (0: all).
+func (c *Client) ListEvents(ctx context.Context, object string, limit int) ([]v1alpha1.Event, error) {
+	var out []v1alpha1.Event
+	q := url.Values{"object": {object}}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// WatchEvents calls fn for each listed event, then for each new one, until ctx ends.
+func (c *Client) WatchEvents(ctx context.Context, object string, limit int, fn func(v1alpha1.Event)) error {
+	q := url.Values{"object": {object}, "watch": {"true"}}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+	}
+	streaming := &Client{cfg: c.cfg, http: &http.Client{}} // no overall timeout on a stream
+	resp, err := streaming.send(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e v1alpha1.Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			fn(e)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return sc.Err()
+}

@@ -1,0 +1,302 @@
+// Package controller turns Fleets into instances. It is level-based: every reconcile of a fleet
+// compares what the store says should exist with what the providers say does exist, and moves one
+// step towards the former; nothing depends on having seen a particular change. It runs as one
+// runnable (Start) with a work queue of fleet names and a few workers.
+//
+// The controller is the only writer of Instance records. It keeps them in memory, loaded at start
+// and updated on every write, and records an instance before asking a provider to create it (with a
+// name chosen in advance), so a crash at any point leaves either a record to finish or a labelled
+// provider instance to adopt: never an orphan or a duplicate.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/store"
+)
+
+// Options configure a Controller.
+type Options struct {
+	Store store.Store
+	// Providers by name; a region's provider must be one of them.
+	Providers map[string]provider.Provider
+	Logger    *slog.Logger
+	// Workers is how many fleets are reconciled at once. Default: 4.
+	Workers int
+	// ResyncPeriod is how often every fleet is reconciled even when nothing changed, to notice
+	// instances that changed on the provider's side. Default: 10s.
+	ResyncPeriod time.Duration
+	// PollInterval is how soon a fleet with booting or terminating instances is looked at again.
+	// Default: 1s.
+	PollInterval time.Duration
+	// RetryBase and RetryMax bound the exponential backoff after errors. Defaults: 200ms and 30s.
+	RetryBase, RetryMax time.Duration
+	// MaxConcurrentCreates bounds how many instances one reconcile asks a provider for. Default: 100.
+	MaxConcurrentCreates int
+	// Targets, when set, receives every fleet's ready instances (the load balancer).
+	Targets TargetSink
+}
+
+// TargetSink is told which instances of a fleet should receive traffic.
+type TargetSink interface {
+	SetFleetTargets(fleet *v1alpha1.Fleet, instances []*v1alpha1.Instance)
+	RemoveFleet(name string)
+}
+
+// Result tells the worker when to look at a fleet again.
+type Result struct {
+	// RequeueAfter, when > 0, reconciles the fleet again after this long.
+	RequeueAfter time.Duration
+}
+
+// Controller reconciles fleets. Create it with New and run it with Start.
+type Controller struct {
+	opts   Options
+	log    *slog.Logger
+	queue  *queue
+	events *Recorder
+
+	mu        sync.Mutex
+	instances map[string]map[string]*v1alpha1.Instance // fleet -> name -> instance
+
+	// statusWrites maps a fleet to the resource version of the controller's own last status write,
+	// so that the watch event it causes does not trigger a reconcile (which would defeat backoff).
+	statusWrites sync.Map
+
+	synced     atomic.Bool
+	reconciles atomic.Int64
+	lastErrors sync.Map // fleet -> string, for health reporting
+}
+
+// New checks the options and returns a controller that is not yet running.
+func New(opts Options) (*Controller, error) {
+	if opts.Store == nil {
+		return nil, errors.New("controller: a store is required")
+	}
+	if len(opts.Providers) == 0 {
+		return nil, errors.New("controller: at least one provider is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	if opts.ResyncPeriod <= 0 {
+		opts.ResyncPeriod = 10 * time.Second
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = 200 * time.Millisecond
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = 30 * time.Second
+	}
+	if opts.MaxConcurrentCreates <= 0 {
+		opts.MaxConcurrentCreates = 100
+	}
+	log := opts.Logger.With("component", "controller")
+	return &Controller{
+		opts:      opts,
+		log:       log,
+		queue:     newQueue(opts.RetryBase, opts.RetryMax),
+		events:    NewRecorder(opts.Store, log),
+		instances: map[string]map[string]*v1alpha1.Instance{},
+	}, nil
+}
+
+// Synced reports whether the controller has loaded its state and reconciled every fleet once.
+func (c *Controller) Synced() bool { return c.synced.Load() }
+
+// Reconciles counts reconciles done, for benchmarks and tests.
+func (c *Controller) Reconciles() int64 { return c.reconciles.Load() }
+
+// Start loads state, then reconciles until ctx ends. It returns nil on a clean stop.
+func (c *Controller) Start(ctx context.Context) error {
+	fleets, rev, err := store.ListObjects[v1alpha1.Fleet](ctx, c.opts.Store, store.Fleets)
+	if err != nil {
+		return fmt.Errorf("controller: list fleets: %w", err)
+	}
+	insts, _, err := store.ListObjects[v1alpha1.Instance](ctx, c.opts.Store, store.Instances)
+	if err != nil {
+		return fmt.Errorf("controller: list instances: %w", err)
+	}
+	if err := c.events.Load(ctx); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	c.mu.Lock()
+	for _, in := range insts {
+		c.cacheLocked(in)
+	}
+	c.mu.Unlock()
+
+	// Every fleet that exists, that has records or that has provider instances is looked at: the
+	// last two catch instances of fleets deleted while the controller was down.
+	keys := map[string]bool{}
+	for _, f := range fleets {
+		keys[f.Metadata.Name] = true
+	}
+	for _, in := range insts {
+		keys[in.Spec.Fleet] = true
+	}
+	for name, p := range c.opts.Providers {
+		all, err := p.List(ctx, provider.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("controller: list instances of provider %s: %w", name, err)
+		}
+		for _, in := range all {
+			if f := in.Labels[v1alpha1.LabelFleet]; f != "" {
+				keys[f] = true
+			}
+		}
+	}
+	for k := range keys {
+		c.queue.Add(k)
+	}
+
+	watch, err := c.opts.Store.Watch(ctx, store.Fleets, rev)
+	if err != nil {
+		return fmt.Errorf("controller: watch fleets: %w", err)
+	}
+	c.log.Info("controller started", "fleets", len(fleets), "instances", len(insts), "workers", c.opts.Workers)
+
+	var wg sync.WaitGroup
+	pending := atomic.Int64{}
+	pending.Store(int64(len(keys)))
+	firstPass := sync.Map{}
+	for k := range keys {
+		firstPass.Store(k, true)
+	}
+	if len(keys) == 0 {
+		c.synced.Store(true)
+	}
+	for range c.opts.Workers {
+		wg.Go(func() {
+			for {
+				key, ok := c.queue.Get()
+				if !ok {
+					return
+				}
+				c.process(ctx, key)
+				c.queue.Done(key)
+				if _, first := firstPass.LoadAndDelete(key); first && pending.Add(-1) == 0 {
+					c.synced.Store(true)
+					c.log.Info("controller synced")
+				}
+			}
+		})
+	}
+
+	resync := time.NewTicker(c.opts.ResyncPeriod)
+	defer resync.Stop()
+	defer func() {
+		c.queue.ShutDown()
+		wg.Wait()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-watch:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				// The watch fell behind or the store closed: list again and watch from there.
+				watch, err = c.rewatch(ctx)
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if rv, ok := c.statusWrites.Load(ev.Record.Name); ok && rv.(int64) == ev.Record.ResourceVersion {
+				continue
+			}
+			c.queue.Add(ev.Record.Name)
+		case <-resync.C:
+			c.enqueueAll(ctx)
+		}
+	}
+}
+
+func (c *Controller) rewatch(ctx context.Context) (<-chan store.Event, error) {
+	recs, rev, err := c.opts.Store.List(ctx, store.Fleets)
+	if err != nil {
+		return nil, fmt.Errorf("controller: list fleets: %w", err)
+	}
+	for _, r := range recs {
+		c.queue.Add(r.Name)
+	}
+	w, err := c.opts.Store.Watch(ctx, store.Fleets, rev)
+	if err != nil {
+		return nil, fmt.Errorf("controller: watch fleets: %w", err)
+	}
+	return w, nil
+}
+
+func (c *Controller) enqueueAll(ctx context.Context) {
+	recs, _, err := c.opts.Store.List(ctx, store.Fleets)
+	if err != nil {
+		c.log.Error("resync: list fleets", "err", err)
+		return
+	}
+	for _, r := range recs {
+		c.queue.Add(r.Name)
+	}
+	c.mu.Lock()
+	for f := range c.instances {
+		c.queue.Add(f)
+	}
+	c.mu.Unlock()
+}
+
+func (c *Controller) process(ctx context.Context, key string) {
+	res, err := c.Reconcile(ctx, key)
+	c.reconciles.Add(1)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		d := c.queue.Retry(key)
+		c.log.Warn("reconcile failed, retrying", "fleet", key, "retry_in", d.String(), "err", err)
+		c.lastErrors.Store(key, err.Error())
+		return
+	}
+	c.queue.Forget(key)
+	c.lastErrors.Delete(key)
+	if res.RequeueAfter > 0 {
+		c.queue.AddAfter(key, res.RequeueAfter)
+	}
+}
+
+// cacheLocked stores in in the instance index. c.mu must be held.
+func (c *Controller) cacheLocked(in *v1alpha1.Instance) {
+	m := c.instances[in.Spec.Fleet]
+	if m == nil {
+		m = map[string]*v1alpha1.Instance{}
+		c.instances[in.Spec.Fleet] = m
+	}
+	m[in.Metadata.Name] = in
+}
+
+// fleetInstances returns copies of a fleet's instance records, safe to modify.
+func (c *Controller) fleetInstances(fleet string) map[string]*v1alpha1.Instance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]*v1alpha1.Instance, len(c.instances[fleet]))
+	for name, in := range c.instances[fleet] {
+		cp := *in
+		out[name] = &cp
+	}
+	return out
+}

@@ -1,0 +1,387 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+// env is a controller on a memory store and a fake provider, running until the test ends.
+type env struct {
+	t     *testing.T
+	store store.Store
+	fake  *fake.Provider
+	ctrl  *Controller
+	stop  func()
+}
+
+func newEnv(t *testing.T, st store.Store, p *fake.Provider) *env {
+	t.Helper()
+	if st == nil {
+		st = memory.New()
+	}
+	if p == nil {
+		var err error
+		if p, err = fake.New(fake.Options{BootDelay: 50 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{t: t, store: st, fake: p}
+	e.start()
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+func (e *env) start() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctrl, err := New(Options{
+		Store: e.store, Providers: map[string]provider.Provider{fake.Name: e.fake}, Logger: log,
+		PollInterval: 20 * time.Millisecond, ResyncPeriod: 200 * time.Millisecond,
+		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Start(ctx) }()
+	e.ctrl = ctrl
+	e.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("controller stopped with %v", err)
+		}
+		e.stop = func() {}
+	}
+}
+
+func fleetSpec(name, image string, desired int32) *v1alpha1.Fleet {
+	f := &v1alpha1.Fleet{
+		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindFleet},
+		Metadata: v1alpha1.ObjectMeta{Name: name, Generation: 1},
+		Spec: v1alpha1.FleetSpec{
+			Image:    image,
+			Replicas: v1alpha1.Replicas{Min: new(int32(0)), Max: new(int32(100)), Desired: &desired},
+		},
+	}
+	v1alpha1.SetFleetDefaults(f, fake.Name)
+	return f
+}
+
+func (e *env) put(f *v1alpha1.Fleet) {
+	e.t.Helper()
+	cur, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, f.Metadata.Name)
+	if err == nil {
+		f.Metadata.ResourceVersion = cur.Metadata.ResourceVersion
+		f.Metadata.Generation = cur.Metadata.Generation + 1
+	} else {
+		f.Metadata.ResourceVersion = 0
+	}
+	op, err := store.PutOp(store.Fleets, f)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.store.Txn(context.Background(), op); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) records(fleet string) []*v1alpha1.Instance {
+	all, _, err := store.ListObjects[v1alpha1.Instance](context.Background(), e.store, store.Instances)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*v1alpha1.Instance
+	for _, in := range all {
+		if in.Spec.Fleet == fleet {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func (e *env) observed(fleet string) []provider.Instance {
+	list, err := e.fake.List(context.Background(), provider.ListOptions{Fleet: fleet})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return list
+}
+
+// waitFor polls cond until it returns "" (satisfied) or the deadline passes; cond's last answer
+// says what was still wrong.
+func waitFor(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("condition not met after %s: %s", timeout, last)
+}
+
+// converged says what keeps fleet from having exactly n Ready instances of revision rev, with
+// records and provider instances matching one to one.
+func (e *env) converged(fleet string, n int, rev string) func() string {
+	return func() string {
+		recs, obs := e.records(fleet), e.observed(fleet)
+		if len(recs) != n || len(obs) != n {
+			return fmt.Sprintf("%d records, %d provider instances, want %d", len(recs), len(obs), n)
+		}
+		names := map[string]bool{}
+		for _, o := range obs {
+			names[o.Name] = true
+		}
+		for _, r := range recs {
+			if !names[r.Metadata.Name] {
+				return "record without provider instance: " + r.Metadata.Name
+			}
+			if r.Status.Phase != v1alpha1.PhaseReady {
+				return fmt.Sprintf("%s is %s", r.Metadata.Name, r.Status.Phase)
+			}
+			if rev != "" && r.Spec.Revision != rev {
+				return fmt.Sprintf("%s has revision %s, want %s", r.Metadata.Name, r.Spec.Revision, rev)
+			}
+		}
+		f, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, fleet)
+		if err != nil {
+			return err.Error()
+		}
+		if f.Status.ReadyReplicas != int32(n) || f.Status.Phase != "Ready" || f.Status.ObservedGeneration != f.Metadata.Generation {
+			return fmt.Sprintf("fleet status %+v", f.Status)
+		}
+		return ""
+	}
+}
+
+func TestScaleUpAndDown(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	f := fleetSpec("web", "img-1", 3)
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 3, RevisionName(f)))
+
+	f.Spec.Replicas.Desired = new(int32(7))
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 7, RevisionName(f)))
+
+	f.Spec.Replicas.Desired = new(int32(2))
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(f)))
+
+	f.Spec.Replicas.Desired = new(int32(0))
+	e.put(f)
+	waitFor(t, 5*time.Second, func() string {
+		if n := len(e.observed("web")) + len(e.records("web")); n != 0 {
+			return fmt.Sprintf("%d left", n)
+		}
+		return ""
+	})
+}
+
+func TestDeleteFleetDeletesInstances(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.put(fleetSpec("a", "img", 3))
+	e.put(fleetSpec("b", "img", 2))
+	waitFor(t, 5*time.Second, e.converged("a", 3, ""))
+	waitFor(t, 5*time.Second, e.converged("b", 2, ""))
+	if err := store.Delete(context.Background(), e.store, store.Fleets, "a", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() string {
+		if n, m := len(e.observed("a")), len(e.records("a")); n+m != 0 {
+			return fmt.Sprintf("%d provider instances and %d records of a left", n, m)
+		}
+		return ""
+	})
+	if n := len(e.observed("b")); n != 2 {
+		t.Fatalf("fleet b has %d instances after deleting a, want 2", n)
+	}
+}
+
+func TestProviderErrorsAreRetriedWithBackoff(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	boom := errors.New("capacity exhausted")
+	e.fake.FailNext("Create", boom, boom, boom, boom, boom, boom) // three rounds of two
+	f := fleetSpec("web", "img", 2)
+	start := time.Now()
+	e.put(f)
+	waitFor(t, 10*time.Second, e.converged("web", 2, ""))
+	if calls := e.fake.Calls("Create"); calls < 8 {
+		t.Fatalf("Create called %d times, want at least 8 (6 failures then 2 successes)", calls)
+	}
+	// Backoff from 10ms doubling: three failed rounds wait at least 10+20+40ms in all.
+	if elapsed := time.Since(start); elapsed < 70*time.Millisecond {
+		t.Fatalf("converged after %s: failures were not backed off", elapsed)
+	}
+	evs, _, _ := store.ListObjects[v1alpha1.Event](context.Background(), e.store, store.Events)
+	found := false
+	for _, ev := range evs {
+		found = found || (ev.Reason == "CreateFailed" && ev.Type == v1alpha1.EventWarning)
+	}
+	if !found {
+		t.Fatal("no CreateFailed warning event recorded")
+	}
+}
+
+func TestFailedInstanceIsReplaced(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.put(fleetSpec("web", "img", 3))
+	waitFor(t, 5*time.Second, e.converged("web", 3, ""))
+	victim := e.observed("web")[0].Name
+	if err := e.fake.Kill(victim, "kernel panic"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() string {
+		if msg := e.converged("web", 3, "")(); msg != "" {
+			return msg
+		}
+		for _, o := range e.observed("web") {
+			if o.Name == victim {
+				return "failed instance still there"
+			}
+		}
+		return ""
+	})
+}
+
+func TestRollingUpdateKeepsCapacity(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	f := fleetSpec("web", "img-1", 4)
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 4, RevisionName(f)))
+	f.Spec.Image = "img-2"
+	e.put(f)
+	newRev := RevisionName(f)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		readyCount, total := 0, 0
+		for _, o := range e.observed("web") {
+			total++
+			if o.State == provider.StateReady {
+				readyCount++
+			}
+		}
+		// maxUnavailable 0, maxSurge 1: never fewer than 4 ready, never more than 5 instances.
+		if readyCount < 4 || total > 5 {
+			t.Fatalf("during rollout: %d ready of %d instances", readyCount, total)
+		}
+		if e.converged("web", 4, newRev)() == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollout did not finish: %s", e.converged("web", 4, newRev)())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A restarted controller adopts provider instances it has no record of, deletes those beyond the
+// desired count and those of fleets that no longer exist, and creates recorded instances that the
+// provider never made: the states a crash can leave.
+func TestRestartAdoptsAndCleansUp(t *testing.T) {
+	st := memory.New()
+	p, _ := fake.New(fake.Options{})
+	ctx := context.Background()
+	f := fleetSpec("web", "img", 3)
+	rev := RevisionName(f)
+	labels := func(fleet string) map[string]string {
+		return map[string]string{v1alpha1.LabelFleet: fleet, v1alpha1.LabelRevision: rev, v1alpha1.LabelRegion: "local"}
+	}
+	// Two unrecorded instances of web, one of a deleted fleet.
+	for _, n := range []string{"web-aaaaa", "web-bbbbb"} {
+		if _, err := p.Create(ctx, provider.InstanceSpec{Name: n, Image: "img", Labels: labels("web")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Create(ctx, provider.InstanceSpec{Name: "gone-ccccc", Image: "img", Labels: labels("gone")}); err != nil {
+		t.Fatal(err)
+	}
+	// Two recorded Pending instances the provider never created.
+	for _, n := range []string{"web-ddddd", "web-eeeee"} {
+		in := &v1alpha1.Instance{
+			TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindInstance},
+			Metadata: v1alpha1.ObjectMeta{Name: n, Labels: labels("web")},
+			Spec:     v1alpha1.InstanceSpec{Fleet: "web", Revision: rev, Region: "local", Provider: fake.Name, Image: "img"},
+			Status:   v1alpha1.InstanceStatus{Phase: v1alpha1.PhasePending},
+		}
+		op, _ := store.PutOp(store.Instances, in)
+		if _, err := st.Txn(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The fleet exists before the controller starts, as after a crash.
+	fop, _ := store.PutOp(store.Fleets, f)
+	if _, err := st.Txn(ctx, fop); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, st, p)
+	waitFor(t, 5*time.Second, e.converged("web", 3, rev))
+	waitFor(t, 5*time.Second, func() string {
+		if n := len(e.observed("gone")); n != 0 {
+			return fmt.Sprintf("%d instances of the deleted fleet remain", n)
+		}
+		return ""
+	})
+	// Adopted instances are kept in preference to creating new ones: nothing but the four known
+	// names may exist.
+	var names []string
+	for _, o := range e.observed("web") {
+		names = append(names, o.Name)
+	}
+	sort.Strings(names)
+	known := map[string]bool{"web-aaaaa": true, "web-bbbbb": true, "web-ddddd": true, "web-eeeee": true}
+	for _, n := range names {
+		if !known[n] {
+			t.Fatalf("controller created %s although four instances already existed or were recorded: %v", n, names)
+		}
+	}
+}
+
+func TestQueueBackoffAndDedup(t *testing.T) {
+	q := newQueue(10*time.Millisecond, 80*time.Millisecond)
+	q.Add("a")
+	q.Add("a")
+	q.Add("b")
+	if q.Len() != 2 {
+		t.Fatalf("Len = %d, want 2 (a deduplicated)", q.Len())
+	}
+	k, _ := q.Get()
+	q.Add(k) // added while processing: must come back after Done, not before
+	k2, _ := q.Get()
+	if k2 == k {
+		t.Fatal("a key was handed out while still being processed")
+	}
+	q.Done(k)
+	q.Done(k2)
+	if q.Len() != 1 {
+		t.Fatalf("Len = %d after Done, want 1 (the re-added key)", q.Len())
+	}
+	var delays []time.Duration
+	for range 5 {
+		delays = append(delays, q.Retry("x"))
+	}
+	want := []time.Duration{10, 20, 40, 80, 80}
+	for i := range want {
+		if delays[i] != want[i]*time.Millisecond {
+			t.Fatalf("backoff delays %v, want %v ms", delays, want)
+		}
+	}
+	q.ShutDown()
+	if _, ok := q.Get(); ok {
+		t.Fatal("Get after ShutDown returned a key")
+	}
+}

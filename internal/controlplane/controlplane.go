@@ -1,0 +1,194 @@
+// Package controlplane assembles what `herd up` runs in one process: the store, the providers,
+// the controller and the API server (and, as they arrive, the load balancer and the dashboard). It
+// owns their start order and their clean shutdown.
+package controlplane
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/store/bolt"
+)
+
+// Options configure a control plane.
+type Options struct {
+	// DataDir holds the store, the token and provider state. Created mode 0700.
+	DataDir string
+	// Listen is the API's address. Default: 127.0.0.1:7443. Port 0 picks a free port.
+	Listen string
+	// Provider is the default provider, used by regions that name none.
+	Provider string
+	// ConfigPath is where the client config (server URL and token) is written.
+	ConfigPath string
+	Logger     *slog.Logger
+	// Ready, if set, is called once the API serves, with its URL.
+	Ready func(url string)
+}
+
+// DefaultDataDir is $XDG_DATA_HOME/herd, or ~/.local/share/herd.
+func DefaultDataDir() string {
+	dir := os.Getenv("XDG_DATA_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			home = "."
+		}
+		dir = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(dir, "herd")
+}
+
+// providerFactories build the providers herd knows, by name.
+var providerFactories = map[string]func(dataDir string, log *slog.Logger) (provider.Provider, error){
+	fake.Name: func(dataDir string, log *slog.Logger) (provider.Provider, error) {
+		log.Warn("the fake provider simulates instances in memory: nothing real runs; use --provider local for real one-node clusters")
+		return fake.New(fake.Options{StateDir: filepath.Join(dataDir, "providers", fake.Name), BootDelay: 500 * time.Millisecond})
+	},
+}
+
+// ProviderNames lists the providers this build knows.
+func ProviderNames() []string {
+	names := make([]string, 0, len(providerFactories))
+	for n := range providerFactories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Run starts the control plane and blocks until ctx ends, then stops every part in order.
+func Run(ctx context.Context, opts Options) error {
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:7443"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	factory, ok := providerFactories[opts.Provider]
+	if !ok {
+		return fmt.Errorf("--provider %q: this build knows %s", opts.Provider, strings.Join(ProviderNames(), ", "))
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	token, err := loadOrCreateToken(filepath.Join(opts.DataDir, "token"))
+	if err != nil {
+		return err
+	}
+	st, err := bolt.Open(filepath.Join(opts.DataDir, "state.db"))
+	if err != nil {
+		return fmt.Errorf("open store in %s: %w", opts.DataDir, err)
+	}
+	defer st.Close()
+
+	prov, err := factory(opts.DataDir, log)
+	if err != nil {
+		return fmt.Errorf("provider %s: %w", opts.Provider, err)
+	}
+	providers := map[string]provider.Provider{prov.Name(): prov}
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w (is another herd up running?)", opts.Listen, err)
+	}
+	url := "http://" + ln.Addr().String()
+	api := apiserver.New(apiserver.Options{
+		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
+		Status: func() map[string]string {
+			s := map[string]string{"store": "ok", "provider": prov.Name()}
+			if ctrl.Synced() {
+				s["controller"] = "synced"
+			} else {
+				s["controller"] = "syncing"
+			}
+			return s
+		},
+	})
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if err := client.SaveConfig(opts.ConfigPath, &client.Config{Server: url, Token: token}); err != nil {
+		ln.Close()
+		return err
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Go(func() {
+		if err := ctrl.Start(runCtx); err != nil {
+			errc <- fmt.Errorf("controller: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("api server: %w", err)
+		}
+	})
+	log.Info("control plane up", "api", url, "data_dir", opts.DataDir, "client_config", opts.ConfigPath, "provider", prov.Name())
+	if opts.Ready != nil {
+		opts.Ready(url)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	log.Info("shutting down")
+	cancel()
+	shutCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
+	defer done()
+	_ = srv.Shutdown(shutCtx)
+	wg.Wait()
+	log.Info("stopped")
+	return runErr
+}
+
+// loadOrCreateToken returns the API token, generating it (mode 0600) on first start so that it
+// stays the same across restarts and existing client configs keep working.
+func loadOrCreateToken(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		if t := strings.TrimSpace(string(data)); len(t) >= 32 {
+			return t, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	t := hex.EncodeToString(b)
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write token: %w", err)
+	}
+	return t, nil
+}

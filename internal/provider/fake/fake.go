@@ -1,0 +1,296 @@
+// Package fake is an in-memory provider for tests and scale benchmarks. Instances are records, not
+// machines: they "boot" by waiting out a configurable delay. Failures can be injected. With a state
+// directory, instances are also written to disk, one file each, so that they outlive the process the
+// way real instances do; that lets tests kill and restart the control plane and check adoption.
+//
+// A fleet's region options can shape fake instances, so that tests drive timing through an ordinary
+// Fleet spec: "bootDelay" (how long an instance boots, a Go duration) and "createDelay" (how long
+// Create takes).
+//
+// It is never what a user runs in production: `herd up --provider fake` says so.
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"herd.dev/herd/internal/provider"
+)
+
+// Name is the provider name regions use.
+const Name = "fake"
+
+var _ provider.Provider = (*Provider)(nil)
+
+// Options configure a fake provider.
+type Options struct {
+	// BootDelay is how long a new instance stays Booting before it is Ready. Default: 0.
+	BootDelay time.Duration
+	// StateDir, when set, keeps one JSON file per instance there so instances survive restarts.
+	StateDir string
+	// Now returns the time; default time.Now. Tests may replace it.
+	Now func() time.Time
+}
+
+// record is what is kept of an instance.
+type record struct {
+	Spec      provider.InstanceSpec `json:"spec"`
+	ID        string                `json:"id"`
+	Address   string                `json:"address"`
+	CreatedAt time.Time             `json:"createdAt"`
+	BootDelay time.Duration         `json:"bootDelay"`
+	Failed    string                `json:"failed,omitempty"`
+}
+
+// Provider is the fake provider.
+type Provider struct {
+	opts Options
+
+	mu        sync.Mutex
+	instances map[string]*record
+	nextAddr  uint32
+	calls     map[string]int
+	failNext  map[string][]error // method -> errors to return on the next calls
+	failFunc  func(method, name string) error
+}
+
+// New returns a fake provider, loading instances from opts.StateDir if set.
+func New(opts Options) (*Provider, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Provider{opts: opts, instances: map[string]*record{}, calls: map[string]int{}, failNext: map[string][]error{}}
+	if opts.StateDir == "" {
+		return p, nil
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("fake provider state dir: %w", err)
+	}
+	entries, err := os.ReadDir(opts.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("fake provider state dir: %w", err)
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(opts.StateDir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("fake provider state: %w", err)
+		}
+		var r record
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("fake provider state %s: %w", e.Name(), err)
+		}
+		p.instances[r.Spec.Name] = &r
+		// Continue numbering after the highest number in use, so addresses never repeat.
+		var n uint32
+		if _, err := fmt.Sscanf(r.ID, "fake-%d", &n); err == nil && n > p.nextAddr {
+			p.nextAddr = n
+		}
+	}
+	return p, nil
+}
+
+// Name implements provider.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Capabilities implements provider.Provider.
+func (p *Provider) Capabilities() provider.Capabilities {
+	return provider.Capabilities{Persistent: p.opts.StateDir != ""}
+}
+
+// FailNext makes the next calls of method ("Create", "Delete", "Get", "List") return errs, one each.
+func (p *Provider) FailNext(method string, errs ...error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext[method] = append(p.failNext[method], errs...)
+}
+
+// FailWith installs a function consulted on every call; a non-nil result is returned as the error.
+// name is the instance name ("" for List).
+func (p *Provider) FailWith(f func(method, name string) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failFunc = f
+}
+
+// Kill marks an instance Failed, as if its machine died.
+func (p *Provider) Kill(name, reason string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.instances[name]
+	if !ok {
+		return provider.ErrNotFound
+	}
+	r.Failed = reason
+	return p.persist(r)
+}
+
+// Calls returns how many times method was called.
+func (p *Provider) Calls(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[method]
+}
+
+// injected returns the error to inject for this call, if any. p.mu must be held.
+func (p *Provider) injected(method, name string) error {
+	p.calls[method]++
+	if q := p.failNext[method]; len(q) > 0 {
+		p.failNext[method] = q[1:]
+		return q[0]
+	}
+	if p.failFunc != nil {
+		return p.failFunc(method, name)
+	}
+	return nil
+}
+
+// Create implements provider.Provider.
+func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (provider.Instance, error) {
+	if err := provider.ValidateSpec(spec); err != nil {
+		return provider.Instance{}, err
+	}
+	bootDelay, createDelay := p.opts.BootDelay, time.Duration(0)
+	for key, dst := range map[string]*time.Duration{"bootDelay": &bootDelay, "createDelay": &createDelay} {
+		if v, ok := spec.Options[key]; ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return provider.Instance{}, fmt.Errorf("fake: region option %s: %q is not a duration such as \"2s\"", key, v)
+			}
+			*dst = d
+		}
+	}
+	if createDelay > 0 {
+		select {
+		case <-time.After(createDelay):
+		case <-ctx.Done():
+			return provider.Instance{}, ctx.Err()
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.injected("Create", spec.Name); err != nil {
+		return provider.Instance{}, err
+	}
+	if r, ok := p.instances[spec.Name]; ok {
+		return p.view(r), nil
+	}
+	p.nextAddr++
+	n := p.nextAddr
+	// Loopback addresses: anything that probes a fake instance stays on this machine.
+	r := &record{
+		Spec:      spec,
+		ID:        fmt.Sprintf("fake-%08d", n),
+		Address:   fmt.Sprintf("127.%d.%d.%d", 1+(n>>16)&0x7f, (n>>8)&0xff, n&0xff),
+		CreatedAt: p.opts.Now(),
+		BootDelay: bootDelay,
+	}
+	r.Spec.Labels = maps.Clone(spec.Labels)
+	if err := p.persist(r); err != nil {
+		return provider.Instance{}, err
+	}
+	p.instances[spec.Name] = r
+	return p.view(r), nil
+}
+
+// Get implements provider.Provider.
+func (p *Provider) Get(ctx context.Context, name string) (provider.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.injected("Get", name); err != nil {
+		return provider.Instance{}, err
+	}
+	r, ok := p.instances[name]
+	if !ok {
+		return provider.Instance{}, fmt.Errorf("fake: %s: %w", name, provider.ErrNotFound)
+	}
+	return p.view(r), nil
+}
+
+// List implements provider.Provider.
+func (p *Provider) List(ctx context.Context, opts provider.ListOptions) ([]provider.Instance, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.injected("List", ""); err != nil {
+		return nil, err
+	}
+	out := make([]provider.Instance, 0, len(p.instances))
+	for _, r := range p.instances {
+		if opts.Matches(r.Spec.Labels) {
+			out = append(out, p.view(r))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Delete implements provider.Provider.
+func (p *Provider) Delete(ctx context.Context, name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.injected("Delete", name); err != nil {
+		return err
+	}
+	if _, ok := p.instances[name]; !ok {
+		return nil
+	}
+	if p.opts.StateDir != "" {
+		if err := os.Remove(p.file(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("fake: delete %s: %w", name, err)
+		}
+	}
+	delete(p.instances, name)
+	return nil
+}
+
+func (p *Provider) view(r *record) provider.Instance {
+	in := provider.Instance{
+		Name:       r.Spec.Name,
+		Labels:     maps.Clone(r.Spec.Labels),
+		Image:      r.Spec.Image,
+		Region:     r.Spec.Region,
+		ProviderID: r.ID,
+		Address:    r.Address,
+		CreatedAt:  r.CreatedAt,
+		State:      provider.StateBooting,
+	}
+	switch {
+	case r.Failed != "":
+		in.State, in.Reason = provider.StateFailed, r.Failed
+	case p.opts.Now().Sub(r.CreatedAt) >= r.BootDelay:
+		in.State = provider.StateReady
+	}
+	return in
+}
+
+func (p *Provider) file(name string) string { return filepath.Join(p.opts.StateDir, name+".json") }
+
+// persist writes a record atomically (temp file + rename) so a crash leaves the old or new file.
+func (p *Provider) persist(r *record) error {
+	if p.opts.StateDir == "" {
+		return nil
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := p.file(r.Spec.Name) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("fake: persist %s: %w", r.Spec.Name, err)
+	}
+	if err := os.Rename(tmp, p.file(r.Spec.Name)); err != nil {
+		return fmt.Errorf("fake: persist %s: %w", r.Spec.Name, err)
+	}
+	return nil
+}

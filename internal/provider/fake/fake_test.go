@@ -1,0 +1,84 @@
+package fake
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/providertest"
+)
+
+func TestConformance(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) provider.Provider {
+		p, err := New(Options{BootDelay: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}, providertest.Options{Image: "sha256:abc", ReadyTimeout: 5 * time.Second})
+}
+
+func TestConformancePersistent(t *testing.T) {
+	dir := t.TempDir()
+	providertest.Run(t, func(t *testing.T) provider.Provider {
+		p, err := New(Options{StateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}, providertest.Options{Image: "sha256:abc"})
+}
+
+func TestStateSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	p1, _ := New(Options{StateDir: dir})
+	spec := provider.InstanceSpec{Name: "web-1", Image: "sha256:abc", Labels: map[string]string{"herd.dev/fleet": "web"}}
+	first, err := p1.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Kill("web-1", "machine lost"); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := New(Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p2.Get(ctx, "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ProviderID != first.ProviderID || got.State != provider.StateFailed || got.Reason != "machine lost" {
+		t.Fatalf("after restart: %+v", got)
+	}
+	again, err := p2.Create(ctx, spec)
+	if err != nil || again.ProviderID != first.ProviderID {
+		t.Fatalf("create after restart made a new instance: %v %+v", err, again)
+	}
+	if _, err := p2.Create(ctx, provider.InstanceSpec{Name: "web-2", Image: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := p2.Get(ctx, "web-2")
+	if b.Address == got.Address {
+		t.Fatalf("two instances share address %s", b.Address)
+	}
+}
+
+func TestInjectedFailures(t *testing.T) {
+	p, _ := New(Options{})
+	boom := errors.New("quota exceeded")
+	p.FailNext("Create", boom)
+	spec := provider.InstanceSpec{Name: "a", Image: "x"}
+	if _, err := p.Create(context.Background(), spec); !errors.Is(err, boom) {
+		t.Fatalf("got %v, want injected error", err)
+	}
+	if _, err := p.Create(context.Background(), spec); err != nil {
+		t.Fatalf("second create: %v", err)
+	}
+	if p.Calls("Create") != 2 {
+		t.Fatalf("calls = %d", p.Calls("Create"))
+	}
+}

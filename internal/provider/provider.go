@@ -1,0 +1,118 @@
+// Package provider defines how herd's controller creates, finds and deletes instances, whatever
+// runs them. One package per backend implements Provider: fake (in memory, for tests and scale),
+// local (real one-node Kubernetes clusters in network namespaces on this machine), later docker and
+// the clouds. providertest holds the suite every provider must pass.
+//
+// # Contract
+//
+// A provider MUST:
+//   - make Create idempotent by name: creating a name that exists returns the existing instance and
+//     starts nothing new, so a controller that crashed between asking and recording can ask again;
+//   - keep the labels given at creation and return them from Get and List, so that a restarted
+//     controller can adopt what exists (labels are how herd knows fleet, revision and region);
+//   - list every instance it runs for a fleet, including ones created before the provider value was
+//     made (a restart of herd up), and including Failed ones;
+//   - make Delete idempotent (deleting a missing instance is not an error) and complete: when it
+//     returns nil, nothing of the instance is left (processes, addresses, disks, rules);
+//   - report State Failed, with a Reason, for an instance that died or can never become ready;
+//   - be safe for concurrent use.
+//
+// A provider SHOULD return from Create quickly (booting continues in the background; Get and List
+// report Booting until the instance is Ready) and return errors that say what to fix.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+)
+
+// ErrNotFound is returned by Get for an instance the provider does not have.
+var ErrNotFound = errors.New("instance not found")
+
+// State is what a provider knows of an instance.
+type State string
+
+// Instance states.
+const (
+	StateBooting  State = "Booting"  // created; the cluster or workload is not ready yet
+	StateReady    State = "Ready"    // the node and every baked workload are ready
+	StateFailed   State = "Failed"   // dead or unable to boot; Reason says why
+	StateDeleting State = "Deleting" // deletion started and has not finished
+)
+
+// InstanceSpec is what the controller asks for.
+type InstanceSpec struct {
+	// Name is unique across the provider and stable: the controller chooses it before asking, so
+	// that asking twice is harmless. A DNS label.
+	Name string
+	// Labels are kept with the instance and returned by Get and List.
+	Labels map[string]string
+	// Image is the node image bundle the instance boots from (a digest).
+	Image string
+	// Region is the region the instance belongs to.
+	Region string
+	// Options are the region's provider options, as the user wrote them.
+	Options map[string]string
+}
+
+// Instance is a provider's view of one instance.
+type Instance struct {
+	Name       string
+	Labels     map[string]string
+	Image      string
+	Region     string
+	ProviderID string
+	// Address is the instance's IP address, once it has one.
+	Address   string
+	State     State
+	Reason    string
+	CreatedAt time.Time
+}
+
+// ListOptions filters List.
+type ListOptions struct {
+	// Fleet, when set, keeps only instances labelled with this fleet.
+	Fleet string
+}
+
+// Capabilities tells the controller what a provider can do.
+type Capabilities struct {
+	// Persistent is true when instances outlive the herd process (the controller must adopt them).
+	Persistent bool
+	// MaxInstances bounds how many instances this provider can run at once; 0 means no known bound.
+	MaxInstances int
+}
+
+// Provider runs instances. See the package documentation for the contract.
+type Provider interface {
+	// Name is the provider's name as regions refer to it, e.g. "local".
+	Name() string
+	Capabilities() Capabilities
+	Create(ctx context.Context, spec InstanceSpec) (Instance, error)
+	Get(ctx context.Context, name string) (Instance, error)
+	List(ctx context.Context, opts ListOptions) ([]Instance, error)
+	Delete(ctx context.Context, name string) error
+}
+
+var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidateSpec checks what every provider needs of a spec; providers call it first in Create.
+func ValidateSpec(spec InstanceSpec) error {
+	if !nameRE.MatchString(spec.Name) || len(spec.Name) > 63 {
+		return fmt.Errorf("instance name %q must be a DNS label of at most 63 characters", spec.Name)
+	}
+	if spec.Image == "" {
+		return fmt.Errorf("instance %s: image is required", spec.Name)
+	}
+	return nil
+}
+
+// Matches reports whether an instance with these labels passes the filter.
+func (o ListOptions) Matches(labels map[string]string) bool {
+	return o.Fleet == "" || labels[v1alpha1.LabelFleet] == o.Fleet
+}

@@ -1,0 +1,88 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"herd.dev/herd/api/v1alpha1"
+)
+
+// Resource names: the store kinds herd's objects are kept under.
+const (
+	Fleets    = "fleets"
+	Instances = "instances"
+	Events    = "events"
+)
+
+// Object is an API object whose metadata the typed helpers can reach.
+type Object interface {
+	GetMeta() *v1alpha1.ObjectMeta
+}
+
+// ptrObject is a pointer to T that is an Object, so helpers can allocate a T and use it.
+type ptrObject[T any] interface {
+	*T
+	Object
+}
+
+// Encode marshals an object for storage. The resource version is the store's business: it is set
+// from the record on decode, never trusted from the stored bytes.
+func Encode(obj Object) ([]byte, error) {
+	m := obj.GetMeta()
+	rv := m.ResourceVersion
+	m.ResourceVersion = 0
+	data, err := json.Marshal(obj)
+	m.ResourceVersion = rv
+	return data, err
+}
+
+// DecodeRecord unmarshals a record into a new object and sets its resource version.
+func DecodeRecord[T any, P ptrObject[T]](rec Record) (P, error) {
+	var obj P = new(T)
+	if err := json.Unmarshal(rec.Value, obj); err != nil {
+		return nil, fmt.Errorf("decode %s/%s: %w", rec.Kind, rec.Name, err)
+	}
+	obj.GetMeta().ResourceVersion = rec.ResourceVersion
+	return obj, nil
+}
+
+// GetObject reads and decodes one object.
+func GetObject[T any, P ptrObject[T]](ctx context.Context, s Store, kind, name string) (P, error) {
+	rec, err := s.Get(ctx, kind, name)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeRecord[T, P](rec)
+}
+
+// ListObjects reads and decodes every object of a kind, and returns the store revision.
+func ListObjects[T any, P ptrObject[T]](ctx context.Context, s Store, kind string) ([]P, int64, error) {
+	recs, rev, err := s.List(ctx, kind)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]P, 0, len(recs))
+	for _, r := range recs {
+		obj, err := DecodeRecord[T, P](r)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, obj)
+	}
+	return out, rev, nil
+}
+
+// PutOp returns an op that writes obj: Create when it has no resource version, otherwise an Update
+// conditional on that version.
+func PutOp(kind string, obj Object) (Op, error) {
+	data, err := Encode(obj)
+	if err != nil {
+		return Op{}, err
+	}
+	m := obj.GetMeta()
+	if m.ResourceVersion == 0 {
+		return Op{Type: OpCreate, Kind: kind, Name: m.Name, Value: data}, nil
+	}
+	return Op{Type: OpUpdate, Kind: kind, Name: m.Name, Value: data, ResourceVersion: m.ResourceVersion}, nil
+}
