@@ -7,8 +7,8 @@ import (
 )
 
 // DefaultWatchHistory is how many recent events a Hub remembers. A watch may start from any revision
-// within that window, and a watcher may fall that far behind before it is dropped. 10,000 covers one
-// status write of a 5,000-instance fleet twice over, at about 1 MB of memory plus the values.
+// within that window, and a watcher may fall that far behind before it is dropped. 10,000 covers a
+// status write of 5,000 instances twice over, for under 1 MB of memory plus the values.
 const DefaultWatchHistory = 10000
 
 const (
@@ -37,9 +37,6 @@ type Hub struct {
 	start int
 	n     int
 	first int64
-	// pending holds transactions that committed out of order (bbolt's batches wake their callers
-	// in any order), keyed by their first revision, until the ones before them are published.
-	pending map[int64][]Event
 	// notify is closed, and replaced, whenever events are added: idle watchers wait on it.
 	notify chan struct{}
 	closed bool
@@ -55,11 +52,10 @@ func NewHub(rev int64, history int) *Hub {
 		history = DefaultWatchHistory
 	}
 	return &Hub{
-		ring:    make([]Event, history),
-		first:   rev + 1,
-		pending: map[int64][]Event{},
-		notify:  make(chan struct{}),
-		done:    make(chan struct{}),
+		ring:   make([]Event, history),
+		first:  rev + 1,
+		notify: make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 }
 
@@ -67,46 +63,20 @@ func NewHub(rev int64, history int) *Hub {
 // Callers hold h.mu.
 func (h *Hub) last() int64 { return h.first + int64(h.n) - 1 }
 
-// Publish hands the Hub the events of one committed transaction, in op order. Their revisions must
-// be consecutive and follow those of some other transaction, published or still to come: a
-// transaction that arrives before its predecessor waits until the predecessor is published, so
-// watchers always see revisions in order. Publish never blocks on watchers.
+// Publish hands the Hub the events of committed writes, in commit order: their revisions must
+// follow on from the last ones published, without a gap. Stores publish from one goroutine at a
+// time (the memory store under its lock, the bolt store from its committer), after the commit and
+// before the writers' Txns return. Publish never blocks on watchers.
 func (h *Hub) Publish(events []Event) {
-	if len(events) == 0 {
-		return
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
+	if h.closed || len(events) == 0 {
 		return
 	}
-	rev := events[0].Record.ResourceVersion
-	switch {
-	case rev <= h.last():
-		// A store bug, and one that would corrupt every watcher: refuse loudly.
-		panic(fmt.Sprintf("store: watch hub: revision %d published again (newest is %d)", rev, h.last()))
-	case rev > h.last()+1:
-		h.pending[rev] = events
-		return
-	}
-	h.appendEvents(events)
-	for {
-		next, ok := h.pending[h.last()+1]
-		if !ok {
-			break
-		}
-		delete(h.pending, h.last()+1)
-		h.appendEvents(next)
-	}
-	close(h.notify)
-	h.notify = make(chan struct{})
-}
-
-// appendEvents adds events to the ring, evicting the oldest when it is full. Callers hold h.mu.
-func (h *Hub) appendEvents(events []Event) {
 	for _, e := range events {
 		if e.Record.ResourceVersion != h.last()+1 {
-			panic(fmt.Sprintf("store: watch hub: revision %d published after %d: revisions must be consecutive",
+			// A store bug, and one that would break every watcher's guarantees: refuse loudly.
+			panic(fmt.Sprintf("store: watch hub: revision %d published after %d: revisions must follow on without a gap",
 				e.Record.ResourceVersion, h.last()))
 		}
 		if h.n < len(h.ring) {
@@ -118,11 +88,13 @@ func (h *Hub) appendEvents(events []Event) {
 		h.start = (h.start + 1) % len(h.ring)
 		h.first++
 	}
+	close(h.notify)
+	h.notify = make(chan struct{})
 }
 
 // Watch implements Store.Watch on the remembered events; see there for the contract. A since
-// beyond the newest published revision is allowed (a writer's Txn may return before the Hub has
-// seen an earlier, concurrently committed transaction): events up to since are skipped.
+// beyond the newest published revision is allowed: events up to since are skipped. (A store's
+// List may also read a revision a moment before it is published; the watch then simply waits.)
 func (h *Hub) Watch(ctx context.Context, kind string, since int64) (<-chan Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("watch %s from revision %d: %w", kindOrAll(kind), since, err)

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -172,6 +173,44 @@ func TestOpenRefusesAnotherFormat(t *testing.T) {
 			_ = s.Close()
 		}
 		t.Errorf("Open of a format-99 file: error = %v, want it to name the format", err)
+	}
+}
+
+func TestRefusedWriteFailsOnlyItsTxn(t *testing.T) {
+	// bbolt refuses keys over 32 KiB. Among concurrent Txns, which the committer writes together,
+	// the one with such a name must fail alone.
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "herd.db"))
+	const n = 50
+	long := strings.Repeat("x", 40<<10)
+	var wg sync.WaitGroup
+	errs := make([]error, n+1)
+	for i := range n + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := "ok-" + strconv.Itoa(i)
+			if i == n {
+				name = long
+			}
+			_, errs[i] = s.Txn(ctx, store.Op{Type: store.OpPut, Kind: "instance", Name: name, Value: []byte(`{}`)})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs[:n] {
+		if err != nil {
+			t.Errorf("Txn %d: %v", i, err)
+		}
+	}
+	if errs[n] == nil {
+		t.Error("a Txn with a 40 KiB name succeeded")
+	}
+	recs, rev, err := s.List(ctx, "instance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != n || rev != n {
+		t.Errorf("%d instances at revision %d, want %d at %d", len(recs), rev, n, n)
 	}
 }
 
@@ -438,6 +477,38 @@ func BenchmarkTxn5000ConcurrentUpdates(b *testing.B) {
 					return
 				}
 				versions[i] = rec.ResourceVersion
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "writes/s")
+}
+
+// BenchmarkTxnWorkerPool measures 5,000 single-op updates made by 32 workers, each writing one
+// after the other, as a controller's reconcile workers do.
+func BenchmarkTxnWorkerPool(b *testing.B) {
+	const n, workers = 5000, 32
+	s := open(b, filepath.Join(b.TempDir(), "herd.db"))
+	ctx := context.Background()
+	for b.Loop() {
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		errs := make(chan error, workers)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1); i <= n; i = next.Add(1) {
+					op := store.Op{Type: store.OpPut, Kind: "instance", Name: fmt.Sprintf("web-%05d", i), Value: statusValue}
+					if _, err := s.Txn(ctx, op); err != nil {
+						errs <- err
+						return
+					}
+				}
 			}()
 		}
 		wg.Wait()

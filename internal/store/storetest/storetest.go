@@ -702,19 +702,27 @@ func testWatchSlowConsumerDropped(t *testing.T, newStore func(*testing.T) store.
 func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Store) {
 	// Writers change kind item while, concurrently, the test lists item and watches from the list's
 	// revision, again and again. Each list plus its watch must rebuild exactly the final state, and
-	// each watch must see every revision after its list's exactly once, in order.
-	const writers, writesEach, names = 4, 150, 20
+	// each watch must see every revision after its list's exactly once, in order. Writer 0 also
+	// waits, every handoverEvery writes, for the test to take a view, so that some views are sure
+	// to be taken in the middle of the writing however the goroutines are scheduled.
+	const writers, writesEach, names, handoverEvery = 4, 150, 20, 20
 	ctx := context.Background()
 	s := newStore(t)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	finished := make(chan struct{})
+	handover := make(chan chan struct{})
 	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range writesEach {
+				if w == 0 && i > 0 && i%handoverEvery == 0 {
+					viewTaken := make(chan struct{})
+					handover <- viewTaken
+					<-viewTaken
+				}
 				name := fmt.Sprintf("n%d", (w*7+i)%names)
 				var err error
 				if i%5 == 4 {
@@ -740,12 +748,7 @@ func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Sto
 		ch    <-chan store.Event
 	}
 	var views []view
-	for racing := true; racing && len(views) < 50; {
-		select {
-		case <-finished:
-			racing = false
-		default:
-		}
+	takeView := func() {
 		recs, rev := mustList(t, s, "item")
 		ch, err := s.Watch(ctx, "item", rev)
 		if err != nil {
@@ -757,13 +760,44 @@ func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Sto
 		}
 		views = append(views, view{state, rev, ch})
 	}
-	<-finished
+	// Take views back to back (up to 50 of them) and whenever writer 0 waits for one, until the
+	// writers are done.
+	for writing := true; writing; {
+		select {
+		case <-finished:
+			writing = false
+		case viewTaken := <-handover:
+			takeView()
+			close(viewTaken)
+		default:
+			if len(views) < 50 {
+				takeView()
+				continue
+			}
+			select {
+			case <-finished:
+				writing = false
+			case viewTaken := <-handover:
+				takeView()
+				close(viewTaken)
+			}
+		}
+	}
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
 	}
 	final, finalRev := mustList(t, s, "item")
 	want := snapshotOf(final)
+	midway := 0
+	for _, v := range views {
+		if v.rev > 0 && v.rev < finalRev {
+			midway++
+		}
+	}
+	if wantMidway := (writesEach - 1) / handoverEvery; midway < wantMidway {
+		t.Errorf("%d views were taken while the writers ran, want at least %d", midway, wantMidway)
+	}
 
 	for i, v := range views {
 		for rev := v.rev + 1; rev <= finalRev; rev++ {
@@ -786,7 +820,7 @@ func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Sto
 			t.Errorf("view %d (listed at %d): list + events =\n%s\nwant\n%s", i, v.rev, got, want)
 		}
 	}
-	t.Logf("%d list+watch views taken while %d writers ran, up to revision %d", len(views), writers, finalRev)
+	t.Logf("%d list+watch views, %d of them taken while %d writers ran, up to revision %d", len(views), midway, writers, finalRev)
 }
 
 // writeMany writes n changes to kind instance in transactions of up to 1,000 ops.
