@@ -55,7 +55,8 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	if c.opts.Targets != nil {
 		c.opts.Targets.SetFleetTargets(fleet, s.sorted())
 	}
-	res := Result{RequeueAfter: c.opts.ResyncPeriod}
+	// A settled fleet is looked at again by the periodic resync; a busy one sooner.
+	res := Result{}
 	if s.busy() {
 		res.RequeueAfter = c.opts.PollInterval
 	}
