@@ -62,6 +62,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newDeleteCmd(g),
 		newEventsCmd(g),
 		newVersionCmd(g),
+		newImageCmd(g),
 	)
 	return root
 }

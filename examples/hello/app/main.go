@@ -1,0 +1,139 @@
+// Command hello is herd's example web app. It answers GET / with a JSON object naming the
+// instance (the one-node cluster's node), the pod and the revision that served the request, so
+// that traffic through herd's load balancer shows which instance and revision answered:
+//
+//	{"instance": "hello-7f9c2-abcde", "pod": "hello-5d8f6b7c9-xk2lp", "revision": "v1", "hostname": "hello-5d8f6b7c9-xk2lp"}
+//
+// GET /healthz answers 200 "ok" while the server runs. Environment:
+//
+//	PORT          port to listen on. Default: 8080.
+//	NODE_NAME     the instance's node name (downward API spec.nodeName). Default: empty.
+//	POD_NAME      the pod's name (downward API metadata.name). Default: empty.
+//	REVISION      the app's revision, set in the manifest or baked into the image. Default: "dev".
+//	FAIL_PERCENT  share of GET / requests answered 500, from 0 to 100, for canary tests. Default: 0.
+//	DELAY         extra latency added to every GET / response, a Go duration ("50ms"). Default: 0.
+//
+// On SIGTERM it stops accepting connections and finishes the requests in flight.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// config is the app's environment, parsed.
+type config struct {
+	port        string
+	instance    string
+	pod         string
+	revision    string
+	hostname    string
+	failPercent float64
+	delay       time.Duration
+}
+
+func loadConfig(getenv func(string) string) (config, error) {
+	c := config{
+		port:     getenv("PORT"),
+		instance: getenv("NODE_NAME"),
+		pod:      getenv("POD_NAME"),
+		revision: getenv("REVISION"),
+	}
+	if c.port == "" {
+		c.port = "8080"
+	}
+	if c.revision == "" {
+		c.revision = "dev"
+	}
+	if s := getenv("FAIL_PERCENT"); s != "" {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f < 0 || f > 100 {
+			return c, fmt.Errorf("FAIL_PERCENT=%q: want a number from 0 to 100", s)
+		}
+		c.failPercent = f
+	}
+	if s := getenv("DELAY"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return c, fmt.Errorf("DELAY=%q: want a duration such as 50ms", s)
+		}
+		c.delay = d
+	}
+	c.hostname, _ = os.Hostname()
+	return c, nil
+}
+
+// reply is the body of GET /.
+type reply struct {
+	Instance string `json:"instance"`
+	Pod      string `json:"pod"`
+	Revision string `json:"revision"`
+	Hostname string `json:"hostname"`
+	Error    string `json:"error,omitempty"`
+}
+
+// handler serves / and /healthz. fail decides whether a request gets an injected 500.
+func handler(c config, fail func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if c.delay > 0 {
+			select {
+			case <-time.After(c.delay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		body := reply{Instance: c.instance, Pod: c.pod, Revision: c.revision, Hostname: c.hostname}
+		status := http.StatusOK
+		if fail() {
+			status = http.StatusInternalServerError
+			body.Error = fmt.Sprintf("injected failure (FAIL_PERCENT=%g)", c.failPercent)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(body)
+	})
+	return mux
+}
+
+func main() {
+	c, err := loadConfig(os.Getenv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fail := func() bool { return c.failPercent > 0 && rand.Float64()*100 < c.failPercent }
+	srv := &http.Server{
+		Addr:              ":" + c.port,
+		Handler:           handler(c, fail),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Printf("hello: serving on :%s (instance %q, revision %q, fail %g%%)", c.port, c.instance, c.revision, c.failPercent)
+	select {
+	case err := <-errc:
+		log.Fatal(err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestRootNamesInstanceAndRevision(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{"NODE_NAME": "hello-abc", "POD_NAME": "hello-1", "REVISION": "v2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handler(c, func() bool { return false }))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got reply
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || got.Instance != "hello-abc" || got.Pod != "hello-1" || got.Revision != "v2" {
+		t.Fatalf("got %d %+v", resp.StatusCode, got)
+	}
+}
+
+func TestInjectedFailureAndHealth(t *testing.T) {
+	c, err := loadConfig(env(map[string]string{"FAIL_PERCENT": "100"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handler(c, func() bool { return true }))
+	defer srv.Close()
+	for path, want := range map[string]int{"/": 500, "/healthz": 200, "/nope": 404} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr bool
+		check   func(config) bool
+	}{
+		{"defaults", nil, false, func(c config) bool {
+			return c.port == "8080" && c.revision == "dev" && c.failPercent == 0 && c.delay == 0
+		}},
+		{"knobs", map[string]string{"FAIL_PERCENT": "12.5", "DELAY": "20ms", "PORT": "9000"}, false, func(c config) bool {
+			return c.failPercent == 12.5 && c.delay == 20*time.Millisecond && c.port == "9000"
+		}},
+		{"fail percent too high", map[string]string{"FAIL_PERCENT": "101"}, true, nil},
+		{"fail percent not a number", map[string]string{"FAIL_PERCENT": "lots"}, true, nil},
+		{"bad delay", map[string]string{"DELAY": "soon"}, true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := loadConfig(env(tt.env))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if tt.check != nil && !tt.check(c) {
+				t.Fatalf("config %+v", c)
+			}
+		})
+	}
+}
