@@ -43,6 +43,10 @@ type Options struct {
 	MaxConcurrentCreates int
 	// Targets, when set, receives every fleet's ready instances (the load balancer).
 	Targets TargetSink
+	// ResolveImage, when set, turns a fleet's image reference (a node image name) into the bundle
+	// digest instances boot from, so that a rebuilt image makes a new revision. A reference it does
+	// not know is returned unchanged.
+	ResolveImage func(ref string) (string, error)
 }
 
 // TargetSink is told which instances of a fleet should receive traffic.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,8 @@ type env struct {
 	fake  *fake.Provider
 	ctrl  *Controller
 	stop  func()
+	// resolve, when set, is the controller's image resolver.
+	resolve func(string) (string, error)
 }
 
 func newEnv(t *testing.T, st store.Store, p *fake.Provider) *env {
@@ -49,6 +52,7 @@ func (e *env) start() {
 		Store: e.store, Providers: map[string]provider.Provider{fake.Name: e.fake}, Logger: log,
 		PollInterval: 20 * time.Millisecond, ResyncPeriod: 200 * time.Millisecond,
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		ResolveImage: e.resolve,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -383,5 +387,40 @@ func TestQueueBackoffAndDedup(t *testing.T) {
 	q.ShutDown()
 	if _, ok := q.Get(); ok {
 		t.Fatal("Get after ShutDown returned a key")
+	}
+}
+
+// A fleet naming an image by name pins the digest the name resolves to; rebuilding the image (the
+// name now resolving to another digest) rolls the fleet to a new revision, and the stored spec keeps
+// the name the user wrote.
+func TestImageNameResolvesToDigest(t *testing.T) {
+	var digest atomic.Value
+	digest.Store("sha256:one")
+	st := memory.New()
+	p, _ := fake.New(fake.Options{})
+	e := &env{t: t, store: st, fake: p}
+	e.resolve = func(ref string) (string, error) {
+		if ref == "hello" {
+			return digest.Load().(string), nil
+		}
+		return ref, nil
+	}
+	e.start()
+	t.Cleanup(func() { e.stop() })
+	f := fleetSpec("web", "hello", 2)
+	e.put(f)
+	pinned := fleetSpec("web", "sha256:one", 2)
+	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(pinned)))
+	for _, in := range e.records("web") {
+		if in.Spec.Image != "sha256:one" {
+			t.Fatalf("instance image %q, want the digest", in.Spec.Image)
+		}
+	}
+	digest.Store("sha256:two")
+	pinned.Spec.Image = "sha256:two"
+	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(pinned)))
+	got, _ := store.GetObject[v1alpha1.Fleet](context.Background(), st, store.Fleets, "web")
+	if got.Spec.Image != "hello" {
+		t.Fatalf("stored spec.image = %q, want the name as applied", got.Spec.Image)
 	}
 }

@@ -23,16 +23,33 @@ const providerCallParallelism = 16
 // then write the fleet's status once. It is safe to call again at any point; errors are retried by
 // the caller with backoff.
 func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error) {
-	fleet, err := store.GetObject[v1alpha1.Fleet](ctx, c.opts.Store, store.Fleets, name)
+	rec, err := c.opts.Store.Get(ctx, store.Fleets, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return c.reconcileDeleted(ctx, name)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("get fleet %s: %w", name, err)
 	}
+	// Two copies: the one reconciled (defaulted, image resolved) and the one the status is written
+	// onto, which keeps the spec exactly as the user applied it.
+	fleet, err := store.DecodeRecord[v1alpha1.Fleet](rec)
+	if err != nil {
+		return Result{}, err
+	}
+	stored, err := store.DecodeRecord[v1alpha1.Fleet](rec)
+	if err != nil {
+		return Result{}, err
+	}
 	// Stored fleets are defaulted on write; defaulting again fills fields added since.
 	v1alpha1.SetFleetDefaults(fleet, "")
-	s := &scope{c: c, ctx: ctx, fleet: fleet, object: "Fleet/" + name, revision: RevisionName(fleet)}
+	if c.opts.ResolveImage != nil {
+		digest, err := c.opts.ResolveImage(fleet.Spec.Image)
+		if err != nil {
+			return Result{}, fmt.Errorf("fleet %s: resolve image %q: %w", name, fleet.Spec.Image, err)
+		}
+		fleet.Spec.Image = digest // in memory only: instances and the revision pin the digest
+	}
+	s := &scope{c: c, ctx: ctx, fleet: fleet, stored: stored, object: "Fleet/" + name, revision: RevisionName(fleet)}
 	s.records = c.fleetInstances(name)
 	if err := s.observe(c.providersOf(fleet, s.records)); err != nil {
 		return Result{}, err
@@ -123,6 +140,7 @@ type scope struct {
 	c        *Controller
 	ctx      context.Context
 	fleet    *v1alpha1.Fleet
+	stored   *v1alpha1.Fleet // as stored; the status is written onto it
 	object   string
 	revision string
 
@@ -625,15 +643,15 @@ func (s *scope) writeStatus() error {
 	if st.Phase != "Degraded" && lastErr != "" && st.Phase != "Ready" {
 		st.Message += ": " + lastErr
 	}
-	prev := f.Status
+	prev := s.stored.Status
 	prev.LastReconcile = nil
 	if reflect.DeepEqual(prev, st) {
 		return nil
 	}
 	now := time.Now().UTC()
 	st.LastReconcile = &now
-	f.Status = st
-	op, err := store.PutOp(store.Fleets, f)
+	s.stored.Status = st
+	op, err := store.PutOp(store.Fleets, s.stored)
 	if err != nil {
 		return err
 	}

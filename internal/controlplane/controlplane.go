@@ -22,6 +22,7 @@ import (
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store/bolt"
@@ -104,7 +105,15 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("provider %s: %w", opts.Provider, err)
 	}
 	providers := map[string]provider.Provider{prov.Name(): prov}
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log})
+	images := image.NewStore(image.StoreDir(opts.DataDir))
+	resolve := func(ref string) (string, error) {
+		digest, err := images.Resolve(ref)
+		if errors.Is(err, image.ErrNotFound) {
+			return ref, nil // the provider reports a missing image on create, with the fix
+		}
+		return digest, err
+	}
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve})
 	if err != nil {
 		return err
 	}
