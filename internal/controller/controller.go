@@ -49,10 +49,15 @@ type Options struct {
 	ResolveImage func(ref string) (string, error)
 }
 
-// TargetSink is told which instances of a fleet should receive traffic.
+// TargetSink is told which instances of a fleet should receive traffic: the load balancer.
 type TargetSink interface {
+	// SetFleetTargets gives the fleet's instances; those not Terminating are routed, the others
+	// are drained.
 	SetFleetTargets(fleet *v1alpha1.Fleet, instances []*v1alpha1.Instance)
+	// RemoveFleet forgets a deleted fleet.
 	RemoveFleet(name string)
+	// Drained reports whether an instance no longer has requests in flight, so it can be deleted.
+	Drained(instance string) bool
 }
 
 // Result tells the worker when to look at a fleet again.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ type env struct {
 	stop  func()
 	// resolve, when set, is the controller's image resolver.
 	resolve func(string) (string, error)
+	// targets, when set, is the controller's target sink.
+	targets TargetSink
 }
 
 func newEnv(t *testing.T, st store.Store, p *fake.Provider) *env {
@@ -52,7 +55,7 @@ func (e *env) start() {
 		Store: e.store, Providers: map[string]provider.Provider{fake.Name: e.fake}, Logger: log,
 		PollInterval: 20 * time.Millisecond, ResyncPeriod: 200 * time.Millisecond,
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		ResolveImage: e.resolve,
+		ResolveImage: e.resolve, Targets: e.targets,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -423,4 +426,66 @@ func TestImageNameResolvesToDigest(t *testing.T) {
 	if got.Spec.Image != "hello" {
 		t.Fatalf("stored spec.image = %q, want the name as applied", got.Spec.Image)
 	}
+}
+
+// drainSink is a TargetSink whose instances stay undrained until released.
+type drainSink struct {
+	mu       sync.Mutex
+	routed   map[string]bool
+	released map[string]bool
+}
+
+func (d *drainSink) SetFleetTargets(f *v1alpha1.Fleet, ins []*v1alpha1.Instance) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.routed = map[string]bool{}
+	for _, in := range ins {
+		if in.Status.Phase != v1alpha1.PhaseTerminating {
+			d.routed[in.Metadata.Name] = true
+		}
+	}
+}
+func (d *drainSink) RemoveFleet(string) {}
+func (d *drainSink) Drained(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.released[name]
+}
+
+// Scaling down takes an instance out of the load balancer first and deletes it only once drained.
+func TestScaleDownWaitsForDrain(t *testing.T) {
+	sink := &drainSink{released: map[string]bool{}}
+	p, _ := fake.New(fake.Options{})
+	e := &env{t: t, store: memory.New(), fake: p, targets: sink}
+	e.start()
+	t.Cleanup(func() { e.stop() })
+	f := fleetSpec("web", "img", 2)
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 2, ""))
+	f.Spec.Replicas.Desired = new(int32(1))
+	e.put(f)
+	var victim string
+	waitFor(t, 5*time.Second, func() string {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		for _, o := range e.observed("web") {
+			if !sink.routed[o.Name] {
+				victim = o.Name
+				return ""
+			}
+		}
+		return "no instance taken out of the load balancer"
+	})
+	// Not drained: the instance must survive several reconciles.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if len(e.observed("web")) != 2 {
+			t.Fatal("instance deleted before it was drained")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sink.mu.Lock()
+	sink.released[victim] = true
+	sink.mu.Unlock()
+	waitFor(t, 5*time.Second, e.converged("web", 1, ""))
 }

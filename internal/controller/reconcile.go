@@ -62,15 +62,20 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	if err := s.commit(); err != nil {
 		return Result{}, err
 	}
+	// The load balancer learns of new and terminating instances before any is deleted, so that
+	// deletions wait for their drain.
+	if c.opts.Targets != nil {
+		c.opts.Targets.SetFleetTargets(fleet, s.sorted())
+	}
 	s.callProviders()
 	if err := s.commit(); err != nil {
 		return Result{}, err
 	}
-	if err := s.writeStatus(); err != nil {
-		return Result{}, err
-	}
 	if c.opts.Targets != nil {
 		c.opts.Targets.SetFleetTargets(fleet, s.sorted())
+	}
+	if err := s.writeStatus(); err != nil {
+		return Result{}, err
 	}
 	// A settled fleet is looked at again by the periodic resync; a busy one sooner.
 	res := Result{}
@@ -102,14 +107,14 @@ func (c *Controller) reconcileDeleted(ctx context.Context, name string) (Result,
 	if err := s.commit(); err != nil {
 		return Result{}, err
 	}
+	if c.opts.Targets != nil {
+		c.opts.Targets.RemoveFleet(name)
+	}
 	s.callProviders()
 	if err := s.commit(); err != nil {
 		return Result{}, err
 	}
 	if len(s.records) == 0 {
-		if c.opts.Targets != nil {
-			c.opts.Targets.RemoveFleet(name)
-		}
 		c.mu.Lock()
 		delete(c.instances, name)
 		c.mu.Unlock()
@@ -483,6 +488,9 @@ func (s *scope) callProviders() {
 		_, exists := s.observed[in.Metadata.Name]
 		switch {
 		case in.Status.Phase == v1alpha1.PhaseTerminating:
+			if s.c.opts.Targets != nil && !s.c.opts.Targets.Drained(in.Metadata.Name) {
+				continue // still finishing requests; busy() brings the fleet back soon
+			}
 			calls = append(calls, call{in, false})
 		case in.Status.Phase == v1alpha1.PhasePending && !exists:
 			calls = append(calls, call{in, true})
