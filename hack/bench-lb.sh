@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Benchmarks herd's load balancer against HAProxy and nginx on loopback (make bench-lb).
+#
+# Three identical Go backends (hack/bench/lb/backend, a minimal keep-alive responder) answer 1 KiB. Each proxy balances over them by least connections, with
+# keep-alive on both sides and X-Forwarded-For/Proto set, pinned to the same single core (PROXY_CPU);
+# wrk, the fixed-rate load generator and the backends share the other core (LOAD_CPU).
+#   1. saturation: wrk -t1 -c$CONNS for $DURATION s per round, proxies in rotating order, $ROUNDS rounds;
+#      the median requests/s of each proxy is reported, with the proxy's CPU time per request (user+sys,
+#      from /proc), which stays comparable when the load side, not the proxy, is what saturates.
+#   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
+#      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
+# The last line is:
+#   lb: herd_rps=<int> haproxy_rps=<int> nginx_rps=<int> rps_vs_haproxy=<f> rps_vs_nginx=<f> p99_vs_haproxy=<f>
+# Every process it starts runs at nice $BENCH_NICE (default -15), so other work on the machine
+# disturbs the figures less. Everything it starts is stopped on exit.
+# Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-64}
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+BENCH_NICE=${BENCH_NICE:--15}
+BACKEND_PORTS=(18081 18082 18083)
+declare -A PORT=([herd]=18090 [haproxy]=18091 [nginx]=18092)
+declare -A PID
+PROXIES=(herd haproxy nginx)
+
+cd "$(dirname "$0")/.."
+WORK=$(mktemp -d /tmp/herd-bench-lb.XXXXXX)
+PIDS=()
+
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "bench-lb: $*" >&2; }
+
+# install_missing installs Debian packages whose command is missing, updating the package lists only
+# if a package is not found.
+install_missing() {
+	local missing=() cmd pkg
+	for pair in haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux; do
+		cmd=${pair%%:*} pkg=${pair##*:}
+		command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
+	done
+	[ ${#missing[@]} -eq 0 ] && return
+	log "installing ${missing[*]}"
+	# RUNLEVEL=1 keeps the packages from starting their system services: only this script runs them.
+	export DEBIAN_FRONTEND=noninteractive RUNLEVEL=1
+	apt-get install -y "${missing[@]}" >/dev/null 2>&1 || {
+		apt-get update >/dev/null
+		apt-get install -y "${missing[@]}" >/dev/null
+	}
+}
+
+wait_port() {
+	local port=$1 i
+	for i in $(seq 1 100); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+		sleep 0.1
+	done
+	log "nothing listening on 127.0.0.1:$port"
+	exit 1
+}
+
+# on runs a command on one core at the benchmark's priority.
+on() {
+	local cpu=$1
+	shift
+	nice -n "$BENCH_NICE" taskset -c "$cpu" "$@"
+}
+
+# start runs a command in the background on one core and records its pid for cleanup. nice and
+# taskset exec the command, so the pid is the command's own.
+start() {
+	local cpu=$1
+	shift
+	nice -n "$BENCH_NICE" taskset -c "$cpu" "$@" >>"$WORK/$(basename "$1").log" 2>&1 &
+	PIDS+=($!)
+}
+
+# cpu_ticks prints the CPU time (user+sys, in clock ticks) of a process and its children (nginx's worker).
+cpu_ticks() {
+	local total=0 pid f
+	for pid in "$1" $(pgrep -P "$1" || true); do
+		read -ra f <"/proc/$pid/stat"
+		total=$((total + f[13] + f[14]))
+	done
+	echo "$total"
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+write_configs() {
+	local servers_haproxy="" servers_nginx="" targets_herd="" i=0 port
+	for port in "${BACKEND_PORTS[@]}"; do
+		i=$((i + 1))
+		servers_haproxy+="    server b$i 127.0.0.1:$port check inter 1s"$'\n'
+		servers_nginx+="        server 127.0.0.1:$port;"$'\n'
+		targets_herd+="          - {id: b$i, address: 127.0.0.1:$port}"$'\n'
+	done
+	cat >"$WORK/herd.yaml" <<EOF
+listeners:
+  - name: bench/http
+    fleet: bench
+    address: 127.0.0.1:${PORT[herd]}
+    healthCheck: {path: /healthz, interval: 1s}
+    groups:
+      - name: r1
+        targets:
+$targets_herd
+EOF
+	cat >"$WORK/haproxy.cfg" <<EOF
+global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode http
+    option http-keep-alive
+    option forwardfor
+    http-reuse always
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout http-request 10s
+    timeout http-keep-alive 60s
+frontend fe
+    bind 127.0.0.1:${PORT[haproxy]}
+    http-request set-header X-Forwarded-Proto http
+    default_backend be
+backend be
+    balance leastconn
+    option httpchk GET /healthz
+$servers_haproxy
+EOF
+	cat >"$WORK/nginx.conf" <<EOF
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    upstream be {
+        least_conn;
+$servers_nginx
+        keepalive 256;
+        keepalive_requests 1000000;
+    }
+    server {
+        listen 127.0.0.1:${PORT[nginx]};
+        location / {
+            proxy_pass http://be;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+        }
+    }
+}
+EOF
+}
+
+install_missing
+log "building"
+go build -o "$WORK/backend" ./hack/bench/lb/backend
+go build -o "$WORK/loadgen" ./hack/bench/lb/loadgen
+HERD=(bin/herd lb --admin-addr "" -f "$WORK/herd.yaml")
+write_configs
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+for port in "${BACKEND_PORTS[@]}"; do
+	GOMAXPROCS=1 start "$LOAD_CPU" "$WORK/backend" -addr "127.0.0.1:$port"
+done
+GOMAXPROCS=1 start "$PROXY_CPU" "${HERD[@]}"
+PID[herd]=$!
+start "$PROXY_CPU" "$HAPROXY" -db -f "$WORK/haproxy.cfg"
+PID[haproxy]=$!
+start "$PROXY_CPU" "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g "daemon off;"
+PID[nginx]=$!
+for port in "${BACKEND_PORTS[@]}" "${PORT[@]}"; do
+	wait_port "$port"
+done
+sleep 2 # first health checks
+log "$("$HAPROXY" -v | head -1); $("$NGINX" -v 2>&1); $(wrk -v 2>&1 | head -1 || true)"
+log "proxies on cpu $PROXY_CPU; wrk, loadgen and backends on cpu $LOAD_CPU; $ROUNDS rounds of ${DURATION}s; nice $BENCH_NICE"
+
+# Warm every proxy's connection pools and the page cache.
+for p in "${PROXIES[@]}"; do
+	on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:${PORT[$p]}/" >/dev/null
+done
+
+declare -A RPS P99 CPU
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+for round in $(seq 1 "$ROUNDS"); do
+	# Rotate the order each round so no proxy always goes first.
+	order=("${PROXIES[@]:$(((round - 1) % 3))}" "${PROXIES[@]:0:$(((round - 1) % 3))}")
+	for p in "${order[@]}"; do
+		t0=$(cpu_ticks "${PID[$p]}")
+		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:${PORT[$p]}/")
+		t1=$(cpu_ticks "${PID[$p]}")
+		rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+		reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+		cpu=$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')
+		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
+		log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request ${errs}"
+		RPS[$p]+="$rps "
+		CPU[$p]+="$cpu "
+	done
+done
+declare -A RPS_MED CPU_MED
+for p in "${PROXIES[@]}"; do
+	RPS_MED[$p]=$(tr ' ' '\n' <<<"${RPS[$p]}" | grep . | median)
+	CPU_MED[$p]=$(tr ' ' '\n' <<<"${CPU[$p]}" | grep . | median)
+done
+RATE=$(awk -v r="${RPS_MED[haproxy]}" 'BEGIN {printf "%d", r / 2}')
+log "fixed-rate latency at $RATE req/s (half of HAProxy's saturation)"
+for round in $(seq 1 "$ROUNDS"); do
+	order=("${PROXIES[@]:$(((round - 1) % 3))}" "${PROXIES[@]:0:$(((round - 1) % 3))}")
+	for p in "${order[@]}"; do
+		out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -rate "$RATE" \
+			-duration "${DURATION}s" -warmup 2s -conns "$CONNS")
+		log "latency round $round $p: $out"
+		p99=$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "p99_us" {print $2}')
+		P99[$p]+="$p99 "
+	done
+done
+declare -A P99_MED
+for p in "${PROXIES[@]}"; do
+	P99_MED[$p]=$(tr ' ' '\n' <<<"${P99[$p]}" | grep . | median)
+	log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request; median p99 ${P99_MED[$p]} us at $RATE req/s"
+done
+awk -v h="${RPS_MED[herd]}" -v a="${RPS_MED[haproxy]}" -v n="${RPS_MED[nginx]}" \
+	-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" 'BEGIN {
+	printf "lb: herd_rps=%d haproxy_rps=%d nginx_rps=%d rps_vs_haproxy=%.2f rps_vs_nginx=%.2f p99_vs_haproxy=%.2f\n",
+		h, a, n, h / a, h / n, hp / ap }'

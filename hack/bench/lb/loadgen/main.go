@@ -1,0 +1,196 @@
+// Command loadgen sends HTTP/1.1 GET requests at a fixed rate over keep-alive connections and prints
+// latency percentiles. Latency is measured from when each request was due, not from when it was sent,
+// so a stalled server is charged for every request it delayed (no coordinated omission), as wrk2 does.
+//
+// Requests are due at start + i/rate; connection k sends requests k, k+conns, k+2*conns, ... one at a
+// time, so a request whose connection is still busy waits, and its wait counts in its latency. Output is
+// one line of key=value pairs.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:18090", "host:port to load")
+	path := flag.String("path", "/", "request path")
+	rate := flag.Float64("rate", 1000, "requests per second")
+	duration := flag.Duration("duration", 10*time.Second, "measured time")
+	warmup := flag.Duration("warmup", 2*time.Second, "time at the same rate before measuring")
+	conns := flag.Int("conns", 64, "keep-alive connections")
+	flag.Parse()
+	if err := run(*addr, *path, *rate, *duration, *warmup, *conns); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	latencies []time.Duration // of measured requests
+	errors    int
+	late      int // measured requests sent more than 1 ms after they were due: the server is behind, or the generator is
+}
+
+func run(addr, path string, rate float64, duration, warmup time.Duration, conns int) error {
+	if rate <= 0 || conns <= 0 {
+		return errors.New("rate and conns must be positive")
+	}
+	req := []byte("GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: herd-loadgen\r\n\r\n")
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now().Add(100 * time.Millisecond)
+	measureFrom := start.Add(warmup)
+	end := measureFrom.Add(duration)
+
+	results := make([]result, conns)
+	var wg sync.WaitGroup
+	for k := range conns {
+		wg.Go(func() {
+			results[k] = worker(addr, req, start, measureFrom, end, interval, k, conns)
+		})
+	}
+	wg.Wait()
+
+	var all []time.Duration
+	errs, late := 0, 0
+	for _, r := range results {
+		all = append(all, r.latencies...)
+		errs += r.errors
+		late += r.late
+	}
+	if len(all) == 0 {
+		return fmt.Errorf("no request succeeded (%d errors)", errs)
+	}
+	slices.Sort(all)
+	pct := func(p float64) int64 {
+		i := min(len(all)-1, int(p*float64(len(all))))
+		return all[i].Microseconds()
+	}
+	fmt.Printf("rate=%.0f achieved=%.0f ok=%d errors=%d late=%d p50_us=%d p90_us=%d p99_us=%d p999_us=%d max_us=%d\n",
+		rate, float64(len(all))/duration.Seconds(), len(all), errs, late,
+		pct(0.50), pct(0.90), pct(0.99), pct(0.999), all[len(all)-1].Microseconds())
+	return nil
+}
+
+func worker(addr string, req []byte, start, measureFrom, end time.Time, interval time.Duration, k, conns int) result {
+	var res result
+	var c net.Conn
+	var br *bufio.Reader
+	for i := k; ; i += conns {
+		at := start.Add(time.Duration(i) * interval)
+		if !at.Before(end) {
+			break
+		}
+		if wait := time.Until(at); wait > 0 {
+			time.Sleep(wait)
+		}
+		measured := !at.Before(measureFrom)
+		if measured && time.Since(at) > time.Millisecond {
+			res.late++
+		}
+		if c == nil {
+			var err error
+			c, err = net.Dial("tcp", addr)
+			if err != nil {
+				if measured {
+					res.errors++
+				}
+				continue
+			}
+			br = bufio.NewReaderSize(c, 16<<10)
+		}
+		keep, err := roundTrip(c, br, req)
+		if err != nil {
+			c.Close()
+			c = nil
+			if measured {
+				res.errors++
+			}
+			continue
+		}
+		if measured {
+			res.latencies = append(res.latencies, time.Since(at))
+		}
+		if !keep {
+			c.Close()
+			c = nil
+		}
+	}
+	if c != nil {
+		c.Close()
+	}
+	return res
+}
+
+// roundTrip writes req and reads one response; it reports whether the connection may be reused.
+func roundTrip(c net.Conn, br *bufio.Reader, req []byte) (keep bool, err error) {
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(req); err != nil {
+		return false, err
+	}
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return false, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[9] != '2' {
+		return false, fmt.Errorf("bad status line %q", line)
+	}
+	length, chunked, keep := -1, false, true
+	for {
+		h, err := br.ReadSlice('\n')
+		if err != nil {
+			return false, err
+		}
+		if len(h) <= 2 {
+			break
+		}
+		name, value, _ := bytes.Cut(bytes.TrimRight(h, "\r\n"), []byte(":"))
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			length, err = strconv.Atoi(string(value))
+			if err != nil {
+				return false, err
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			keep = !bytes.EqualFold(value, []byte("close"))
+		}
+	}
+	switch {
+	case chunked:
+		for {
+			sizeLine, err := br.ReadSlice('\n')
+			if err != nil {
+				return false, err
+			}
+			size, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.SplitN(sizeLine, []byte(";"), 2)[0])), 16, 64)
+			if err != nil {
+				return false, err
+			}
+			if _, err := br.Discard(int(size) + 2); err != nil {
+				return false, err
+			}
+			if size == 0 {
+				return keep, nil
+			}
+		}
+	case length >= 0:
+		_, err = br.Discard(length)
+		return keep, err
+	default:
+		_, err = io.Copy(io.Discard, br)
+		return false, err
+	}
+}

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"herd.dev/herd/internal/lb"
+)
+
+// newLBCmd is `herd lb`: the load balancer alone, configured from a file and over its admin API, for a
+// data plane that runs apart from the control plane.
+func newLBCmd() *cobra.Command {
+	var configFile, adminAddr, tokenFile string
+	cmd := &cobra.Command{
+		Use:   "lb",
+		Short: "Run the load balancer alone, in the foreground",
+		Long: `Run herd's load balancer alone until Ctrl-C or SIGTERM, serving the listeners of -f FILE
+(YAML or JSON; unknown fields are errors). SIGHUP re-reads the file.
+
+The admin API on --admin-addr (GET/PUT /config, GET /health, /stats, /metrics) lets a controller
+elsewhere replace the whole config atomically; every request must carry the bearer token of
+--token-file. --admin-addr "" turns the admin API off.`,
+		Example: `  herd lb -f lb.yaml --token-file /etc/herd/lb-token
+  curl -H "Authorization: Bearer $(cat /etc/herd/lb-token)" http://127.0.0.1:9443/health`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := lbLogger(cmd)
+			if err != nil {
+				return err
+			}
+			return runLB(cmd, log, configFile, adminAddr, tokenFile)
+		},
+	}
+	cmd.Flags().StringVarP(&configFile, "filename", "f", "", "load balancer config file (YAML or JSON); empty starts with no listeners")
+	cmd.Flags().StringVar(&adminAddr, "admin-addr", "127.0.0.1:9443", `address of the admin API; "" turns it off`)
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the admin API's bearer token (required with --admin-addr)")
+	return cmd
+}
+
+func runLB(cmd *cobra.Command, log *slog.Logger, configFile, adminAddr, tokenFile string) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var token string
+	if adminAddr != "" {
+		if tokenFile == "" {
+			return errors.New(`--token-file is required to serve the admin API (or turn it off with --admin-addr "")`)
+		}
+		data, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		if token = strings.TrimSpace(string(data)); token == "" {
+			return fmt.Errorf("--token-file: %s is empty", tokenFile)
+		}
+	}
+
+	b := lb.New(lb.Options{Logger: log})
+	if configFile != "" {
+		cfg, err := readLBConfig(configFile)
+		if err != nil {
+			return err
+		}
+		if err := b.Apply(cfg); err != nil {
+			return fmt.Errorf("-f %s: %w", configFile, err)
+		}
+	}
+
+	var admin *http.Server
+	if adminAddr != "" {
+		h, err := lb.NewAdminHandler(b, token, log)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", adminAddr)
+		if err != nil {
+			return fmt.Errorf("--admin-addr: %w", err)
+		}
+		admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+		go func() {
+			if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("admin API stopped", "error", err)
+			}
+		}()
+		fmt.Fprintf(cmd.OutOrStdout(), "herd lb: admin API at http://%s\n", ln.Addr())
+	}
+
+	if configFile != "" {
+		go reloadOnHangup(ctx, b, configFile, log)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "herd lb: serving %d listeners; Ctrl-C stops\n", len(b.Config().Listeners))
+	err := b.Start(ctx)
+	if admin != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = admin.Shutdown(shutdownCtx)
+	}
+	return err
+}
+
+// reloadOnHangup re-applies the config file on every SIGHUP; a bad file is logged and changes nothing.
+func reloadOnHangup(ctx context.Context, b *lb.LB, configFile string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		cfg, err := readLBConfig(configFile)
+		if err == nil {
+			err = b.Apply(cfg)
+		}
+		if err != nil {
+			log.Error("config not reloaded, the running one stays", "file", configFile, "error", err)
+			continue
+		}
+		log.Info("config reloaded", "file", configFile)
+	}
+}
+
+func readLBConfig(path string) (lb.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return lb.Config{}, fmt.Errorf("--config: %w", err)
+	}
+	cfg, err := lb.ParseConfig(data)
+	if err != nil {
+		return lb.Config{}, fmt.Errorf("-f %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// lbLogger logs as text on stderr at the level of the root command's --log-level, when there is one.
+func lbLogger(cmd *cobra.Command) (*slog.Logger, error) {
+	lvl := slog.LevelInfo
+	if f := cmd.Flags().Lookup("log-level"); f != nil {
+		if err := lvl.UnmarshalText([]byte(f.Value.String())); err != nil {
+			return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", f.Value.String())
+		}
+	}
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl})), nil
+}

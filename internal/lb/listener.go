@@ -1,0 +1,347 @@
+package lb
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// socket is one bound TCP listening socket. It outlives listener objects: while some listener of the
+// config keeps its address, the socket stays open and only the handler behind it changes, so an Apply
+// never refuses a connection.
+type socket struct {
+	key     string
+	ln      net.Listener
+	log     *slog.Logger
+	handler atomic.Pointer[listener]
+	open    atomic.Int64  // client connections open now
+	freed   chan struct{} // signalled when a connection closes, to resume accepting at the limit
+	closed  atomic.Bool
+	done    chan struct{}
+}
+
+func newSocket(key string, ln net.Listener, log *slog.Logger) *socket {
+	return &socket{key: key, ln: ln, log: log, freed: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// serve accepts connections until the socket is closed and hands each to the current listener.
+func (s *socket) serve() {
+	defer close(s.done)
+	var backoff time.Duration
+	for {
+		for l := s.handler.Load(); l != nil && s.open.Load() >= int64(l.maxConns()); l = s.handler.Load() {
+			// At the connection limit, leave new clients in the kernel's accept queue.
+			select {
+			case <-s.freed:
+			case <-time.After(100 * time.Millisecond):
+			}
+			if s.closed.Load() {
+				return
+			}
+		}
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.closed.Load() {
+				return
+			}
+			// Out of file descriptors and the like: back off as net/http does, rather than spin.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Error("accept failed", "error", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.open.Add(1)
+		cc := &clientConn{Conn: c, sock: s}
+		if l := s.handler.Load(); l != nil {
+			l.serveConn(cc)
+		} else {
+			cc.Close()
+		}
+	}
+}
+
+func (s *socket) close() {
+	if s.closed.CompareAndSwap(false, true) {
+		s.ln.Close()
+	}
+}
+
+// clientConn is a client connection: it keeps the socket's open count and logs the requests that
+// net/http's parser rejects before any handler sees them.
+type clientConn struct {
+	net.Conn
+	sock   *socket
+	closed atomic.Bool
+}
+
+func (c *clientConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.sock.open.Add(-1)
+		select {
+		case c.sock.freed <- struct{}{}:
+		default:
+		}
+	}
+	return c.Conn.Close()
+}
+
+// CloseWrite lets net/http half-close the connection after an error response, as it does on a TCP conn.
+func (c *clientConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// serverErrorHeaders is what net/http writes right after the status line when its parser rejects a
+// request (malformed syntax, oversized headers): a handler's response always carries other headers first.
+var serverErrorHeaders = []byte("\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
+
+func (c *clientConn) Write(p []byte) (int, error) {
+	if len(p) > 12 && p[9] >= '4' && bytes.HasPrefix(p, []byte("HTTP/1.1 ")) {
+		if i := bytes.Index(p, serverErrorHeaders); i > 9 && bytes.IndexByte(p[9:i], '\n') < 0 {
+			if l := c.sock.handler.Load(); l != nil {
+				l.badRequest(c.RemoteAddr().String(), string(p[9:i]))
+			}
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// connQueue is the net.Listener an http.Server of a listener accepts from: the socket hands it
+// connections, so the server can be replaced while the socket stays open.
+type connQueue struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{ch: make(chan net.Conn), done: make(chan struct{}), addr: addr}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return q.addr }
+
+// listener is the serving side of one configured listener: an http.Server or a TCP proxy. Routing state
+// is swapped in place on every Apply; a change to what the http.Server itself was built with (protocol,
+// TLS, timeouts, header limit) makes a new listener on the same socket instead, and the old one drains.
+type listener struct {
+	name  string
+	lb    *LB
+	log   *slog.Logger
+	sock  *socket
+	built serverSettings
+
+	state  atomic.Pointer[listenerState]
+	cert   atomic.Pointer[tls.Certificate]
+	stats  *counters // requests no target could take
+	budget *retryBudget
+
+	srv   *http.Server // HTTP listeners: serves HTTP/2 and TLS, and HTTP/1.x when the engine cannot
+	queue *connQueue   // HTTP listeners
+	tcpWG sync.WaitGroup
+
+	closing atomic.Bool // shutting down: connections end after their current request
+	h1mu    sync.Mutex  // guards h1conns
+	h1conns map[*h1conn]struct{}
+	h1wg    sync.WaitGroup // connection goroutines of the engine
+
+	badMu      sync.Mutex
+	badWindow  time.Time
+	badLogged  int
+	badDropped int
+}
+
+// serverSettings are what an http.Server is built with; they cannot change on a running server.
+type serverSettings struct {
+	protocol                      Protocol
+	tls                           bool
+	readHeader, read, write, idle time.Duration
+	maxHeaderBytes                int
+}
+
+func settingsOf(l Listener) serverSettings {
+	return serverSettings{
+		protocol: l.Protocol, tls: l.TLS != nil,
+		readHeader: l.Timeouts.ReadHeader.D(), read: l.Timeouts.Read.D(),
+		write: l.Timeouts.Write.D(), idle: l.Timeouts.Idle.D(),
+		maxHeaderBytes: l.Limits.MaxHeaderBytes,
+	}
+}
+
+// listenerState is everything a request needs from the config, read once per request.
+type listenerState struct {
+	cfg          Listener
+	routes       *routes
+	maxBody      int64
+	maxHeaders   int
+	threshold5xx int
+	retry        bool
+	tlsOn        bool
+	drainTimeout time.Duration
+	stickyCookie string
+	h1           bool // HTTP/1.x clients are served by the engine of h1.go
+}
+
+func (l *listener) maxConns() int {
+	if st := l.state.Load(); st != nil {
+		return st.cfg.Limits.MaxConnections
+	}
+	return defaultMaxConnections
+}
+
+func newListener(lb *LB, cfg Listener, sock *socket, stats *counters, budget *retryBudget) *listener {
+	l := &listener{
+		name: cfg.Name, lb: lb, sock: sock, built: settingsOf(cfg),
+		log:   lb.log.With("listener", cfg.Name, "fleet", cfg.Fleet),
+		stats: stats, budget: budget,
+	}
+	if cfg.Protocol == ProtocolHTTP {
+		l.queue = newConnQueue(sock.ln.Addr())
+		l.srv = &http.Server{
+			Handler:           l,
+			ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
+			ReadTimeout:       cfg.Timeouts.Read.D(),
+			WriteTimeout:      cfg.Timeouts.Write.D(),
+			IdleTimeout:       cfg.Timeouts.Idle.D(),
+			MaxHeaderBytes:    cfg.Limits.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(l.log.Handler(), slog.LevelWarn),
+			Protocols:         new(http.Protocols),
+		}
+		l.srv.Protocols.SetHTTP1(true)
+		if cfg.TLS != nil {
+			l.srv.Protocols.SetHTTP2(true)
+			l.srv.TLSConfig = &tls.Config{
+				MinVersion: tls.VersionTLS12,
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+					return l.cert.Load(), nil
+				},
+			}
+		} else {
+			l.srv.Protocols.SetUnencryptedHTTP2(true)
+		}
+	}
+	return l
+}
+
+// start serves the listener; it returns at once.
+func (l *listener) start() {
+	if l.srv == nil {
+		return
+	}
+	go func() {
+		var err error
+		if l.srv.TLSConfig != nil {
+			err = l.srv.ServeTLS(l.queue, "", "")
+		} else {
+			err = l.srv.Serve(l.queue)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			l.log.Error("listener stopped", "error", err)
+		}
+	}()
+}
+
+// serveConn takes one accepted client connection.
+func (l *listener) serveConn(c net.Conn) {
+	if l.srv == nil {
+		l.tcpWG.Add(1)
+		go func() {
+			defer l.tcpWG.Done()
+			l.proxyTCP(c)
+		}()
+		return
+	}
+	if l.state.Load().h1 {
+		cc, ok := c.(*clientConn)
+		if ok {
+			l.h1wg.Add(1)
+			go func() {
+				defer l.h1wg.Done()
+				l.serveH1(cc)
+			}()
+			return
+		}
+	}
+	select {
+	case l.queue.ch <- c:
+	case <-l.queue.done:
+		// This listener was replaced while the connection was on its way: give it to the new one.
+		if next := l.sock.handler.Load(); next != nil && next != l {
+			next.serveConn(c)
+		} else {
+			c.Close()
+		}
+	}
+}
+
+// shutdown stops taking connections and waits up to timeout for requests in flight, then closes what is left.
+func (l *listener) shutdown(timeout time.Duration) {
+	if l.srv == nil {
+		done := make(chan struct{})
+		go func() { l.tcpWG.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(timeout):
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		deadline, _ := ctx.Deadline()
+		l.shutdownH1(deadline)
+	})
+	if err := l.srv.Shutdown(ctx); err != nil {
+		l.srv.Close()
+	}
+	wg.Wait()
+	l.h1wg.Wait() // every connection was closed above, so this is quick
+}
+
+// badRequest logs a rejected request, at most ten lines a second per listener so a flood cannot drown the log.
+func (l *listener) badRequest(remote, why string) {
+	l.badMu.Lock()
+	now := time.Now()
+	if now.Sub(l.badWindow) >= time.Second {
+		if l.badDropped > 0 {
+			l.log.Warn("bad requests not logged", "count", l.badDropped)
+		}
+		l.badWindow, l.badLogged, l.badDropped = now, 0, 0
+	}
+	log := l.badLogged < 10
+	if log {
+		l.badLogged++
+	} else {
+		l.badDropped++
+	}
+	l.badMu.Unlock()
+	l.lb.badRequests.Add(1)
+	if log {
+		l.log.Warn("bad request", "remote", remote, "status", why)
+	}
+}
