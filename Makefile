@@ -31,6 +31,12 @@ bench-controller: build
 bench-lb: build
 	./hack/bench-lb.sh
 
+# Boot time, idle memory and idle CPU of one real local instance of examples/hello (needs root).
+# Installs what is missing first; its last line is the figure.
+.PHONY: bench-instance
+bench-instance: build deps kubernetes
+	$(GO) run ./hack/bench/instance -herd $(BIN)/herd
+
 # Debian packages needed by real instances and benchmarks.
 deps:
 	./hack/install-deps.sh

@@ -78,7 +78,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("replicas defaults: min=%d max=%d desired=%d, want 1/1/1", *r.Min, *r.Max, *r.Desired)
 	}
 	h := f.Spec.HealthCheck
-	if h.Path != "/healthz" || h.Interval.Duration != DefaultHealthInterval || h.Timeout.Duration != DefaultHealthTimeout || h.HealthyThreshold != 2 || h.UnhealthyThreshold != 2 {
+	if h.Path != "/healthz" || h.Interval.Duration != DefaultHealthInterval || h.Timeout.Duration != DefaultHealthTimeout || h.HealthyThreshold != 2 || h.UnhealthyThreshold != 2 || h.GracePeriod.Duration != DefaultHealthGracePeriod {
 		t.Errorf("health check defaults: %+v", h)
 	}
 	if f.Spec.Rollout.Strategy != StrategyRolling || *f.Spec.Rollout.MaxSurge != 1 || *f.Spec.Rollout.MaxUnavailable != 0 {

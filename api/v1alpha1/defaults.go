@@ -13,6 +13,7 @@ const (
 	DefaultHealthTimeout       = 500 * time.Millisecond
 	DefaultHealthyThreshold    = 2
 	DefaultUnhealthyThreshold  = 2
+	DefaultHealthGracePeriod   = 60 * time.Second
 	DefaultScaleInStabilizaton = 300 * time.Second
 	DefaultRollbackWindow      = 300 * time.Second
 	DefaultCanaryPause         = 60 * time.Second
@@ -67,6 +68,9 @@ func SetFleetDefaults(f *Fleet, defaultProvider string) {
 	}
 	if h.UnhealthyThreshold == 0 {
 		h.UnhealthyThreshold = DefaultUnhealthyThreshold
+	}
+	if h.GracePeriod == nil {
+		h.GracePeriod = durp(DefaultHealthGracePeriod)
 	}
 	if a := s.Autoscaling; a != nil {
 		if a.Metric == "" {

@@ -79,6 +79,10 @@ type HealthCheck struct {
 	HealthyThreshold int32 `json:"healthyThreshold,omitempty"`
 	// UnhealthyThreshold is how many consecutive failures make an instance unhealthy. Default: 2.
 	UnhealthyThreshold int32 `json:"unhealthyThreshold,omitempty"`
+	// GracePeriod is how long after an instance is created its failed checks are not held against
+	// it. Once it has passed, an instance the load balancer reports unhealthy or ejected for longer
+	// than unhealthyThreshold x interval is drained, deleted and replaced. Default: 60s.
+	GracePeriod *Duration `json:"gracePeriod,omitempty"`
 }
 
 // AutoscalingMetric is what target tracking follows.

@@ -139,6 +139,9 @@ func ValidateFleet(f *Fleet) ErrorList {
 	if h.UnhealthyThreshold < 1 || h.UnhealthyThreshold > 100 {
 		errs.add("spec.healthCheck.unhealthyThreshold", "must be between 1 and 100 (got %d)", h.UnhealthyThreshold)
 	}
+	if h.GracePeriod != nil && h.GracePeriod.Duration < 0 {
+		errs.add("spec.healthCheck.gracePeriod", "must be >= 0 (got %s)", h.GracePeriod.Duration)
+	}
 
 	if a := s.Autoscaling; a != nil {
 		switch a.Metric {

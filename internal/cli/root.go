@@ -63,6 +63,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newEventsCmd(g),
 		newVersionCmd(g),
 		newImageCmd(g),
+		newLBCmd(),
 	)
 	return root
 }

@@ -12,9 +12,10 @@ func newUpCmd(g *globals) *cobra.Command {
 	opts := controlplane.Options{}
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run the control plane (store, API, controller) in the foreground",
+		Short: "Run the control plane (store, API, controller, load balancer) in the foreground",
 		Long: `Run herd's control plane in the foreground until Ctrl-C: the embedded store, the API on
-localhost, and the controller that keeps every fleet at its desired state.
+localhost, the controller that keeps every fleet at its desired state, and the load balancer that
+serves every fleet's listeners from its healthy instances.
 
 On first start it generates an API token and writes the client config (server address and token,
 mode 0600) that the other commands read. Instances keep running when the control plane stops; the
@@ -37,6 +38,7 @@ next 'herd up' adopts them.`,
 	}
 	cmd.Flags().StringVar(&opts.DataDir, "data-dir", controlplane.DefaultDataDir(), "directory for the store, the API token and provider state")
 	cmd.Flags().StringVar(&opts.Listen, "listen", "127.0.0.1:7443", "address of the control-plane API (keep it on localhost)")
+	cmd.Flags().StringVar(&opts.LBAddress, "lb-address", "127.0.0.1", "host the load balancer's fleet listeners bind on (0.0.0.0 to serve other machines)")
 	cmd.Flags().StringVar(&opts.Provider, "provider", "local", fmt.Sprintf("default provider for regions that name none (%v)", controlplane.ProviderNames()))
 	return cmd
 }

@@ -43,6 +43,17 @@ type Options struct {
 	MaxConcurrentCreates int
 	// Targets, when set, receives every fleet's ready instances (the load balancer).
 	Targets TargetSink
+	// Health, when set, reports the load balancer's view of each instance, and instances that stay
+	// unhealthy past their health check's thresholds, or whose 5xx rate stands out from their
+	// peers, are replaced (self-healing; see heal.go).
+	Health HealthSource
+	// HealthPollInterval is how often a fleet with listeners is looked at for unhealthy instances
+	// when Health is set. Default: 1s.
+	HealthPollInterval time.Duration
+	// HealBackoffBase and HealBackoffMax bound the pause in healing after replacements that fail
+	// themselves (e.g. a broken image): base, doubling with each failure in a row, up to max.
+	// Defaults: 10s and 5m.
+	HealBackoffBase, HealBackoffMax time.Duration
 	// ResolveImage, when set, turns a fleet's image reference (a node image name) into the bundle
 	// digest instances boot from, so that a rebuilt image makes a new revision. A reference it does
 	// not know is returned unchanged.
@@ -80,6 +91,8 @@ type Controller struct {
 	// so that the watch event it causes does not trigger a reconcile (which would defeat backoff).
 	statusWrites sync.Map
 
+	healing sync.Map // fleet -> *healState
+
 	synced     atomic.Bool
 	reconciles atomic.Int64
 	lastErrors sync.Map // fleet -> string, for health reporting
@@ -110,6 +123,15 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.RetryMax <= 0 {
 		opts.RetryMax = 30 * time.Second
+	}
+	if opts.HealthPollInterval <= 0 {
+		opts.HealthPollInterval = time.Second
+	}
+	if opts.HealBackoffBase <= 0 {
+		opts.HealBackoffBase = 10 * time.Second
+	}
+	if opts.HealBackoffMax <= 0 {
+		opts.HealBackoffMax = 5 * time.Minute
 	}
 	if opts.MaxConcurrentCreates <= 0 {
 		opts.MaxConcurrentCreates = 100

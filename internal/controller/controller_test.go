@@ -30,6 +30,9 @@ type env struct {
 	resolve func(string) (string, error)
 	// targets, when set, is the controller's target sink.
 	targets TargetSink
+	// health and healBackoff, when set, are the controller's health source and healing backoff base.
+	health      HealthSource
+	healBackoff time.Duration
 }
 
 func newEnv(t *testing.T, st store.Store, p *fake.Provider) *env {
@@ -56,6 +59,8 @@ func (e *env) start() {
 		PollInterval: 20 * time.Millisecond, ResyncPeriod: 200 * time.Millisecond,
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		ResolveImage: e.resolve, Targets: e.targets,
+		Health: e.health, HealthPollInterval: 20 * time.Millisecond,
+		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -57,8 +57,10 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	// The phases, in order. Each reads and changes s; writes happen in commit.
 	s.adopt()
 	s.refresh()
+	s.heal()
 	s.replaceFailed()
 	s.scale()
+	s.noteReplacements()
 	if err := s.commit(); err != nil {
 		return Result{}, err
 	}
@@ -81,6 +83,9 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	res := Result{}
 	if s.busy() {
 		res.RequeueAfter = c.opts.PollInterval
+	}
+	if d := s.healRequeue(); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+		res.RequeueAfter = d
 	}
 	return res, errors.Join(s.errs...)
 }
@@ -115,6 +120,7 @@ func (c *Controller) reconcileDeleted(ctx context.Context, name string) (Result,
 		return Result{}, err
 	}
 	if len(s.records) == 0 {
+		c.healing.Delete(name)
 		c.mu.Lock()
 		delete(c.instances, name)
 		c.mu.Unlock()
@@ -157,6 +163,9 @@ type scope struct {
 	dirty   map[string]bool // records to write
 	removed map[string]*v1alpha1.Instance
 	errs    []error
+
+	// healRecheck, when > 0, is when an instance not yet due for healing may become due.
+	healRecheck time.Duration
 }
 
 func (s *scope) observe(providers map[string]provider.Provider) error {

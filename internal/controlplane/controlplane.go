@@ -23,8 +23,11 @@ import (
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/store/bolt"
 )
 
@@ -36,6 +39,8 @@ type Options struct {
 	Listen string
 	// Provider is the default provider, used by regions that name none.
 	Provider string
+	// LBAddress is the host the load balancer's fleet listeners bind on. Default: 127.0.0.1.
+	LBAddress string
 	// ConfigPath is where the client config (server URL and token) is written.
 	ConfigPath string
 	Logger     *slog.Logger
@@ -62,6 +67,13 @@ var providerFactories = map[string]func(dataDir string, log *slog.Logger) (provi
 		log.Warn("the fake provider simulates instances in memory: nothing real runs; use --provider local for real one-node clusters")
 		return fake.New(fake.Options{StateDir: filepath.Join(dataDir, "providers", fake.Name), BootDelay: 500 * time.Millisecond})
 	},
+	local.Name: func(dataDir string, log *slog.Logger) (provider.Provider, error) {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the herd binary that runs each instance's agent: %w", err)
+		}
+		return local.New(local.Options{DataDir: dataDir, Logger: log, HerdBinary: exe})
+	},
 }
 
 // ProviderNames lists the providers this build knows.
@@ -78,6 +90,9 @@ func ProviderNames() []string {
 func Run(ctx context.Context, opts Options) error {
 	if opts.Listen == "" {
 		opts.Listen = "127.0.0.1:7443"
+	}
+	if opts.LBAddress == "" {
+		opts.LBAddress = "127.0.0.1"
 	}
 	log := opts.Logger
 	if log == nil {
@@ -113,7 +128,16 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return digest, err
 	}
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve})
+	balancer := lb.New(lb.Options{Logger: log})
+	targets := lbsync.New(balancer, opts.LBAddress, log)
+	// The monitor gives the controller the load balancer's view: health and error rates for
+	// self-healing, load for autoscaling.
+	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor})
+	if err != nil {
+		return err
+	}
+	scaler, err := ctrl.NewAutoscaler(controller.AutoscalerOptions{Load: monitor})
 	if err != nil {
 		return err
 	}
@@ -125,6 +149,7 @@ func Run(ctx context.Context, opts Options) error {
 	url := "http://" + ln.Addr().String()
 	api := apiserver.New(apiserver.Options{
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
+		LBHealth: targets.Health,
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			if ctrl.Synced() {
@@ -149,10 +174,25 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 2)
+	errc := make(chan error, 4)
+	// The load balancer keeps serving its last configuration whatever the controller does; it
+	// stops last, after the API, letting requests in flight finish.
+	lbCtx, stopLB := context.WithCancel(context.Background())
+	defer stopLB()
+	var lbDone sync.WaitGroup
+	lbDone.Go(func() {
+		if err := balancer.Start(lbCtx); err != nil {
+			errc <- fmt.Errorf("load balancer: %w", err)
+		}
+	})
 	wg.Go(func() {
 		if err := ctrl.Start(runCtx); err != nil {
 			errc <- fmt.Errorf("controller: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := scaler.Start(runCtx); err != nil {
+			errc <- fmt.Errorf("autoscaler: %w", err)
 		}
 	})
 	wg.Go(func() {
@@ -176,6 +216,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer done()
 	_ = srv.Shutdown(shutCtx)
 	wg.Wait()
+	stopLB()
+	lbDone.Wait()
 	log.Info("stopped")
 	return runErr
 }

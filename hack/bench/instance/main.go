@@ -1,0 +1,365 @@
+// Command instance benchmarks one real local instance of the hello example (make bench-instance):
+//
+//   - boot_to_ready_s: the median over -runs creates of the time from the provider's Create to the
+//     hello app answering on the instance's address (NodePort 30080), one instance at a time;
+//   - idle_rss_mb: after the last instance has idled -idle, the sum of VmRSS of every process in
+//     its cgroup subtree (the agent, etcd, containerd, the Kubernetes components, shims and pods);
+//   - idle_cpu_cores: the CPU time its cgroup used over the next -window (cpuacct), per second.
+//
+// It runs as root on a data directory of its own, and removes every instance it created and the
+// data directory on exit, also on Ctrl-C. The last line is:
+//
+//	instance: boot_to_ready_s=<float> idle_rss_mb=<int> idle_cpu_cores=<float>
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/local"
+)
+
+const appPort = 30080
+
+func main() {
+	herd := flag.String("herd", "bin/herd", "the herd binary instances run their agent with (make build)")
+	nodeImage := flag.String("image", "examples/hello/image.yaml", "the NodeImage to boot")
+	runs := flag.Int("runs", 3, "creates to take the median boot time of")
+	idle := flag.Duration("idle", 30*time.Second, "how long the last instance idles before its memory is measured")
+	window := flag.Duration("window", 30*time.Second, "window over which idle CPU is measured")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	line, err := run(ctx, *herd, *nodeImage, *runs, *idle, *window)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-instance:", err)
+		os.Exit(1)
+	}
+	fmt.Println(line)
+}
+
+func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window time.Duration) (string, error) {
+	if runs < 1 {
+		return "", errors.New("-runs must be at least 1")
+	}
+	herdBin, err := filepath.Abs(herdBin)
+	if err != nil {
+		return "", err
+	}
+	if err := local.CheckHost(herdBin); err != nil {
+		return "", err
+	}
+	// Short: containerd's sockets live in the instance's state directory under it, and a unix
+	// socket path has at most 104 usable bytes.
+	dataDir, err := os.MkdirTemp("", "hbi-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dataDir)
+	fmt.Printf("building %s into %s\n", nodeImage, dataDir)
+	b, err := image.Build(ctx, nodeImage, image.NewStore(image.StoreDir(dataDir)), func(s string) { fmt.Println("  " + s) })
+	if err != nil {
+		return "", err
+	}
+	p, err := local.New(local.Options{DataDir: dataDir, HerdBinary: herdBin})
+	if err != nil {
+		return "", err
+	}
+	var created []string
+	defer func() {
+		for _, n := range created {
+			if err := p.Delete(context.Background(), n); err != nil {
+				fmt.Fprintln(os.Stderr, "bench-instance: cleanup:", err)
+			}
+		}
+	}()
+
+	prefix := fmt.Sprintf("bench-%d", os.Getpid())
+	var boots []float64
+	var last provider.Instance
+	for i := range runs {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		created = append(created, name)
+		start := time.Now()
+		in, err := p.Create(ctx, provider.InstanceSpec{Name: name, Image: b.Digest, Region: "bench"})
+		if err != nil {
+			return "", err
+		}
+		createTook := time.Since(start)
+		if err := waitApp(ctx, p, in, 3*time.Minute); err != nil {
+			return "", err
+		}
+		boot := time.Since(start).Seconds()
+		boots = append(boots, boot)
+		fmt.Printf("run %d: %s at %s: Create returned in %.3f s, app answered after %.2f s%s\n",
+			i+1, name, in.Address, createTook.Seconds(), boot, agentSteps(p.InstanceDir(name)))
+		last = in
+		if i < runs-1 {
+			t := time.Now()
+			if err := p.Delete(ctx, name); err != nil {
+				return "", err
+			}
+			created = created[:len(created)-1]
+			fmt.Printf("run %d: deleted in %.2f s\n", i+1, time.Since(t).Seconds())
+		}
+	}
+
+	_, _, root := local.HostNames(last.Name)
+	fmt.Printf("idling %s before measuring memory\n", idle)
+	if err := pause(ctx, idle); err != nil {
+		return "", err
+	}
+	rss, procs, err := cgroupRSS(root)
+	if err != nil {
+		return "", err
+	}
+	for _, pr := range procs {
+		fmt.Printf("  %-28s %7.1f MB\n", pr.name, float64(pr.rssKB)/1024)
+	}
+	fmt.Printf("idle RSS of %d processes: %.1f MB\n", len(procs), float64(rss)/1024)
+	u0, err := cpuUsage(root)
+	if err != nil {
+		return "", err
+	}
+	t0 := time.Now()
+	if err := pause(ctx, window); err != nil {
+		return "", err
+	}
+	u1, err := cpuUsage(root)
+	if err != nil {
+		return "", err
+	}
+	cores := (u1 - u0).Seconds() / time.Since(t0).Seconds()
+	if st, err := p.Get(ctx, last.Name); err != nil || st.State != provider.StateReady {
+		return "", fmt.Errorf("the measured instance is not Ready at the end: %+v %v", st, err)
+	}
+	t := time.Now()
+	if err := p.Delete(ctx, last.Name); err != nil {
+		return "", err
+	}
+	created = nil
+	fmt.Printf("deleted the last instance in %.2f s\n", time.Since(t).Seconds())
+	sort.Float64s(boots)
+	return fmt.Sprintf("instance: boot_to_ready_s=%.2f idle_rss_mb=%d idle_cpu_cores=%.3f",
+		boots[len(boots)/2], (rss+512)/1024, cores), nil
+}
+
+// waitApp polls the app on the instance's address until it answers 200, failing early when the
+// provider reports the instance Failed.
+func waitApp(ctx context.Context, p *local.Provider, in provider.Instance, timeout time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	url := fmt.Sprintf("http://%s:%d/", in.Address, appPort)
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		resp, err := client.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if n%25 == 0 {
+			if st, err := p.Get(ctx, in.Name); err == nil && st.State == provider.StateFailed {
+				return fmt.Errorf("%s failed: %s", in.Name, st.Reason)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: the app did not answer on %s within %s", in.Name, url, timeout)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// agentSteps summarises the agent's boot steps from its status.json, if it wrote any.
+func agentSteps(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, "agent", "status.json"))
+	if err != nil {
+		return ""
+	}
+	var st struct {
+		Steps []struct {
+			Name    string  `json:"name"`
+			Seconds float64 `json:"seconds"`
+		} `json:"steps"`
+	}
+	if json.Unmarshal(data, &st) != nil || len(st.Steps) == 0 {
+		return ""
+	}
+	parts := make([]string, len(st.Steps))
+	for i, s := range st.Steps {
+		parts[i] = fmt.Sprintf("%s %.2f", s.Name, s.Seconds)
+	}
+	return "\n  agent steps (s after agent start): " + strings.Join(parts, ", ")
+}
+
+type procRSS struct {
+	name  string
+	rssKB int64
+}
+
+// cgroupRSS sums VmRSS over every process of the cgroup subtree root in every hierarchy.
+func cgroupRSS(root string) (int64, []procRSS, error) {
+	pids, err := cgroupPIDs(root)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(pids) == 0 {
+		return 0, nil, fmt.Errorf("no process in the cgroup %s", root)
+	}
+	var total int64
+	var out []procRSS
+	for _, pid := range pids {
+		name, kb, ok := readRSS(pid)
+		if !ok {
+			continue
+		}
+		total += kb
+		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), rssKB: kb})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rssKB > out[j].rssKB })
+	return total, out, nil
+}
+
+func readRSS(pid int) (string, int64, bool) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "", 0, false
+	}
+	defer f.Close()
+	var name string
+	var kb int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "Name":
+			name = strings.TrimSpace(v)
+		case "VmRSS":
+			kb, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return name, kb, name != ""
+}
+
+// cgroupHierarchies lists the mount points of the cgroup file systems.
+func cgroupHierarchies() ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		for i := 6; i < len(f)-1; i++ {
+			if f[i] == "-" {
+				if f[i+1] == "cgroup" || f[i+1] == "cgroup2" {
+					out = append(out, f[4])
+				}
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func cgroupPIDs(root string) ([]int, error) {
+	hier, err := cgroupHierarchies()
+	if err != nil {
+		return nil, err
+	}
+	set := map[int]bool{}
+	for _, h := range hier {
+		_ = filepath.WalkDir(filepath.Join(h, root), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			for _, s := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(s); err == nil {
+					set[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	out := make([]int, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// cpuUsage is the CPU time the cgroup subtree root has used: cpuacct.usage on cgroup v1,
+// cpu.stat usage_usec on v2.
+func cpuUsage(root string) (time.Duration, error) {
+	hier, err := cgroupHierarchies()
+	if err != nil {
+		return 0, err
+	}
+	for _, h := range hier {
+		if data, err := os.ReadFile(filepath.Join(h, root, "cpuacct.usage")); err == nil {
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("cpuacct.usage of %s: %w", root, err)
+			}
+			return time.Duration(ns), nil
+		}
+	}
+	for _, h := range hier {
+		data, err := os.ReadFile(filepath.Join(h, root, "cpu.stat"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+				us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("cpu.stat of %s: %w", root, err)
+				}
+				return time.Duration(us) * time.Microsecond, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no CPU accounting (cpuacct.usage or cpu.stat) for the cgroup %s", root)
+}

@@ -1,0 +1,240 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/autoscaler"
+	"herd.dev/herd/internal/store"
+)
+
+// LoadSource reports a fleet's load as the load balancer sees it. The controller declares it;
+// internal/lbsync implements it on top of the load balancer's counters.
+type LoadSource interface {
+	// FleetLoad returns the fleet's load over about the last window; ok is false while there are
+	// no figures for the fleet yet (no listener, or not two samples apart).
+	FleetLoad(fleet string, window time.Duration) (load Load, ok bool)
+}
+
+// Load is a fleet's traffic over a short window.
+type Load struct {
+	// RequestsPerSecond counts every finished request of the fleet, whatever its answer.
+	RequestsPerSecond float64
+	// LatencyP95 is the 95th percentile of the requests' latency.
+	LatencyP95 time.Duration
+}
+
+// Event reasons of autoscaling.
+const (
+	ReasonScaledOut = "ScaledOut"
+	ReasonScaledIn  = "ScaledIn"
+)
+
+// AutoscalerOptions configure the autoscaling loop.
+type AutoscalerOptions struct {
+	// Load is where the fleets' load comes from. Required.
+	Load LoadSource
+	// Interval is how often every autoscaled fleet is sampled. Default: 500ms.
+	Interval time.Duration
+	// Window is the span the load is measured over. Default: 1s.
+	Window time.Duration
+	// ScaleOutSustain is how long a breach must last before scaling out. Default: half the
+	// interval, that is two consecutive samples: each already averages the load over Window, so a
+	// breach is acted on once it has been seen for more than Window.
+	ScaleOutSustain time.Duration
+	// Logger; the controller's when nil.
+	Logger *slog.Logger
+}
+
+// Autoscaler applies the autoscaler's decisions to fleets with spec.autoscaling: every interval
+// it samples each fleet's load, feeds the fleet's strategy and, when the decision differs from
+// spec.replicas.desired, writes the new count to the fleet and records an event. The controller
+// then creates or drains instances as for any change of desired. Run it with Start.
+type Autoscaler struct {
+	c          *Controller
+	opts       AutoscalerOptions
+	log        *slog.Logger
+	strategies map[string]*autoscaler.Strategy
+	skipped    map[string]string // fleet -> metric whose lack was already logged
+	now        func() time.Time
+}
+
+// NewAutoscaler returns the autoscaling loop of c.
+func (c *Controller) NewAutoscaler(opts AutoscalerOptions) (*Autoscaler, error) {
+	if opts.Load == nil {
+		return nil, errors.New("autoscaler: a load source is required")
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 500 * time.Millisecond
+	}
+	if opts.Window <= 0 {
+		opts.Window = time.Second
+	}
+	if opts.ScaleOutSustain <= 0 {
+		opts.ScaleOutSustain = opts.Interval / 2
+	}
+	log := opts.Logger
+	if log == nil {
+		log = c.opts.Logger
+	}
+	return &Autoscaler{
+		c: c, opts: opts, log: log.With("component", "autoscaler"),
+		strategies: map[string]*autoscaler.Strategy{}, skipped: map[string]string{}, now: time.Now,
+	}, nil
+}
+
+// Start samples and decides until ctx ends. It returns nil on a clean stop.
+func (a *Autoscaler) Start(ctx context.Context) error {
+	a.log.Info("autoscaler started", "interval", a.opts.Interval.String(), "window", a.opts.Window.String(), "scale_out_sustain", a.opts.ScaleOutSustain.String())
+	t := time.NewTicker(a.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := a.tick(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("autoscaling pass failed", "err", err)
+			}
+		}
+	}
+}
+
+func configOf(f *v1alpha1.Fleet, sustain time.Duration) autoscaler.Config {
+	as := f.Spec.Autoscaling
+	cfg := autoscaler.Config{
+		Metric: autoscaler.Metric(as.Metric), Target: as.Target,
+		Min: int(*f.Spec.Replicas.Min), Max: int(*f.Spec.Replicas.Max),
+		ScaleOutSustain: sustain,
+	}
+	if as.ScaleInStabilization != nil {
+		cfg.ScaleInStabilization = as.ScaleInStabilization.Duration
+		if cfg.ScaleInStabilization == 0 {
+			cfg.ScaleInStabilization = time.Nanosecond // 0 means "no window", not "the default"
+		}
+	}
+	return cfg
+}
+
+// tick samples every autoscaled fleet once.
+func (a *Autoscaler) tick(ctx context.Context) error {
+	fleets, _, err := store.ListObjects[v1alpha1.Fleet](ctx, a.c.opts.Store, store.Fleets)
+	if err != nil {
+		return fmt.Errorf("list fleets: %w", err)
+	}
+	seen := map[string]bool{}
+	var errs []error
+	for _, f := range fleets {
+		v1alpha1.SetFleetDefaults(f, "")
+		name := f.Metadata.Name
+		if f.Spec.Autoscaling == nil {
+			continue
+		}
+		seen[name] = true
+		cfg := configOf(f, a.opts.ScaleOutSustain)
+		if cfg.Metric == autoscaler.CPU {
+			if a.skipped[name] != string(cfg.Metric) {
+				a.skipped[name] = string(cfg.Metric)
+				a.log.Warn("fleet autoscales on cpu, but no cpu source is wired (the agents' metrics are not collected yet): not autoscaling it", "fleet", name)
+			}
+			continue
+		}
+		delete(a.skipped, name)
+		st := a.strategies[name]
+		if st == nil {
+			st = autoscaler.New(cfg)
+			a.strategies[name] = st
+		} else {
+			st.SetConfig(cfg)
+		}
+		load, ok := a.opts.Load.FleetLoad(name, a.opts.Window)
+		if !ok {
+			continue
+		}
+		ready, booting := a.c.instanceCounts(name)
+		sample := autoscaler.Sample{Time: a.now(), Desired: int(*f.Spec.Replicas.Desired), Ready: ready, Booting: booting}
+		switch cfg.Metric {
+		case autoscaler.LatencyP95:
+			sample.Value = float64(load.LatencyP95) / float64(time.Millisecond)
+		default:
+			sample.Value = load.RequestsPerSecond
+		}
+		d := st.Decide(sample)
+		if d.Desired == sample.Desired {
+			continue
+		}
+		if err := a.setDesired(ctx, name, int32(d.Desired)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		reason := ReasonScaledOut
+		if d.Desired < sample.Desired {
+			reason = ReasonScaledIn
+		}
+		a.c.events.Eventf(ctx, "Fleet/"+name, v1alpha1.EventNormal, reason, "%s", d.Reason)
+	}
+	for name := range a.strategies {
+		if !seen[name] {
+			delete(a.strategies, name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setDesired writes spec.replicas.desired, read-modify-write on the fleet's resource version,
+// retried on conflicts. The count is clamped to the fleet's current min and max.
+func (a *Autoscaler) setDesired(ctx context.Context, name string, desired int32) error {
+	for attempt := 0; ; attempt++ {
+		f, err := store.GetObject[v1alpha1.Fleet](ctx, a.c.opts.Store, store.Fleets, name)
+		if err != nil {
+			return fmt.Errorf("fleet %s: %w", name, err)
+		}
+		if f.Spec.Autoscaling == nil {
+			return nil // autoscaling was switched off meanwhile
+		}
+		rp := f.Spec.Replicas
+		d := desired
+		if rp.Min != nil {
+			d = max(d, *rp.Min)
+		}
+		if rp.Max != nil {
+			d = min(d, *rp.Max)
+		}
+		if rp.Desired != nil && *rp.Desired == d {
+			return nil
+		}
+		f.Spec.Replicas.Desired = &d
+		f.Metadata.Generation++
+		op, err := store.PutOp(store.Fleets, f)
+		if err == nil {
+			_, err = a.c.opts.Store.Txn(ctx, op)
+		}
+		if errors.Is(err, store.ErrConflict) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("set desired of fleet %s to %d: %w", name, d, err)
+		}
+		a.log.Info("fleet autoscaled", "fleet", name, "desired", d)
+		return nil
+	}
+}
+
+// instanceCounts returns how many of a fleet's instances serve and how many are on their way.
+func (c *Controller) instanceCounts(fleet string) (ready, booting int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, in := range c.instances[fleet] {
+		switch in.Status.Phase {
+		case v1alpha1.PhaseReady:
+			ready++
+		case v1alpha1.PhasePending, v1alpha1.PhaseBooting:
+			booting++
+		}
+	}
+	return ready, booting
+}

@@ -1,0 +1,134 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/store"
+)
+
+// fakeLoad is a LoadSource whose requests per second the test sets. It remembers when it last
+// answered with a rate above zero.
+type fakeLoad struct {
+	mu       sync.Mutex
+	rps      float64
+	asked    int
+	lastBusy time.Time
+}
+
+func (f *fakeLoad) FleetLoad(fleet string, window time.Duration) (Load, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	if f.rps > 0 {
+		f.lastBusy = time.Now()
+	}
+	return Load{RequestsPerSecond: f.rps, LatencyP95: 10 * time.Millisecond}, true
+}
+
+func (f *fakeLoad) set(rps float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rps = rps
+}
+
+func (f *fakeLoad) askedTimes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.asked
+}
+
+func (e *env) desired(fleet string) int32 {
+	f, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, fleet)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return *f.Spec.Replicas.Desired
+}
+
+// A load step from 1x to 4x the target raises desired within 2 s; when the load stops, desired
+// comes down only after the stabilization window, counted from the last busy sample.
+func TestAutoscalerLoop(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	load := &fakeLoad{}
+	as, err := e.ctrl.NewAutoscaler(AutoscalerOptions{Load: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- as.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("autoscaler stopped with %v", err)
+		}
+	})
+
+	const window = 1500 * time.Millisecond
+	f := fleetSpec("web", "img", 1)
+	f.Spec.Replicas.Min, f.Spec.Replicas.Max = new(int32(1)), new(int32(10))
+	f.Spec.Autoscaling = &v1alpha1.Autoscaling{Metric: v1alpha1.MetricRequestsPerSecond, Target: 10, ScaleInStabilization: &v1alpha1.Duration{Duration: window}}
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 1, ""))
+
+	// 1x the target: nothing changes over several samples.
+	load.set(10)
+	asked := load.askedTimes()
+	waitFor(t, 5*time.Second, func() string {
+		if n := load.askedTimes() - asked; n < 4 {
+			return fmt.Sprintf("%d samples at 1x", n)
+		}
+		return ""
+	})
+	if d := e.desired("web"); d != 1 {
+		t.Fatalf("desired %d at 1x the target, want 1", d)
+	}
+
+	// 4x the target.
+	step := time.Now()
+	load.set(40)
+	waitFor(t, 5*time.Second, func() string {
+		if d := e.desired("web"); d < 4 {
+			return fmt.Sprintf("desired %d, want 4", d)
+		}
+		return ""
+	})
+	decision := time.Since(step)
+	t.Logf("scale-out decision %s after the load step", decision)
+	if decision > 2*time.Second {
+		t.Fatalf("scale-out decided %s after the load step, want within 2s", decision)
+	}
+	if d := e.desired("web"); d != 4 {
+		t.Fatalf("desired %d at 4x the target, want 4", d)
+	}
+	waitFor(t, 5*time.Second, e.converged("web", 4, ""))
+
+	// The load stops: scale in only after the window.
+	load.set(0)
+	waitFor(t, 10*time.Second, func() string {
+		if d := e.desired("web"); d != 1 {
+			return fmt.Sprintf("desired %d, want 1", d)
+		}
+		return ""
+	})
+	in := e.events(ReasonScaledIn)
+	if len(in) != 1 {
+		t.Fatalf("%d ScaledIn events, want 1", len(in))
+	}
+	load.mu.Lock()
+	quiet := in[0].Time.Sub(load.lastBusy)
+	load.mu.Unlock()
+	t.Logf("scale-in %s after the last busy sample (window %s)", quiet, window)
+	if quiet < window {
+		t.Fatalf("scaled in %s after the last busy sample, before the %s stabilization window", quiet, window)
+	}
+	waitFor(t, 5*time.Second, e.converged("web", 1, ""))
+	if n := len(e.events(ReasonScaledOut)); n != 1 {
+		t.Fatalf("%d ScaledOut events, want 1", n)
+	}
+}

@@ -1,0 +1,328 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+func TestPlanHealing(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pol := healPolicy{Grace: 60 * time.Second, UnhealthyFor: 2 * time.Second, MaxInProgress: 1}
+	old := t0.Add(-time.Hour)
+	healthy := func(name string, req, errs uint64) healInput {
+		return healInput{Name: name, CreatedAt: old, State: HealthHealthy, Since: old, Requests: req, Errors: errs}
+	}
+	bad := func(name, state string, created, since time.Time) healInput {
+		return healInput{Name: name, CreatedAt: created, State: state, Since: since}
+	}
+	tests := []struct {
+		name       string
+		pol        healPolicy
+		insts      []healInput
+		inProgress int
+		backoff    time.Time
+		replace    []string // with reason initial: U unhealthy, O outlier
+		deferred   int
+		recheck    bool
+	}{
+		{name: "all healthy", insts: []healInput{healthy("a", 100, 0), healthy("b", 100, 0), healthy("c", 100, 0)}},
+		{name: "unhealthy past threshold", insts: []healInput{healthy("a", 0, 0), bad("b", HealthUnhealthy, old, t0.Add(-3*time.Second))}, replace: []string{"U:b"}},
+		{name: "ejected past threshold", insts: []healInput{bad("b", HealthEjected, old, t0.Add(-3*time.Second))}, replace: []string{"U:b"}},
+		{name: "unhealthy not long enough", insts: []healInput{bad("b", HealthUnhealthy, old, t0.Add(-time.Second))}, recheck: true},
+		{name: "unknown is not judged", insts: []healInput{bad("b", "unknown", old, old)}},
+		{name: "within grace", insts: []healInput{bad("b", HealthUnhealthy, t0.Add(-30*time.Second), t0.Add(-29*time.Second))}, recheck: true},
+		{name: "grace over, threshold counts from its end", insts: []healInput{bad("b", HealthUnhealthy, t0.Add(-61*time.Second), t0.Add(-60*time.Second))}, recheck: true},
+		{name: "grace and threshold over", insts: []healInput{bad("b", HealthUnhealthy, t0.Add(-63*time.Second), t0.Add(-60*time.Second))}, replace: []string{"U:b"}},
+		{name: "outlier", insts: []healInput{healthy("a", 100, 1), healthy("b", 100, 2), healthy("c", 100, 30)}, replace: []string{"O:c"}},
+		{name: "outlier below 5x median", insts: []healInput{healthy("a", 100, 4), healthy("b", 100, 5), healthy("c", 100, 20)}},
+		{name: "outlier needs a minimum of requests", insts: []healInput{healthy("a", 100, 1), healthy("b", 100, 1), healthy("c", 40, 40)}},
+		{name: "outlier needs three peers", insts: []healInput{healthy("a", 100, 1), healthy("c", 100, 60)}},
+		{name: "no outlier from a few errors in a clean fleet", insts: []healInput{healthy("a", 100, 0), healthy("b", 100, 0), healthy("c", 100, 2)}},
+		{name: "outlier within grace is kept", insts: []healInput{healthy("a", 100, 1), healthy("b", 100, 1), {Name: "c", CreatedAt: t0.Add(-time.Second), State: HealthHealthy, Requests: 100, Errors: 90}}},
+		{
+			name:    "bound: unhealthy first, rest deferred",
+			insts:   []healInput{healthy("a", 100, 1), healthy("b", 100, 1), healthy("c", 100, 1), healthy("d", 100, 90), bad("e", HealthUnhealthy, old, old), bad("f", HealthUnhealthy, old, old)},
+			replace: []string{"U:e"}, deferred: 2,
+		},
+		{name: "bound full", insts: []healInput{bad("e", HealthUnhealthy, old, old)}, inProgress: 1, deferred: 1},
+		{name: "bound of two", pol: healPolicy{Grace: time.Minute, UnhealthyFor: time.Second, MaxInProgress: 2}, insts: []healInput{bad("e", HealthUnhealthy, old, old), bad("f", HealthUnhealthy, old, old), bad("g", HealthUnhealthy, old, old)}, replace: []string{"U:e", "U:f"}, deferred: 1},
+		{name: "backoff holds everything", insts: []healInput{bad("e", HealthUnhealthy, old, old)}, backoff: t0.Add(time.Second), deferred: 1, recheck: true},
+		{name: "backoff over", insts: []healInput{bad("e", HealthUnhealthy, old, old)}, backoff: t0.Add(-time.Second), replace: []string{"U:e"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pol
+			if tt.pol.MaxInProgress != 0 {
+				p = tt.pol
+			}
+			plan := planHealing(t0, p, tt.insts, tt.inProgress, tt.backoff)
+			var got []string
+			for _, v := range plan.Replace {
+				got = append(got, v.Reason[len("Instance"):len("Instance")+1]+":"+v.Name)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.replace) || plan.Deferred != tt.deferred {
+				t.Fatalf("replace %v deferred %d, want %v deferred %d (bad: %+v)", got, plan.Deferred, tt.replace, tt.deferred, plan.Bad)
+			}
+			if (plan.Recheck > 0) != tt.recheck {
+				t.Fatalf("recheck %s, want one: %v", plan.Recheck, tt.recheck)
+			}
+		})
+	}
+}
+
+func TestHealBackoff(t *testing.T) {
+	for _, tt := range []struct {
+		failures int
+		want     time.Duration
+	}{{0, 0}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {5, 10 * time.Second}, {50, 10 * time.Second}} {
+		if got := healBackoff(time.Second, 10*time.Second, tt.failures); got != tt.want {
+			t.Errorf("healBackoff(%d) = %s, want %s", tt.failures, got, tt.want)
+		}
+	}
+}
+
+// fakeHealth is a HealthSource set by the test. Instances it was not told about have state def,
+// since the first time they were asked about.
+type fakeHealth struct {
+	mu    sync.Mutex
+	def   string
+	state map[string]string
+	since map[string]time.Time
+	seen  map[string]time.Time
+	stats map[string][2]uint64
+}
+
+func newFakeHealth() *fakeHealth {
+	return &fakeHealth{def: HealthHealthy, state: map[string]string{}, since: map[string]time.Time{}, seen: map[string]time.Time{}, stats: map[string][2]uint64{}}
+}
+
+func (f *fakeHealth) InstanceHealth(name string) (string, time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.state[name]; ok {
+		return s, f.since[name]
+	}
+	if _, ok := f.seen[name]; !ok {
+		f.seen[name] = time.Now()
+	}
+	return f.def, f.seen[name]
+}
+
+func (f *fakeHealth) InstanceStats(name string) (uint64, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.stats[name]
+	return s[0], s[1]
+}
+
+func (f *fakeHealth) set(name, state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state[name] = state
+	f.since[name] = time.Now()
+}
+
+func (f *fakeHealth) setDefault(state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.def = state
+	f.seen = map[string]time.Time{}
+}
+
+// healFleet is a fleet with a listener and fast health checks: unhealthy for 100ms is too long.
+func healFleet(name string, desired int32, grace time.Duration) *v1alpha1.Fleet {
+	f := fleetSpec(name, "img", desired)
+	f.Spec.Listeners = []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}}
+	f.Spec.HealthCheck.Interval = &v1alpha1.Duration{Duration: 50 * time.Millisecond}
+	f.Spec.HealthCheck.Timeout = &v1alpha1.Duration{Duration: 20 * time.Millisecond}
+	f.Spec.HealthCheck.UnhealthyThreshold = 2
+	f.Spec.HealthCheck.GracePeriod = &v1alpha1.Duration{Duration: grace}
+	return f
+}
+
+func newHealEnv(t *testing.T, h *fakeHealth, backoff time.Duration) *env {
+	p, err := fake.New(fake.Options{BootDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, store: memory.New(), fake: p, health: h, healBackoff: backoff}
+	e.start()
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+func (e *env) events(reason string) []*v1alpha1.Event {
+	evs, _, err := store.ListObjects[v1alpha1.Event](context.Background(), e.store, store.Events)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*v1alpha1.Event
+	for _, ev := range evs {
+		if ev.Reason == reason {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func (e *env) exists(fleet, name string) bool {
+	for _, o := range e.observed(fleet) {
+		if o.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// waitReconciles waits until the controller has done n more reconciles.
+func (e *env) waitReconciles(n int64) {
+	e.t.Helper()
+	target := e.ctrl.Reconciles() + n
+	waitFor(e.t, 10*time.Second, func() string {
+		if got := e.ctrl.Reconciles(); got < target {
+			return fmt.Sprintf("%d reconciles, want %d", got, target)
+		}
+		return ""
+	})
+}
+
+// An instance unhealthy past its thresholds is replaced once its grace period is over, and not
+// before.
+func TestUnhealthyInstanceReplacedAfterGrace(t *testing.T) {
+	h := newFakeHealth()
+	e := newHealEnv(t, h, time.Second)
+	e.put(healFleet("web", 3, 200*time.Millisecond))
+	e.put(healFleet("slow", 2, time.Hour))
+	waitFor(t, 5*time.Second, e.converged("web", 3, ""))
+	waitFor(t, 5*time.Second, e.converged("slow", 2, ""))
+	victim, spared := e.observed("web")[0].Name, e.observed("slow")[0].Name
+	h.set(victim, HealthUnhealthy)
+	h.set(spared, HealthUnhealthy)
+	waitFor(t, 5*time.Second, func() string {
+		if e.exists("web", victim) {
+			return "unhealthy instance still there"
+		}
+		return e.converged("web", 3, "")()
+	})
+	if len(e.events(ReasonInstanceUnhealthy)) == 0 {
+		t.Fatal("no InstanceUnhealthy event")
+	}
+	e.waitReconciles(20)
+	if !e.exists("slow", spared) {
+		t.Fatal("an instance within its grace period was replaced")
+	}
+}
+
+// An instance whose 5xx rate stands out from its peers is replaced although its checks pass.
+func TestOutlierInstanceReplaced(t *testing.T) {
+	h := newFakeHealth()
+	e := newHealEnv(t, h, time.Second)
+	e.put(healFleet("web", 3, 0))
+	waitFor(t, 5*time.Second, e.converged("web", 3, ""))
+	obs := e.observed("web")
+	victim := obs[2].Name
+	h.mu.Lock()
+	h.stats[obs[0].Name] = [2]uint64{200, 2}
+	h.stats[obs[1].Name] = [2]uint64{200, 1}
+	h.stats[victim] = [2]uint64{200, 60}
+	h.mu.Unlock()
+	waitFor(t, 5*time.Second, func() string {
+		if e.exists("web", victim) {
+			return "outlier still there"
+		}
+		return e.converged("web", 3, "")()
+	})
+	evs := e.events(ReasonInstanceOutlier)
+	if len(evs) != 1 || evs[0].Object != "Instance/"+victim {
+		t.Fatalf("InstanceOutlier events: %+v", evs)
+	}
+	for _, o := range obs[:2] {
+		if !e.exists("web", o.Name) {
+			t.Fatalf("peer %s was replaced too", o.Name)
+		}
+	}
+}
+
+// At most max(1, 25% of desired) replacements are under way at once: the next unhealthy instance
+// waits until the previous replacement is healthy.
+func TestHealingBoundsConcurrentReplacements(t *testing.T) {
+	h := newFakeHealth()
+	e := newHealEnv(t, h, time.Second)
+	e.put(healFleet("web", 4, 0))
+	waitFor(t, 5*time.Second, e.converged("web", 4, ""))
+	obs := e.observed("web")
+	h.set(obs[0].Name, HealthHealthy)
+	victims := []string{obs[1].Name, obs[2].Name, obs[3].Name}
+	h.setDefault("unknown") // replacements never prove healthy
+	for _, v := range victims {
+		h.set(v, HealthUnhealthy)
+	}
+	gone := func() int {
+		n := 0
+		for _, v := range victims {
+			if !e.exists("web", v) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 5*time.Second, func() string {
+		if n := gone(); n != 1 {
+			return fmt.Sprintf("%d victims replaced, want 1", n)
+		}
+		return ""
+	})
+	e.waitReconciles(30)
+	if n := gone(); n != 1 {
+		t.Fatalf("%d unhealthy instances replaced while the first replacement was not healthy yet, want 1", n)
+	}
+	h.setDefault(HealthHealthy)
+	waitFor(t, 10*time.Second, func() string {
+		if n := gone(); n != 3 {
+			return fmt.Sprintf("%d of 3 victims replaced", n)
+		}
+		return e.converged("web", 4, "")()
+	})
+	if n := len(e.events(ReasonInstanceUnhealthy)); n != 3 {
+		t.Fatalf("%d InstanceUnhealthy events, want 3", n)
+	}
+}
+
+// Replacements that fail themselves (a broken image) pause healing for a doubling time, each pause
+// an event; once replacements are healthy again, the fleet converges.
+func TestHealingBacksOffWhenReplacementsFail(t *testing.T) {
+	h := newFakeHealth()
+	e := newHealEnv(t, h, 100*time.Millisecond)
+	e.put(healFleet("web", 2, 0))
+	waitFor(t, 5*time.Second, e.converged("web", 2, ""))
+	obs := e.observed("web")
+	h.set(obs[0].Name, HealthHealthy)
+	h.setDefault(HealthUnhealthy) // every new instance is unhealthy from its start
+	h.set(obs[1].Name, HealthUnhealthy)
+	waitFor(t, 15*time.Second, func() string {
+		if n := len(e.events(ReasonHealingBackoff)); n < 3 {
+			return fmt.Sprintf("%d HealingBackoff events, want 3", n)
+		}
+		return ""
+	})
+	evs := e.events(ReasonHealingBackoff)
+	for i, want := range []string{"1 in a row): pausing healing for 100ms", "2 in a row): pausing healing for 200ms", "3 in a row): pausing healing for 400ms"} {
+		if !strings.Contains(evs[i].Message, want) {
+			t.Fatalf("backoff event %d: %q, want it to contain %q", i, evs[i].Message, want)
+		}
+	}
+	if !e.exists("web", obs[0].Name) {
+		t.Fatal("the healthy instance was replaced")
+	}
+	h.setDefault(HealthHealthy)
+	waitFor(t, 10*time.Second, e.converged("web", 2, ""))
+}

@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"sort"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+)
+
+// healState is what the controller remembers of one fleet's healing between reconciles. Reconciles
+// of one fleet never run at once, so only the map holding it needs a lock.
+type healState struct {
+	// replacements are instances created in place of healed ones, until they prove healthy or fail.
+	replacements map[string]bool
+	// failures counts replacements in a row that failed themselves; backoffUntil holds healing.
+	failures     int
+	backoffUntil time.Time
+	// justHealed counts this reconcile's victims, whose replacements scale() creates.
+	justHealed int
+}
+
+func (c *Controller) healStateOf(fleet string) *healState {
+	v, _ := c.healing.LoadOrStore(fleet, &healState{replacements: map[string]bool{}})
+	return v.(*healState)
+}
+
+// heal replaces instances the load balancer reports unhealthy for too long, or whose error rate
+// stands out from their peers, within the fleet's bound on replacements and its backoff. It runs
+// before replaceFailed so that it sees replacements the provider reports failed.
+func (s *scope) heal() {
+	src := s.c.opts.Health
+	if src == nil || s.fleet == nil {
+		return
+	}
+	st := s.c.healStateOf(s.fleetName())
+	st.justHealed = 0
+	now := time.Now()
+	hasListeners := len(s.fleet.Spec.Listeners) > 0
+
+	failed := func(name, why string) {
+		delete(st.replacements, name)
+		st.failures++
+		d := healBackoff(s.c.opts.HealBackoffBase, s.c.opts.HealBackoffMax, st.failures)
+		st.backoffUntil = now.Add(d)
+		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventWarning, ReasonHealingBackoff,
+			"replacement instance %s failed too (%s; %d in a row): pausing healing for %s", name, why, st.failures, d)
+	}
+
+	// Settle the replacements of earlier reconciles.
+	for name := range st.replacements {
+		in, ok := s.records[name]
+		switch {
+		case !ok || in.Status.Phase == v1alpha1.PhaseTerminating:
+			delete(st.replacements, name) // gone or scaled away: neither proof nor failure
+		case in.Status.Phase == v1alpha1.PhaseFailed:
+			failed(name, "the provider reports it failed: "+in.Status.LastError)
+		default:
+			state, _ := src.InstanceHealth(name)
+			if state == HealthHealthy || (!hasListeners && in.Status.Phase == v1alpha1.PhaseReady) {
+				delete(st.replacements, name)
+				st.failures = 0
+			}
+		}
+	}
+
+	var inputs []healInput
+	for _, in := range s.sorted() {
+		if !active(in) || in.Status.Phase == v1alpha1.PhasePending {
+			continue
+		}
+		hi := healInput{Name: in.Metadata.Name, CreatedAt: created(in)}
+		hi.State, hi.Since = src.InstanceHealth(in.Metadata.Name)
+		hi.Requests, hi.Errors = src.InstanceStats(in.Metadata.Name)
+		inputs = append(inputs, hi)
+	}
+	plan := planHealing(now, policyOf(s.fleet), inputs, len(st.replacements), st.backoffUntil)
+	for _, v := range plan.Bad {
+		if st.replacements[v.Name] {
+			failed(v.Name, v.Reason)
+		}
+	}
+	// A failure just found starts a backoff that holds this reconcile's replacements too.
+	if now.Before(st.backoffUntil) && len(plan.Replace) > 0 {
+		plan = planHealing(now, policyOf(s.fleet), inputs, len(st.replacements), st.backoffUntil)
+	}
+	for _, v := range plan.Replace {
+		in := s.records[v.Name]
+		s.c.events.Eventf(s.ctx, "Instance/"+v.Name, v1alpha1.EventWarning, v.Reason, "%s", v.Message)
+		s.terminate(in, v.Message)
+		st.justHealed++
+	}
+	if plan.Deferred > 0 {
+		s.c.log.Debug("healing deferred", "fleet", s.fleetName(), "instances", plan.Deferred, "in_progress", len(st.replacements), "backoff_until", st.backoffUntil)
+	}
+	s.healRecheck = plan.Recheck
+}
+
+// noteReplacements runs after scale(): the instances it just created stand in for this
+// reconcile's healed ones, and are watched until they prove healthy.
+func (s *scope) noteReplacements() {
+	if s.c.opts.Health == nil || s.fleet == nil {
+		return
+	}
+	st := s.c.healStateOf(s.fleetName())
+	if st.justHealed == 0 {
+		return
+	}
+	var fresh []string
+	for name, in := range s.records {
+		if in.Status.Phase == v1alpha1.PhasePending && in.Metadata.ResourceVersion == 0 {
+			fresh = append(fresh, name)
+		}
+	}
+	sort.Strings(fresh)
+	for _, name := range fresh[:min(st.justHealed, len(fresh))] {
+		st.replacements[name] = true
+	}
+	st.justHealed = 0
+}
+
+// healRequeue says how soon a fleet should be looked at again for healing: when an instance may
+// become due, and at least every HealthPollInterval while the load balancer judges its instances.
+func (s *scope) healRequeue() time.Duration {
+	if s.c.opts.Health == nil || s.fleet == nil || len(s.fleet.Spec.Listeners) == 0 || len(s.records) == 0 {
+		return 0
+	}
+	d := s.c.opts.HealthPollInterval
+	if s.healRecheck > 0 && s.healRecheck < d {
+		d = s.healRecheck
+	}
+	return d
+}

@@ -1,0 +1,131 @@
+package controlplane_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+)
+
+// TestIntegrationAutoscaleOnLoadStep runs herd up with the fake provider, whose instances' workloads
+// are real HTTP servers on 127.1.0.x, and a fleet autoscaled at 50 requests per second per
+// instance. A client sending about 200 requests per second through herd's load balancer must make
+// the autoscaler raise desired to at least 4 within 2 s of the load starting.
+func TestIntegrationAutoscaleOnLoadStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	instancePort, lbPort := freePort(t), freePort(t)
+	for i := 1; i <= 8; i++ {
+		addr := net.JoinHostPort(fmt.Sprintf("127.1.0.%d", i), strconv.Itoa(instancePort))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("cannot listen on %s (loopback range not routable here): %v", addr, err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "hello from %s\n", addr)
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+
+	c := newCluster(t)
+	c.up()
+	fleet := writeFile(t, c.dir, "fleet.yaml", fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
+kind: Fleet
+metadata: {name: web}
+spec:
+  image: hello
+  replicas: {min: 1, max: 8, desired: 1}
+  listeners: [{port: %d, instancePort: %d}]
+  healthCheck: {path: /healthz, interval: 200ms, timeout: 100ms, healthyThreshold: 1}
+  autoscaling: {metric: requestsPerSecond, target: 50, scaleInStabilization: 300s}
+  regions: [{name: local, options: {bootDelay: 100ms}}]
+`, lbPort, instancePort))
+	if out, err := c.herd("apply", "-f", fleet); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	c.waitFor(15*time.Second, func() string {
+		insts := c.instances()
+		if len(insts) != 1 || insts[0].Status.LBHealth != "healthy" {
+			return fmt.Sprintf("%d instances, want 1 healthy in the load balancer", len(insts))
+		}
+		return ""
+	})
+	desired := func() int32 {
+		out, err := c.herd("get", "fleets", "web", "-o", "json")
+		if err != nil {
+			return -1
+		}
+		var f v1alpha1.Fleet
+		if json.Unmarshal([]byte(out), &f) != nil || f.Spec.Replicas.Desired == nil {
+			var list []v1alpha1.Fleet
+			if json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Spec.Replicas.Desired == nil {
+				return -1
+			}
+			f = list[0]
+		}
+		return *f.Spec.Replicas.Desired
+	}
+	if d := desired(); d != 1 {
+		t.Fatalf("desired %d before any load, want 1", d)
+	}
+
+	// About 200 requests per second: one every 5 ms.
+	url := fmt.Sprintf("http://127.0.0.1:%d/", lbPort)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	stop := make(chan struct{})
+	var sent, failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Go(func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			wg.Go(func() {
+				sent.Add(1)
+				resp, err := client.Get(url)
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "hello from") {
+					failed.Add(1)
+				}
+			})
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	var decision time.Duration
+	c.waitFor(10*time.Second, func() string {
+		if d := desired(); d < 4 {
+			return fmt.Sprintf("desired %d under ~200 rps, want >= 4", d)
+		}
+		decision = time.Since(start)
+		return ""
+	})
+	rate := float64(sent.Load()) / time.Since(start).Seconds()
+	t.Logf("autoscale: decision_s=%.3f (desired >= 4 at ~%.0f rps offered, %d requests, %d failed)", decision.Seconds(), rate, sent.Load(), failed.Load())
+	if decision > 2*time.Second {
+		t.Fatalf("scale-out decided %s after the load started, want within 2s", decision)
+	}
+}

@@ -1,0 +1,181 @@
+// Package lbsync keeps the load balancer's configuration in step with the fleets: every listener of
+// a fleet becomes a listener of the load balancer, every revision a target group, every instance
+// with an address a target. It is the controller's TargetSink; the controller tells it what each
+// fleet has, and it applies the whole configuration to the load balancer atomically.
+package lbsync
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"reflect"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/lb"
+)
+
+var _ controller.TargetSink = (*Sync)(nil)
+
+// Balancer is what lbsync needs of the load balancer.
+type Balancer interface {
+	Apply(lb.Config) error
+	Health() []lb.TargetHealth
+}
+
+// Sync translates fleets into the load balancer's config.
+type Sync struct {
+	lb Balancer
+	// bindHost is the address listeners bind on, e.g. 127.0.0.1.
+	bindHost string
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	fleets map[string][]lb.Listener
+}
+
+// New returns a Sync applying to b, with listeners bound on bindHost.
+func New(b Balancer, bindHost string, log *slog.Logger) *Sync {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Sync{lb: b, bindHost: bindHost, log: log.With("component", "lbsync"), fleets: map[string][]lb.Listener{}}
+}
+
+// routable reports whether an instance should be a target: it has an address and is not on its way
+// out. Booting instances are targets too; the load balancer's health checks decide when they get
+// traffic, so a new instance serves as soon as it answers.
+func routable(in *v1alpha1.Instance) bool {
+	switch in.Status.Phase {
+	case v1alpha1.PhaseBooting, v1alpha1.PhaseReady, v1alpha1.PhaseUnhealthy:
+		return in.Status.Address != ""
+	}
+	return false
+}
+
+// Listeners builds the load balancer listeners of one fleet. Weights give each revision a share
+// proportional to its targets, so every instance carries an equal share during a rolling update.
+func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance) []lb.Listener {
+	byRev := map[string][]*v1alpha1.Instance{}
+	for _, in := range instances {
+		if routable(in) {
+			byRev[in.Spec.Revision] = append(byRev[in.Spec.Revision], in)
+		}
+	}
+	revs := make([]string, 0, len(byRev))
+	for r := range byRev {
+		revs = append(revs, r)
+	}
+	sort.Strings(revs)
+	hc := f.Spec.HealthCheck
+	var out []lb.Listener
+	for _, l := range f.Spec.Listeners {
+		ln := lb.Listener{
+			Name:     f.Metadata.Name + "/" + l.Name,
+			Fleet:    f.Metadata.Name,
+			Address:  net.JoinHostPort(s.bindHost, strconv.Itoa(int(l.Port))),
+			Protocol: lb.Protocol(l.Protocol),
+			HealthCheck: lb.HealthCheck{
+				Path: hc.Path, Port: int(hc.Port),
+				HealthyThreshold: int(hc.HealthyThreshold), UnhealthyThreshold: int(hc.UnhealthyThreshold),
+			},
+		}
+		if hc.Interval != nil {
+			ln.HealthCheck.Interval = lb.Duration(hc.Interval.Duration)
+		}
+		if hc.Timeout != nil {
+			ln.HealthCheck.Timeout = lb.Duration(hc.Timeout.Duration)
+		}
+		for _, rev := range revs {
+			g := lb.TargetGroup{Name: rev, Weight: len(byRev[rev])}
+			for _, in := range byRev[rev] {
+				g.Targets = append(g.Targets, lb.Target{
+					ID:      in.Metadata.Name,
+					Address: net.JoinHostPort(in.Status.Address, strconv.Itoa(int(l.InstancePort))),
+				})
+			}
+			ln.Groups = append(ln.Groups, g)
+		}
+		out = append(out, ln)
+	}
+	return out
+}
+
+// SetFleetTargets implements controller.TargetSink.
+func (s *Sync) SetFleetTargets(f *v1alpha1.Fleet, instances []*v1alpha1.Instance) {
+	ls := s.Listeners(f, instances)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reflect.DeepEqual(s.fleets[f.Metadata.Name], ls) {
+		return
+	}
+	prev, had := s.fleets[f.Metadata.Name]
+	s.fleets[f.Metadata.Name] = ls
+	if err := s.applyLocked(); err != nil {
+		// Keep the last config that worked: the load balancer still serves it.
+		if had {
+			s.fleets[f.Metadata.Name] = prev
+		} else {
+			delete(s.fleets, f.Metadata.Name)
+		}
+		s.log.Error("load balancer refused the fleet's listeners", "fleet", f.Metadata.Name, "err", err)
+	}
+}
+
+// RemoveFleet implements controller.TargetSink.
+func (s *Sync) RemoveFleet(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.fleets[name]; !ok {
+		return
+	}
+	delete(s.fleets, name)
+	if err := s.applyLocked(); err != nil {
+		s.log.Error("remove fleet from the load balancer", "fleet", name, "err", err)
+	}
+}
+
+// Drained implements controller.TargetSink: an instance is drained once the load balancer has no
+// target for it any more (removed targets stay, as draining, until their requests finish).
+func (s *Sync) Drained(instance string) bool {
+	for _, h := range s.lb.Health() {
+		if h.ID == instance {
+			return false
+		}
+	}
+	return true
+}
+
+// Health returns each instance's worst state over its listeners, for `herd get instances`.
+func (s *Sync) Health() map[string]string {
+	rank := map[lb.State]int{lb.StateHealthy: 0, lb.StateUnknown: 1, lb.StateDraining: 2, lb.StateUnhealthy: 3, lb.StateEjected: 4}
+	out := map[string]string{}
+	for _, h := range s.lb.Health() {
+		if cur, ok := out[h.ID]; !ok || rank[h.State] > rank[lb.State(cur)] {
+			out[h.ID] = string(h.State)
+		}
+	}
+	return out
+}
+
+func (s *Sync) applyLocked() error {
+	names := make([]string, 0, len(s.fleets))
+	for n := range s.fleets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var cfg lb.Config
+	for _, n := range names {
+		cfg.Listeners = append(cfg.Listeners, s.fleets[n]...)
+	}
+	start := time.Now()
+	if err := s.lb.Apply(cfg); err != nil {
+		return fmt.Errorf("apply load balancer config: %w", err)
+	}
+	s.log.Debug("load balancer config applied", "listeners", len(cfg.Listeners), "took", time.Since(start).String())
+	return nil
+}

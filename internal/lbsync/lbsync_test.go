@@ -1,0 +1,80 @@
+package lbsync
+
+import (
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/lb"
+)
+
+type fakeLB struct {
+	applied []lb.Config
+	health  []lb.TargetHealth
+}
+
+func (f *fakeLB) Apply(c lb.Config) error   { f.applied = append(f.applied, c); return nil }
+func (f *fakeLB) Health() []lb.TargetHealth { return f.health }
+
+func inst(name, rev string, phase v1alpha1.InstancePhase, addr string) *v1alpha1.Instance {
+	return &v1alpha1.Instance{
+		Metadata: v1alpha1.ObjectMeta{Name: name},
+		Spec:     v1alpha1.InstanceSpec{Fleet: "web", Revision: rev},
+		Status:   v1alpha1.InstanceStatus{Phase: phase, Address: addr},
+	}
+}
+
+func TestListeners(t *testing.T) {
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners:   []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+		HealthCheck: v1alpha1.HealthCheck{Path: "/healthz", Port: 30080, Interval: &v1alpha1.Duration{Duration: time.Second}, HealthyThreshold: 2, UnhealthyThreshold: 3},
+	}}
+	fl := &fakeLB{}
+	s := New(fl, "127.0.0.1", nil)
+	s.SetFleetTargets(f, []*v1alpha1.Instance{
+		inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"),
+		inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), // drained, not routed
+		inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"),     // health checks decide
+		inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4"),
+		inst("web-e", "web-2", v1alpha1.PhasePending, ""), // no address yet
+	})
+	if len(fl.applied) != 1 {
+		t.Fatalf("%d applies, want 1", len(fl.applied))
+	}
+	ls := fl.applied[0].Listeners
+	if len(ls) != 1 || ls[0].Address != "127.0.0.1:8080" || ls[0].Name != "web/http" || ls[0].HealthCheck.Port != 30080 || ls[0].HealthCheck.UnhealthyThreshold != 3 {
+		t.Fatalf("listener: %+v", ls)
+	}
+	g := ls[0].Groups
+	if len(g) != 2 || g[0].Name != "web-1" || g[0].Weight != 1 || g[1].Name != "web-2" || g[1].Weight != 2 {
+		t.Fatalf("groups: %+v", g)
+	}
+	if g[1].Targets[0].Address != "10.0.0.3:30080" || g[1].Targets[1].ID != "web-d" {
+		t.Fatalf("targets: %+v", g[1].Targets)
+	}
+
+	// The same state again changes nothing; removal applies an empty config.
+	s.SetFleetTargets(f, []*v1alpha1.Instance{inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"), inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4")})
+	if len(fl.applied) != 1 {
+		t.Fatalf("unchanged targets were applied again")
+	}
+	s.RemoveFleet("web")
+	if len(fl.applied) != 2 || len(fl.applied[1].Listeners) != 0 {
+		t.Fatalf("RemoveFleet: %+v", fl.applied)
+	}
+}
+
+func TestDrainedAndHealth(t *testing.T) {
+	fl := &fakeLB{health: []lb.TargetHealth{
+		{ID: "web-a", State: lb.StateHealthy}, {ID: "web-a", State: lb.StateEjected},
+		{ID: "web-b", State: lb.StateDraining},
+	}}
+	s := New(fl, "127.0.0.1", nil)
+	if s.Drained("web-b") || !s.Drained("web-z") {
+		t.Fatal("Drained: a draining target is not drained; an absent one is")
+	}
+	h := s.Health()
+	if h["web-a"] != "ejected" || h["web-b"] != "draining" {
+		t.Fatalf("Health = %v, want the worst state per instance", h)
+	}
+}

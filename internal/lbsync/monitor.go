@@ -1,0 +1,221 @@
+package lbsync
+
+import (
+	"sync"
+	"time"
+
+	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/lb"
+)
+
+var (
+	_ controller.HealthSource = (*Monitor)(nil)
+	_ controller.LoadSource   = (*Monitor)(nil)
+)
+
+// Observed is what the Monitor reads of the load balancer; *lb.LB has it.
+type Observed interface {
+	Health() []lb.TargetHealth
+	Metrics() lb.Snapshot
+}
+
+// MonitorOptions configure a Monitor. Zero values take the defaults.
+type MonitorOptions struct {
+	// HealthTTL is how long one read of the targets' health answers InstanceHealth. Default: 100ms.
+	HealthTTL time.Duration
+	// StatsWindow is the span InstanceStats covers. Default: 60s.
+	StatsWindow time.Duration
+	// StatsEvery is how far apart the per-instance samples are kept. Default: 5s.
+	StatsEvery time.Duration
+	// LoadEvery is how far apart the per-fleet samples for FleetLoad are kept. Default: 100ms.
+	LoadEvery time.Duration
+	// LoadKeep is how long per-fleet samples are kept: the longest window FleetLoad serves. Default: 10s.
+	LoadKeep time.Duration
+}
+
+// Monitor turns the load balancer's health and cumulative counters into what the controller's
+// healing and autoscaling need: each instance's state and how long it has held it, each instance's
+// requests and 5xx over the last minute, and each fleet's requests per second and p95 latency
+// over a short window. Samples are taken when asked for, at most once per period, so an idle
+// control plane costs nothing.
+type Monitor struct {
+	src  Observed
+	opts MonitorOptions
+	now  func() time.Time
+
+	mu       sync.Mutex
+	healthAt time.Time
+	health   map[string]instHealth
+	inst     []instSample  // oldest first
+	fleet    []fleetSample // oldest first
+}
+
+type instHealth struct {
+	state string
+	since time.Time
+}
+
+type counts struct{ requests, errors uint64 }
+
+type instSample struct {
+	at     time.Time
+	counts map[string]counts // instance -> cumulative counts over its listeners
+}
+
+type fleetSample struct {
+	at     time.Time
+	fleets map[string]lb.Stats
+}
+
+// NewMonitor returns a Monitor reading src.
+func NewMonitor(src Observed, opts MonitorOptions) *Monitor {
+	if opts.HealthTTL <= 0 {
+		opts.HealthTTL = 100 * time.Millisecond
+	}
+	if opts.StatsWindow <= 0 {
+		opts.StatsWindow = time.Minute
+	}
+	if opts.StatsEvery <= 0 {
+		opts.StatsEvery = 5 * time.Second
+	}
+	if opts.LoadEvery <= 0 {
+		opts.LoadEvery = 100 * time.Millisecond
+	}
+	if opts.LoadKeep <= 0 {
+		opts.LoadKeep = 10 * time.Second
+	}
+	return &Monitor{src: src, opts: opts, now: time.Now}
+}
+
+// stateRank orders states from best to worst; an instance reports its worst listener.
+var stateRank = map[lb.State]int{lb.StateHealthy: 0, lb.StateUnknown: 1, lb.StateDraining: 2, lb.StateUnhealthy: 3, lb.StateEjected: 4}
+
+// InstanceHealth implements controller.HealthSource.
+func (m *Monitor) InstanceHealth(name string) (string, time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if m.health == nil || now.Sub(m.healthAt) >= m.opts.HealthTTL {
+		m.health = map[string]instHealth{}
+		m.healthAt = now
+		for _, h := range m.src.Health() {
+			cur, ok := m.health[h.ID]
+			switch {
+			case !ok || stateRank[h.State] > stateRank[lb.State(cur.state)]:
+				m.health[h.ID] = instHealth{state: string(h.State), since: h.Since}
+			case stateRank[h.State] == stateRank[lb.State(cur.state)] && h.Since.After(cur.since):
+				// The same state on several listeners: it has held on all of them since the latest.
+				m.health[h.ID] = instHealth{state: cur.state, since: h.Since}
+			}
+		}
+	}
+	h := m.health[name]
+	return h.state, h.since
+}
+
+// InstanceStats implements controller.HealthSource: the instance's requests and 5xx (including
+// requests that got no answer) over about the last StatsWindow, summed over its listeners.
+func (m *Monitor) InstanceStats(name string) (requests, errors5xx uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if len(m.inst) == 0 || now.Sub(m.inst[len(m.inst)-1].at) >= m.opts.StatsEvery {
+		m.sampleLocked(now)
+	}
+	last := m.inst[len(m.inst)-1]
+	base := baseline(len(m.inst), func(i int) time.Time { return m.inst[i].at }, now.Add(-m.opts.StatsWindow))
+	cur := last.counts[name]
+	var prev counts
+	if base < len(m.inst)-1 {
+		prev = m.inst[base].counts[name]
+	}
+	// A target added again starts its counters from zero: count from there.
+	if prev.requests > cur.requests || prev.errors > cur.errors {
+		prev = counts{}
+	}
+	return cur.requests - prev.requests, cur.errors - prev.errors
+}
+
+// FleetLoad implements controller.LoadSource.
+func (m *Monitor) FleetLoad(fleet string, window time.Duration) (controller.Load, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if len(m.fleet) == 0 || now.Sub(m.fleet[len(m.fleet)-1].at) >= m.opts.LoadEvery {
+		m.sampleLocked(now)
+	}
+	if len(m.fleet) < 2 {
+		return controller.Load{}, false
+	}
+	last := m.fleet[len(m.fleet)-1]
+	cur, ok := last.fleets[fleet]
+	if !ok {
+		return controller.Load{}, false
+	}
+	base := baseline(len(m.fleet), func(i int) time.Time { return m.fleet[i].at }, now.Add(-window))
+	if base >= len(m.fleet)-1 {
+		base = len(m.fleet) - 2
+	}
+	first := m.fleet[base]
+	prev := first.fleets[fleet] // zero when the fleet is newer than the sample: count from its start
+	if prev.Total() > cur.Total() {
+		prev = lb.Stats{}
+	}
+	elapsed := last.at.Sub(first.at).Seconds()
+	if elapsed <= 0 {
+		return controller.Load{}, false
+	}
+	d := cur.Sub(prev)
+	return controller.Load{RequestsPerSecond: float64(d.Total()) / elapsed, LatencyP95: d.Quantile(0.95)}, true
+}
+
+// baseline returns the index of the newest sample taken at or before from, or 0 (the oldest) when
+// none is that old.
+func baseline(n int, at func(int) time.Time, from time.Time) int {
+	for i := n - 1; i >= 0; i-- {
+		if !at(i).After(from) {
+			return i
+		}
+	}
+	return 0
+}
+
+// sampleLocked reads the load balancer's counters once and appends to whichever series is due.
+func (m *Monitor) sampleLocked(now time.Time) {
+	snap := m.src.Metrics()
+	if len(m.fleet) == 0 || now.Sub(m.fleet[len(m.fleet)-1].at) >= m.opts.LoadEvery {
+		fs := fleetSample{at: now, fleets: make(map[string]lb.Stats, len(snap.Fleets))}
+		for _, f := range snap.Fleets {
+			fs.fleets[f.Fleet] = f.Stats
+		}
+		m.fleet = append(m.fleet, fs)
+		m.fleet = trim(m.fleet, func(s fleetSample) time.Time { return s.at }, now.Add(-m.opts.LoadKeep))
+	}
+	if len(m.inst) == 0 || now.Sub(m.inst[len(m.inst)-1].at) >= m.opts.StatsEvery {
+		is := instSample{at: now, counts: map[string]counts{}}
+		for _, f := range snap.Fleets {
+			for _, g := range f.Groups {
+				for _, t := range g.Targets {
+					c := is.counts[t.ID]
+					c.requests += t.Total()
+					c.errors += t.Requests[lb.Class5xx] + t.Requests[lb.ClassFailed]
+					is.counts[t.ID] = c
+				}
+			}
+		}
+		m.inst = append(m.inst, is)
+		m.inst = trim(m.inst, func(s instSample) time.Time { return s.at }, now.Add(-m.opts.StatsWindow))
+	}
+}
+
+// trim drops samples older than from, keeping the newest of them as the window's baseline.
+func trim[T any](s []T, at func(T) time.Time, from time.Time) []T {
+	drop := 0
+	for drop+1 < len(s) && !at(s[drop+1]).After(from) {
+		drop++
+	}
+	if drop == 0 {
+		return s
+	}
+	return append(s[:0:0], s[drop:]...)
+}

@@ -1,0 +1,86 @@
+package lbsync
+
+import (
+	"testing"
+	"time"
+
+	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/lb"
+)
+
+type fakeObserved struct {
+	health []lb.TargetHealth
+	snap   lb.Snapshot
+}
+
+func (f *fakeObserved) Health() []lb.TargetHealth { return f.health }
+func (f *fakeObserved) Metrics() lb.Snapshot      { return f.snap }
+
+func stats(ok, bad uint64) lb.Stats {
+	var s lb.Stats
+	s.Requests[lb.Class2xx] = ok
+	s.Requests[lb.Class5xx] = bad
+	s.Latency = make([]uint64, len(lb.LatencyBuckets)+1)
+	s.Latency[0] = ok + bad
+	return s
+}
+
+func snapshot(a, b lb.Stats) lb.Snapshot {
+	return lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "web", Stats: a.Add(b), Groups: []lb.GroupStats{{
+		Group: "web-1", Targets: []lb.TargetStats{{ID: "web-a", Stats: a}, {ID: "web-b", Stats: b}},
+	}}}}}
+}
+
+func TestMonitor(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	src := &fakeObserved{
+		health: []lb.TargetHealth{
+			{Listener: "web/http", ID: "web-a", State: lb.StateHealthy, Since: t0.Add(-time.Hour)},
+			{Listener: "web/http", ID: "web-b", State: lb.StateHealthy, Since: t0.Add(-time.Hour)},
+			{Listener: "web/tcp", ID: "web-b", State: lb.StateUnhealthy, Since: t0.Add(-time.Minute)},
+		},
+		snap: snapshot(stats(100, 0), stats(100, 10)),
+	}
+	m := NewMonitor(src, MonitorOptions{StatsEvery: 10 * time.Second, StatsWindow: time.Minute})
+	m.now = func() time.Time { return now }
+
+	if st, since := m.InstanceHealth("web-b"); st != controller.HealthUnhealthy || !since.Equal(t0.Add(-time.Minute)) {
+		t.Fatalf("web-b health %s since %s: want its worst listener's", st, since)
+	}
+	if st, _ := m.InstanceHealth("web-z"); st != "" {
+		t.Fatalf("unknown instance has state %q", st)
+	}
+	if _, ok := m.FleetLoad("web", time.Second); ok {
+		t.Fatal("FleetLoad answered from one sample")
+	}
+	// First sample: counts since the targets were added.
+	if r, e := m.InstanceStats("web-b"); r != 110 || e != 10 {
+		t.Fatalf("web-b stats %d/%d, want 110/10", r, e)
+	}
+
+	// One second later, 300 more requests in all.
+	now = now.Add(time.Second)
+	src.snap = snapshot(stats(250, 0), stats(250, 10))
+	l, ok := m.FleetLoad("web", time.Second)
+	if !ok || l.RequestsPerSecond != 300 {
+		t.Fatalf("FleetLoad = %+v, %v; want 300 rps", l, ok)
+	}
+	if _, ok := m.FleetLoad("other", time.Second); ok {
+		t.Fatal("FleetLoad answered for a fleet the load balancer does not have")
+	}
+
+	// Over a minute later: only the last minute counts.
+	for range 8 {
+		now = now.Add(10 * time.Second)
+		m.InstanceStats("web-a")
+	}
+	src.snap = snapshot(stats(350, 0), stats(250, 70))
+	now = now.Add(10 * time.Second)
+	if r, e := m.InstanceStats("web-b"); r != 60 || e != 60 {
+		t.Fatalf("web-b stats over the last minute %d/%d, want 60/60", r, e)
+	}
+	if r, e := m.InstanceStats("web-a"); r != 100 || e != 0 {
+		t.Fatalf("web-a stats over the last minute %d/%d, want 100/0", r, e)
+	}
+}

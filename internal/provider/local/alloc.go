@@ -1,0 +1,186 @@
+package local
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Addresses inside a region's /24: the bridge has .1; instances get .10 to .254.
+const (
+	gatewayHost   = 1
+	firstHost     = 10
+	lastHost      = 254
+	subnetBits    = 24
+	regionsSubdir = "regions"
+)
+
+// regionRecord is regions/<region>.json: the subnet a region was given, kept so that it stays the
+// same for the region's life, and the last instance address handed out, so that addresses are
+// reused as late as possible (a host's neighbour cache and a load balancer may remember them).
+type regionRecord struct {
+	Region string `json:"region"`
+	Subnet string `json:"subnet"`
+	Bridge string `json:"bridge"`
+	// LastHost is the last host number given to an instance of the region.
+	LastHost int `json:"lastHost,omitempty"`
+}
+
+// Names derived from an instance's name, the same in every process, so that a Delete finds what
+// an interrupted Create made even without a record.
+
+// netnsName is the instance's network namespace.
+func netnsName(name string) string { return "herd-" + name }
+
+// cgroupRootOf is the cgroup the instance runs under in every hierarchy.
+func cgroupRootOf(name string) string { return "/herd-" + name }
+
+// vethName is the host end of the instance's veth pair: interface names have at most 15 bytes,
+// so it is a hash of the name.
+func vethName(name string) string { return "hv" + shortHash(name, 12) }
+
+// bridgeName is the host bridge of a region of this data directory. The data directory is part
+// of the hash so that two herd data directories (a user's and a test's) never share a bridge,
+// whose life each ties to its own instances.
+func bridgeName(dataDir, region string) string {
+	return "herdbr-" + shortHash(dataDir+"\x00"+region, 8)
+}
+
+func shortHash(s string, n int) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])[:n]
+}
+
+// readRegions returns every region record of the provider directory, by region name.
+func readRegions(dir string) (map[string]*regionRecord, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]*regionRecord{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read regions: %w", err)
+	}
+	out := map[string]*regionRecord{}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read region record: %w", err)
+		}
+		var r regionRecord
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("region record %s: %w", filepath.Join(dir, e.Name()), err)
+		}
+		out[r.Region] = &r
+	}
+	return out, nil
+}
+
+func writeRegion(dir string, r *regionRecord) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("region record: %w", err)
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, r.Region+".json"), append(data, '\n'))
+}
+
+// pickSubnet returns the first /24 of pool that no other region of this data directory has and
+// that overlaps no address in use on the host (another data directory's bridge, a LAN).
+func pickSubnet(pool netip.Prefix, taken []netip.Prefix, hostAddrs []netip.Prefix) (netip.Prefix, error) {
+	pool = pool.Masked()
+	if !pool.Addr().Is4() || pool.Bits() > subnetBits {
+		return netip.Prefix{}, fmt.Errorf("subnet pool %s must be an IPv4 prefix of /%d or shorter", pool, subnetBits)
+	}
+	n := 1 << (subnetBits - pool.Bits())
+	base := pool.Addr().As4()
+	for i := range n {
+		a := base
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		v += uint32(i) << (32 - subnetBits)
+		cand := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), subnetBits)
+		if overlapsAny(cand, taken) || overlapsAny(cand, hostAddrs) {
+			continue
+		}
+		return cand, nil
+	}
+	return netip.Prefix{}, fmt.Errorf("no free /%d left in the subnet pool %s (every one is used by a region or by an address on this host)", subnetBits, pool)
+}
+
+func overlapsAny(p netip.Prefix, list []netip.Prefix) bool {
+	for _, q := range list {
+		if p.Overlaps(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// pickHost returns the next free host number of a /24 after last (wrapping), skipping used ones:
+// addresses are reused as late as possible.
+func pickHost(last int, used map[int]bool) (int, error) {
+	if last < firstHost || last > lastHost {
+		last = firstHost - 1
+	}
+	span := lastHost - firstHost + 1
+	for i := 1; i <= span; i++ {
+		h := firstHost + (last-firstHost+i+span)%span
+		if !used[h] {
+			return h, nil
+		}
+	}
+	return 0, fmt.Errorf("no free address left: the region already has %d instances", span)
+}
+
+// hostAddr returns address number host of the /24 subnet.
+func hostAddr(subnet netip.Prefix, host int) netip.Addr {
+	a := subnet.Masked().Addr().As4()
+	a[3] = byte(host)
+	return netip.AddrFrom4(a)
+}
+
+// hostPrefixes returns every IPv4 address prefix configured on this host's interfaces, except
+// the bridges listed in ignore (the data directory's own).
+func hostPrefixes(ignore map[string]bool) ([]netip.Prefix, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("list host interfaces: %w", err)
+	}
+	var out []netip.Prefix
+	for _, ifc := range ifs {
+		if ignore[ifc.Name] {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", ifc.Name, err)
+		}
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok || ipn.IP.To4() == nil {
+				continue
+			}
+			addr, _ := netip.AddrFromSlice(ipn.IP.To4())
+			ones, _ := ipn.Mask.Size()
+			if ones == 0 {
+				continue
+			}
+			out = append(out, netip.PrefixFrom(addr, ones).Masked())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}

@@ -1,0 +1,76 @@
+package local
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+
+	"herd.dev/herd/internal/kubebin"
+)
+
+// Host programs a local instance needs, by the command that installs them.
+var (
+	// depCommands are looked up in PATH; `make deps` (hack/install-deps.sh) installs them.
+	depCommands = []string{"nsenter", "ip", "iptables", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "etcd", "conntrack"}
+	// depFiles are CNI plugins at Debian's path; `make deps` installs them too.
+	depFiles = []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/usr/lib/cni/portmap"}
+	// kubeComponents are the upstream components each instance runs; `make kubernetes` builds them.
+	kubeComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
+)
+
+// checkDeps returns an error naming everything missing to run an instance, with the command that
+// installs each, or nil.
+func checkDeps(herdBinary string) error {
+	var problems []string
+	if os.Geteuid() != 0 {
+		problems = append(problems, "the local provider needs root (it creates network namespaces, a bridge and cgroups): run herd up as root")
+	}
+	var missing []string
+	for _, c := range depCommands {
+		if _, err := exec.LookPath(c); err != nil {
+			missing = append(missing, c)
+		}
+	}
+	for _, f := range depFiles {
+		if !isExecutable(f) {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("missing %s: install them with make deps (hack/install-deps.sh)", strings.Join(missing, ", ")))
+	}
+	var kube []string
+	for _, c := range kubeComponents {
+		if _, err := kubebin.Path(c); err != nil {
+			kube = append(kube, c)
+		}
+	}
+	if len(kube) > 0 {
+		dir, _ := kubebin.BinDir()
+		problems = append(problems, fmt.Sprintf("missing Kubernetes %s %s in %s: build them with make kubernetes", kubebin.Version, strings.Join(kube, ", "), dir))
+	}
+	if !isExecutable(herdBinary) {
+		problems = append(problems, fmt.Sprintf("the herd binary %q that runs each instance's agent is not an executable file: build it with make build", herdBinary))
+	}
+	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
+		problems = append(problems, "no cgroup file system at /sys/fs/cgroup")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("local provider cannot run instances on this host: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func isExecutable(path string) bool {
+	if path == "" {
+		return false
+	}
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0
+}
+
+// CheckHost returns an error naming everything this host lacks to run local instances with the
+// given herd binary (root, the Debian packages, the Kubernetes binaries), with the command that
+// installs each; nil when nothing is missing. Create runs the same check.
+func CheckHost(herdBinary string) error { return checkDeps(herdBinary) }

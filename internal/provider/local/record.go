@@ -1,0 +1,195 @@
+package local
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"herd.dev/herd/internal/provider"
+)
+
+// Phases of the provider's own record of an instance (not the agent's phase).
+const (
+	// phaseCreating: the record holds the instance's allocation; the network and the agent may
+	// be partly set up. A creating record whose instance lock is free was left by a Create that
+	// was interrupted; the next Create completes it, Delete removes it.
+	phaseCreating = "creating"
+	// phaseCreated: the agent was started and its pid recorded.
+	phaseCreated = "created"
+	// phaseDeleting: Delete started; the next Delete finishes it.
+	phaseDeleting = "deleting"
+)
+
+// record is instance.json: the provider's record of one instance.
+type record struct {
+	// Spec is the spec Create was given, with Image replaced by the resolved bundle digest.
+	Spec provider.InstanceSpec `json:"spec"`
+	// ID is the provider ID: unique per creation, so that a re-created name is a new instance.
+	ID    string `json:"id"`
+	Phase string `json:"phase"`
+	// BundleDir is the bundle the agent boots from.
+	BundleDir string `json:"bundleDir"`
+	// Address is the instance IP on the region's bridge, PrefixLen its subnet's prefix length,
+	// Gateway the bridge's address.
+	Address   string `json:"address"`
+	PrefixLen int    `json:"prefixLength"`
+	Gateway   string `json:"gateway"`
+	// Bridge is the host bridge of the instance's region.
+	Bridge string `json:"bridge"`
+	// Netns is the network namespace's name (/run/netns/<Netns>).
+	Netns string `json:"netns"`
+	// HostVeth is the host end of the instance's veth pair (the other end is eth0 in Netns).
+	HostVeth string `json:"hostVeth"`
+	// CgroupRoot is the cgroup every process of the instance runs under, in every hierarchy.
+	CgroupRoot string    `json:"cgroupRoot"`
+	CreatedAt  time.Time `json:"createdAt"`
+	// AgentPID is the agent's pid and AgentStartTime its start time in clock ticks after boot
+	// (field 22 of /proc/<pid>/stat), so that a reused pid is not taken for the agent.
+	AgentPID       int    `json:"agentPid,omitempty"`
+	AgentStartTime uint64 `json:"agentStartTime,omitempty"`
+}
+
+// Files of an instance directory.
+const (
+	recordFile   = "instance.json"
+	lockFileName = "lock"
+	agentDirName = "agent"
+	agentLogName = "agent.log"
+	statusFile   = "status.json"
+)
+
+// readRecord returns the record in dir, or nil (and no error) when there is none.
+func readRecord(dir string) (*record, error) {
+	data, err := os.ReadFile(filepath.Join(dir, recordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read instance record: %w", err)
+	}
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("instance record %s: %w", filepath.Join(dir, recordFile), err)
+	}
+	return &r, nil
+}
+
+// writeRecord writes the record into dir atomically (temp file, fsync, rename), mode 0600.
+func writeRecord(dir string, r *record) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode instance record: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(dir, recordFile), append(data, '\n'))
+}
+
+// writeFileAtomic replaces path with data (mode 0600) so that readers and crashes see the old or
+// the new content, never a mix.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// fileLock is an exclusive flock(2) on a file. flock locks belong to an open file, so two
+// lockers in one process exclude each other as two processes do, and a lock dies with its holder.
+type fileLock struct{ f *os.File }
+
+// lockFile takes an exclusive lock on path, creating the file (0600) if needed. It waits for the
+// lock unless wait is false, in which case it returns errLocked when another holds it. If the file
+// was removed or replaced while waiting (its directory was deleted), it locks the new file.
+func lockFile(path string, wait bool) (*fileLock, error) {
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("open lock %s: %w", path, err)
+		}
+		how := syscall.LOCK_EX
+		if !wait {
+			how |= syscall.LOCK_NB
+		}
+		if err := flock(f, how); err != nil {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, errLocked
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		// The holder before us may have removed the file (Delete removes the instance directory
+		// with its lock): a lock on an unlinked file protects nothing, so lock the current one.
+		held, err1 := f.Stat()
+		cur, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, cur) {
+			return &fileLock{f: f}, nil
+		}
+		f.Close()
+		if err2 != nil && !errors.Is(err2, fs.ErrNotExist) {
+			return nil, fmt.Errorf("lock %s: %w", path, err2)
+		}
+		if errors.Is(err2, fs.ErrNotExist) {
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return nil, fmt.Errorf("lock %s: %w", path, err)
+			}
+		}
+	}
+}
+
+var errLocked = errors.New("locked by another operation")
+
+func flock(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
+
+// isLocked reports whether another holder has the lock on path (an existing file only).
+func isLocked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = flock(f, syscall.LOCK_UN)
+	return false
+}
+
+func (l *fileLock) unlock() {
+	if l == nil || l.f == nil {
+		return
+	}
+	_ = flock(l.f, syscall.LOCK_UN)
+	l.f.Close()
+	l.f = nil
+}

@@ -1,0 +1,349 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Paths of the host the teardown reads; variables so that unit tests can point them elsewhere.
+var (
+	procDir          = "/proc"
+	mountInfoPath    = "/proc/self/mountinfo"
+	containerLogsDir = "/var/log/containers"
+)
+
+// procStat is what the provider reads of /proc/<pid>/stat.
+type procStat struct {
+	State     byte
+	StartTime uint64 // clock ticks after boot
+}
+
+// readProcStat parses /proc/<pid>/stat; ok is false when the process does not exist.
+func readProcStat(pid int) (procStat, bool) {
+	data, err := os.ReadFile(filepath.Join(procDir, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStat{}, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces and ')': skip to the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	// fields[0] is field 3 (state); starttime is field 22, so fields[19].
+	if len(fields) < 20 || len(fields[0]) != 1 {
+		return procStat{}, false
+	}
+	st, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return procStat{}, false
+	}
+	return procStat{State: fields[0][0], StartTime: st}, true
+}
+
+// alive reports whether pid is still the process that started at startTime, and not a zombie.
+func alive(pid int, startTime uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	st, ok := readProcStat(pid)
+	if !ok || st.State == 'Z' || st.State == 'X' {
+		return false
+	}
+	return startTime == 0 || st.StartTime == startTime
+}
+
+// cgroupHierarchies returns the mount points of every cgroup hierarchy (v1 controllers, the named
+// systemd one, and the v2 "unified" one), from the mount table.
+func cgroupHierarchies() ([]string, error) {
+	mounts, err := readMountInfo(mountInfoPath)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range mounts {
+		if m.fsType == "cgroup" || m.fsType == "cgroup2" {
+			out = append(out, m.point)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// cgroupDirs returns every directory of the subtree root (e.g. "/herd-a") in every hierarchy,
+// deepest first.
+func cgroupDirs(hierarchies []string, root string) []string {
+	var dirs []string
+	for _, h := range hierarchies {
+		top := filepath.Join(h, root)
+		_ = filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil // gone meanwhile, or the root does not exist in this hierarchy
+			}
+			if d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+	}
+	sort.SliceStable(dirs, func(i, j int) bool {
+		return strings.Count(dirs[i], "/") > strings.Count(dirs[j], "/")
+	})
+	return dirs
+}
+
+// cgroupPIDs returns the pids in the subtree root of every hierarchy.
+func cgroupPIDs(hierarchies []string, root string) map[int]bool {
+	pids := map[int]bool{}
+	for _, d := range cgroupDirs(hierarchies, root) {
+		data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				pids[pid] = true
+			}
+		}
+	}
+	return pids
+}
+
+// instancePIDs returns every process of an instance: those in its cgroup subtree, those in its
+// network namespace (netnsIno, 0 if unknown), and its agent found by command line (one that has
+// not moved into its cgroup yet when a Create was interrupted). Other processes that merely name
+// the instance directory (a user's tail -f of a log) are left alone.
+func instancePIDs(hierarchies []string, root string, netnsIno uint64, dir string) map[int]bool {
+	pids := cgroupPIDs(hierarchies, root)
+	self := os.Getpid()
+	entries, err := os.ReadDir(procDir)
+	if err != nil {
+		return pids
+	}
+	netnsLink := fmt.Sprintf("net:[%d]", netnsIno)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self || pids[pid] {
+			continue
+		}
+		if netnsIno != 0 {
+			if l, err := os.Readlink(filepath.Join(procDir, e.Name(), "ns", "net")); err == nil && l == netnsLink {
+				pids[pid] = true
+				continue
+			}
+		}
+		if dir != "" {
+			cmdline, err := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
+			if err == nil && isAgentOf(cmdline, filepath.Join(dir, agentDirName)) {
+				pids[pid] = true
+			}
+		}
+	}
+	delete(pids, self)
+	return pids
+}
+
+// isAgentOf reports whether a NUL-separated command line is "... agent ... --state-dir <stateDir>"
+// (the agent, or nsenter about to become it).
+func isAgentOf(cmdline []byte, stateDir string) bool {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if !slices.Contains(args, "agent") {
+		return false
+	}
+	for i, a := range args {
+		if a == "--state-dir" && i+1 < len(args) && args[i+1] == stateDir {
+			return true
+		}
+		if a == "--state-dir="+stateDir {
+			return true
+		}
+	}
+	return false
+}
+
+// killAll SIGKILLs every process of the instance until none is left, thawing a frozen cgroup
+// first (a frozen process cannot die).
+func killAll(ctx context.Context, hierarchies []string, root string, netnsIno uint64, dir string, timeout time.Duration) error {
+	var left map[int]bool
+	err := waitFor(ctx, timeout, func() bool {
+		for _, h := range hierarchies {
+			f := filepath.Join(h, root, "freezer.state")
+			if _, err := os.Stat(f); err == nil {
+				_ = os.WriteFile(f, []byte("THAWED"), 0o644)
+			}
+		}
+		left = instancePIDs(hierarchies, root, netnsIno, dir)
+		for pid := range left {
+			if st, ok := readProcStat(pid); ok && st.State != 'Z' {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			} else {
+				delete(left, pid)
+			}
+		}
+		return len(left) == 0
+	}, "every process of the instance to exit")
+	if err != nil {
+		return fmt.Errorf("kill processes %v: %w", pidList(left), err)
+	}
+	return nil
+}
+
+func pidList(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// removeCgroups removes the subtree root in every hierarchy, deepest first. A cgroup whose last
+// process just died may stay busy for a moment: it retries until timeout.
+func removeCgroups(ctx context.Context, hierarchies []string, root string, timeout time.Duration) error {
+	var lastErr error
+	err := waitFor(ctx, timeout, func() bool {
+		lastErr = nil
+		for _, d := range cgroupDirs(hierarchies, root) {
+			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+				lastErr = fmt.Errorf("rmdir %s: %w", d, err)
+			}
+		}
+		return lastErr == nil && len(cgroupDirs(hierarchies, root)) == 0
+	}, "the cgroups "+root+" to be removed")
+	if err != nil {
+		if lastErr != nil {
+			return fmt.Errorf("%w: %w", err, lastErr)
+		}
+		return err
+	}
+	return nil
+}
+
+// mount is one line of /proc/<pid>/mountinfo.
+type mount struct {
+	point  string
+	fsType string
+}
+
+func readMountInfo(path string) ([]mount, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	defer f.Close()
+	var out []mount
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 7 {
+			continue
+		}
+		m := mount{point: unescapeMount(fields[4])}
+		for i := 6; i < len(fields)-1; i++ {
+			if fields[i] == "-" {
+				m.fsType = fields[i+1]
+				break
+			}
+		}
+		out = append(out, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	return out, nil
+}
+
+// unescapeMount undoes the octal escapes (\040 for a space) of mountinfo paths.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// mountsUnder returns the host's mount points at or under dir, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	mounts, err := readMountInfo(mountInfoPath)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range mounts {
+		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
+			out = append(out, m.point)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return strings.Count(out[i], "/") > strings.Count(out[j], "/")
+	})
+	return out, nil
+}
+
+// unmountUnder lazily unmounts everything mounted at or under dir in the host's mount
+// namespace, deepest first.
+func unmountUnder(dir string) error {
+	points, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// removeContainerLogLinks removes the kubelet's /var/log/containers symlinks that point into dir.
+func removeContainerLogLinks(dir string) error {
+	entries, err := os.ReadDir(containerLogsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", containerLogsDir, err)
+	}
+	for _, e := range entries {
+		if e.Type()&fs.ModeSymlink == 0 {
+			continue
+		}
+		p := filepath.Join(containerLogsDir, e.Name())
+		target, err := os.Readlink(p)
+		if err != nil {
+			continue
+		}
+		if target == dir || strings.HasPrefix(target, dir+"/") {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove %s: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
