@@ -54,7 +54,12 @@ func main() {
 		f := &v1alpha1.Fleet{
 			TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindFleet},
 			Metadata: v1alpha1.ObjectMeta{Name: fmt.Sprintf("fleet-%02d", i), Generation: 1},
-			Spec:     v1alpha1.FleetSpec{Image: "sha256:bench", Replicas: v1alpha1.Replicas{Desired: &desired, Max: &desired}},
+			Spec: v1alpha1.FleetSpec{
+				Image: "sha256:bench", Replicas: v1alpha1.Replicas{Desired: &desired, Max: &desired},
+				// A listener makes the controller poll the load balancer's view every second, as
+				// it does for a real fleet.
+				Listeners: []v1alpha1.Listener{{Port: int32(20000 + i), InstancePort: 30080}},
+			},
 		}
 		v1alpha1.SetFleetDefaults(f, fake.Name)
 		op, err := store.PutOp(store.Fleets, f)
@@ -107,7 +112,7 @@ func run(st store.Store, prov provider.Provider, total int) float64 {
 func start(st store.Store, prov provider.Provider, total int) (*controller.Controller, func(), float64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: map[string]provider.Provider{fake.Name: prov}, Logger: log})
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: map[string]provider.Provider{fake.Name: prov}, Logger: log, Health: allHealthy{}})
 	check(err)
 	begin := time.Now()
 	done := make(chan struct{})
@@ -151,6 +156,12 @@ func converged(st store.Store, total int, ctrl *controller.Controller) bool {
 	}
 	return ready == total && len(insts) == total
 }
+
+// allHealthy stands in for the load balancer: every instance healthy, no errors.
+type allHealthy struct{}
+
+func (allHealthy) InstanceHealth(string) (string, time.Time) { return "healthy", time.Time{} }
+func (allHealthy) InstanceStats(string) (uint64, uint64)     { return 1000, 0 }
 
 func cpuSeconds() float64 {
 	var ru syscall.Rusage
