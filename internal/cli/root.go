@@ -64,6 +64,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newVersionCmd(g),
 		newImageCmd(g),
 		newLBCmd(),
+		newAgentCmd(g),
 	)
 	return root
 }

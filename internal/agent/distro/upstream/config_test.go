@@ -1,0 +1,255 @@
+package upstream
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"herd.dev/herd/internal/agent/distro"
+	"herd.dev/herd/internal/kubebin"
+)
+
+func testNode() nodeConfig {
+	return nodeConfig{
+		name:       "web-1",
+		address:    netip.MustParseAddr("10.213.0.10"),
+		cgroupRoot: "/herd-web-1",
+		pauseImage: "registry.k8s.io/pause:3.10",
+		l:          layout{state: "/var/lib/herd/i/web-1/agent"},
+	}
+}
+
+func TestContainerdConfig(t *testing.T) {
+	got := containerdConfig(testNode())
+	for _, want := range []string{
+		`root = "/var/lib/herd/i/web-1/agent/containerd/root"`,
+		`state = "/var/lib/herd/i/web-1/agent/containerd/state"`,
+		`address = "/run/containerd/herd/containerd.sock"`,
+		`path = "/var/lib/herd/i/web-1/agent/containerd/opt"`,
+		`sandbox_image = "registry.k8s.io/pause:3.10"`,
+		"restrict_oom_score_adj = true",
+		"netns_mounts_under_state_dir = true",
+		`bin_dir = "/usr/lib/cni"`,
+		`conf_dir = "/var/lib/herd/i/web-1/agent/cni/net.d"`,
+		"SystemdCgroup = false",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("containerd config lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestCNIConfig(t *testing.T) {
+	data, err := cniConfig(testNode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		Name    string `json:"name"`
+		Plugins []struct {
+			Type string `json:"type"`
+			IPAM struct {
+				DataDir string `json:"dataDir"`
+				Ranges  [][]struct {
+					Subnet string `json:"subnet"`
+				} `json:"ranges"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(data, &conf); err != nil {
+		t.Fatal(err)
+	}
+	if conf.Name != "herd-web-1" || len(conf.Plugins) != 3 || conf.Plugins[0].Type != "bridge" {
+		t.Fatalf("conf = %+v", conf)
+	}
+	if conf.Plugins[0].IPAM.DataDir != "/var/lib/herd/i/web-1/agent/cni/networks" || conf.Plugins[0].IPAM.Ranges[0][0].Subnet != "10.214.0.0/24" {
+		t.Errorf("ipam = %+v", conf.Plugins[0].IPAM)
+	}
+}
+
+func TestKubeletConfig(t *testing.T) {
+	data, err := kubeletConfig(testNode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf map[string]any
+	if err := yaml.Unmarshal(data, &conf); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"kind":                     "KubeletConfiguration",
+		"cgroupDriver":             "cgroupfs",
+		"cgroupRoot":               "/herd-web-1",
+		"address":                  "10.213.0.10",
+		"containerRuntimeEndpoint": "unix:///run/containerd/herd/containerd.sock",
+		"podLogsDir":               "/var/lib/herd/i/web-1/agent/pod-logs",
+		"volumePluginDir":          "/var/lib/herd/i/web-1/agent/kubelet-plugins",
+		"healthzBindAddress":       "127.0.0.1",
+		"failSwapOn":               false,
+		"readOnlyPort":             float64(0),
+		"tlsCertFile":              "/var/lib/herd/i/web-1/agent/pki/kubelet.crt",
+	}
+	for k, v := range want {
+		if conf[k] != v {
+			t.Errorf("%s = %v (%T), want %v", k, conf[k], conf[k], v)
+		}
+	}
+	auth := conf["authentication"].(map[string]any)
+	if auth["anonymous"].(map[string]any)["enabled"] != false {
+		t.Error("anonymous authentication is not disabled")
+	}
+
+	n := testNode()
+	n.cgroupRoot = ""
+	data, err = kubeletConfig(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "cgroupRoot") {
+		t.Error("an empty cgroup root is written")
+	}
+}
+
+func TestKubeProxyConfig(t *testing.T) {
+	data, err := kubeProxyConfig(testNode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		Mode              string   `json:"mode"`
+		NodePortAddresses []string `json:"nodePortAddresses"`
+		HostnameOverride  string   `json:"hostnameOverride"`
+		Conntrack         struct {
+			MaxPerCore            *int   `json:"maxPerCore"`
+			Min                   *int   `json:"min"`
+			TCPEstablishedTimeout string `json:"tcpEstablishedTimeout"`
+		} `json:"conntrack"`
+	}
+	if err := yaml.Unmarshal(data, &conf); err != nil {
+		t.Fatal(err)
+	}
+	if conf.Mode != "iptables" || len(conf.NodePortAddresses) != 1 || conf.NodePortAddresses[0] != "10.213.0.10/32" || conf.HostnameOverride != "web-1" {
+		t.Errorf("conf = %+v", conf)
+	}
+	if conf.Conntrack.MaxPerCore == nil || *conf.Conntrack.MaxPerCore != 0 || conf.Conntrack.Min == nil || *conf.Conntrack.Min != 0 || conf.Conntrack.TCPEstablishedTimeout != "0s" {
+		t.Errorf("conntrack = %+v: kube-proxy would change the host's conntrack settings", conf.Conntrack)
+	}
+}
+
+func hasArg(args []string, want string) bool {
+	for _, a := range args {
+		if a == want {
+			return true
+		}
+	}
+	return false
+}
+
+func TestComponentArgs(t *testing.T) {
+	n := testNode()
+	checks := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"kube-apiserver", apiServerArgs(n), []string{
+			"--bind-address=10.213.0.10", "--advertise-address=10.213.0.10", "--secure-port=6443",
+			"--etcd-servers=http://127.0.0.1:2379", "--service-cluster-ip-range=10.215.0.0/24",
+			"--kubelet-preferred-address-types=InternalIP", "--authorization-mode=Node,RBAC",
+			"--token-auth-file=/var/lib/herd/i/web-1/agent/pki/tokens.csv",
+		}},
+		{"kube-controller-manager", controllerManagerArgs(n), []string{"--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=300",
+			"--flex-volume-plugin-dir=/var/lib/herd/i/web-1/agent/flexvolume"}},
+		{"kube-scheduler", schedulerArgs(n), []string{"--leader-elect=false"}},
+		{"kubelet", kubeletArgs(n), []string{"--hostname-override=web-1", "--node-ip=10.213.0.10", "--root-dir=/var/lib/kubelet"}},
+		{"etcd", etcdArgs(n), []string{"--listen-client-urls=http://127.0.0.1:2379", "--data-dir=/var/lib/herd/i/web-1/agent/etcd", "--initial-cluster=web-1=http://127.0.0.1:2380"}},
+	}
+	for _, c := range checks {
+		for _, w := range c.want {
+			if !hasArg(c.args, w) {
+				t.Errorf("%s args lack %s: %v", c.name, w, c.args)
+			}
+		}
+	}
+	for _, a := range append(apiServerArgs(n), kubeletArgs(n)...) {
+		if strings.Contains(a, "0.0.0.0") {
+			t.Errorf("a component listens on every address: %s", a)
+		}
+	}
+}
+
+func TestTokensCSV(t *testing.T) {
+	got := tokensCSV([]user{
+		{name: "herd-admin", groups: []string{"system:masters"}, token: "t1"},
+		{name: "system:node:web-1", groups: []string{"system:nodes", "extra"}, token: "t2"},
+		{name: "system:kube-proxy", token: "t3"},
+	})
+	want := "t1,herd-admin,herd-admin,\"system:masters\"\n" +
+		"t2,system:node:web-1,system:node:web-1,\"system:nodes,extra\"\n" +
+		"t3,system:kube-proxy,system:kube-proxy\n"
+	if got != want {
+		t.Errorf("tokens.csv:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestAccessKubeconfig(t *testing.T) {
+	a := distro.Access{Server: "https://10.213.0.10:6443", CAPEM: []byte("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"), Token: "secret"}
+	data, err := a.Kubeconfig("herd-admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc struct {
+		Clusters []struct {
+			Cluster struct {
+				Server string `json:"server"`
+				CAData []byte `json:"certificate-authority-data"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+		Users []struct {
+			Name string `json:"name"`
+			User struct {
+				Token string `json:"token"`
+			} `json:"user"`
+		} `json:"users"`
+		Current string `json:"current-context"`
+	}
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		t.Fatal(err)
+	}
+	if kc.Clusters[0].Cluster.Server != a.Server || string(kc.Clusters[0].Cluster.CAData) != string(a.CAPEM) ||
+		kc.Users[0].Name != "herd-admin" || kc.Users[0].User.Token != "secret" || kc.Current != "herd" {
+		t.Errorf("kubeconfig = %s", data)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := distro.Spec{Name: "web-1", Address: netip.MustParseAddr("10.213.0.10"), StateDir: "/var/lib/herd/x", PauseImage: "registry.k8s.io/pause:3.10", Version: kubebin.Version}
+	if err := validate(ok); err != nil {
+		t.Fatalf("valid spec: %v", err)
+	}
+	tests := []struct {
+		name string
+		edit func(*distro.Spec)
+		want string
+	}{
+		{"no name", func(s *distro.Spec) { s.Name = "" }, "needs a name"},
+		{"ipv6", func(s *distro.Spec) { s.Address = netip.MustParseAddr("fd00::1") }, "want an IPv4 address"},
+		{"in pod range", func(s *distro.Spec) { s.Address = netip.MustParseAddr("10.214.0.7") }, "inside the instance's pod range"},
+		{"in service range", func(s *distro.Spec) { s.Address = netip.MustParseAddr("10.215.0.9") }, "service range"},
+		{"other version", func(s *distro.Spec) { s.Version = "v1.30.0" }, "rebuild the node image"},
+		{"no pause image", func(s *distro.Spec) { s.PauseImage = "" }, "no pause image"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ok
+			tt.edit(&s)
+			err := validate(s)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}

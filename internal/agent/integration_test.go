@@ -1,0 +1,442 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"herd.dev/herd/internal/agent/cgroups"
+	"herd.dev/herd/internal/agent/proc"
+	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/kubebin"
+)
+
+// The integration tests boot real instances: they need root, `make deps` and `make kubernetes`.
+// Each makes its own bridge, network namespace, veth and cgroup root, named after the test
+// process, and removes them (and everything else it made) when it ends, failed or not.
+
+// requireIntegration skips the test unless it can boot a real instance.
+func requireIntegration(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a real instance; skipped under -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("boots a real instance: needs root")
+	}
+	for _, c := range kubebin.Components {
+		if _, err := kubebin.Path(c); err != nil {
+			t.Skipf("%v (run make kubernetes)", err)
+		}
+	}
+	for _, bin := range []string{"containerd", "ctr", "etcd", "runc", "iptables", "ip", "nsenter", "go"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not found on PATH (run make deps)", bin)
+		}
+	}
+}
+
+var instanceSeq atomic.Int32
+
+// testInstance is one instance booted as the local provider does it.
+type testInstance struct {
+	name, netns, hostVeth, bridge, cgroupRoot string
+	ip                                        netip.Addr
+	dir, stateDir, logPath                    string
+	cmd                                       *exec.Cmd
+	exited                                    chan struct{}
+	exitErr                                   error
+	started                                   time.Time
+}
+
+// buildHerd builds the herd binary into dir.
+func buildHerd(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "herd")
+	cmd := exec.Command("go", "build", "-o", bin, "herd.dev/herd/cmd/herd")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build herd: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func sh(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// startInstance sets up a network namespace on a bridge of its own and starts `herd agent` in it
+// exactly as the local provider does (docs/local-instance.md). Everything is removed at cleanup.
+func startInstance(t *testing.T, herd string, bundle image.Bundle, extraArgs ...string) *testInstance {
+	t.Helper()
+	pid := os.Getpid()
+	n := instanceSeq.Add(1)
+	subnet := pid%250 + 1
+	in := &testInstance{
+		name:       fmt.Sprintf("t%d-%d", pid, n),
+		netns:      fmt.Sprintf("herdt-%d-%d", pid, n),
+		hostVeth:   fmt.Sprintf("hv%d-%d", pid%10000000, n),
+		bridge:     fmt.Sprintf("herdbr-t%d", pid%10000000),
+		cgroupRoot: fmt.Sprintf("/herd-t%d-%d", pid, n),
+		ip:         netip.MustParseAddr(fmt.Sprintf("10.219.%d.%d", subnet, 10+n%200)),
+		exited:     make(chan struct{}),
+	}
+	gw := fmt.Sprintf("10.219.%d.1", subnet)
+	in.dir = filepath.Join(t.TempDir(), "instances", in.name)
+	in.stateDir = filepath.Join(in.dir, "agent")
+	in.logPath = filepath.Join(in.dir, "agent.log")
+	if err := os.MkdirAll(in.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cleanups run last-registered first: the agent, then the cgroups, then the network.
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "delete", in.netns).Run()
+		_ = exec.Command("ip", "link", "delete", in.hostVeth).Run()
+		_ = exec.Command("ip", "link", "delete", in.bridge).Run()
+	})
+	sh(t, "ip", "link", "add", in.bridge, "type", "bridge")
+	sh(t, "ip", "addr", "add", gw+"/24", "dev", in.bridge)
+	sh(t, "ip", "link", "set", in.bridge, "up")
+	sh(t, "ip", "netns", "add", in.netns)
+	sh(t, "ip", "link", "add", in.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", in.netns)
+	sh(t, "ip", "link", "set", in.hostVeth, "master", in.bridge, "up")
+	sh(t, "ip", "-n", in.netns, "addr", "add", in.ip.String()+"/24", "dev", "eth0")
+	sh(t, "ip", "-n", in.netns, "link", "set", "eth0", "up")
+	sh(t, "ip", "-n", in.netns, "link", "set", "lo", "up")
+	sh(t, "ip", "-n", in.netns, "route", "add", "default", "via", gw)
+	sh(t, "nsenter", "--net=/run/netns/"+in.netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
+
+	t.Cleanup(func() {
+		hs, err := cgroups.Hierarchies()
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		if left := cgroups.KillAll(hs, in.cgroupRoot, nil, 10*time.Second); left > 0 {
+			t.Errorf("cleanup: %d processes survive in %s", left, in.cgroupRoot)
+		}
+		if err := cgroups.Remove(hs, in.cgroupRoot, nil); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+
+	logf, err := os.OpenFile(in.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	args := append([]string{"--net=/run/netns/" + in.netns, "--", herd, "agent",
+		"--name", in.name, "--bundle", bundle.Dir, "--state-dir", in.stateDir,
+		"--address", in.ip.String(), "--cgroup-root", in.cgroupRoot}, extraArgs...)
+	in.cmd = exec.Command("nsenter", args...)
+	in.cmd.Stdout, in.cmd.Stderr = logf, logf
+	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS}
+	in.started = time.Now()
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		in.exitErr = in.cmd.Wait()
+		close(in.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-in.exited:
+		default:
+			_ = in.cmd.Process.Kill()
+			<-in.exited
+		}
+		if t.Failed() {
+			t.Logf("agent.log (last lines):\n%s", proc.Tail(in.logPath, 40))
+		}
+	})
+	return in
+}
+
+// waitPhase waits until status.json says want. Another final phase, or the agent's exit before
+// it, fails the test.
+func (in *testInstance) waitPhase(t *testing.T, want Phase, timeout time.Duration) Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := ReadStatus(filepath.Join(in.stateDir, StatusFile))
+		if err == nil && st.Phase == want {
+			return st
+		}
+		if err == nil && want != PhaseStopped && (st.Phase == PhaseFailed || st.Phase == PhaseStopped) {
+			t.Fatalf("phase %s, want %s: %s", st.Phase, want, st.Reason)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no phase %s after %s (status %+v, err %v)", want, timeout, st, err)
+		}
+		select {
+		case <-in.exited:
+			if st, err := ReadStatus(filepath.Join(in.stateDir, StatusFile)); err == nil && st.Phase == want {
+				return st
+			}
+			t.Fatalf("the agent exited (%v) before phase %s", in.exitErr, want)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitExit waits for the agent to exit and returns its exit code.
+func (in *testInstance) waitExit(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-in.exited:
+	case <-time.After(timeout):
+		t.Fatalf("the agent did not exit within %s", timeout)
+	}
+	var ee *exec.ExitError
+	switch {
+	case in.exitErr == nil:
+		return 0
+	case errors.As(in.exitErr, &ee):
+		return ee.ExitCode()
+	}
+	t.Fatalf("waiting for the agent: %v", in.exitErr)
+	return -1
+}
+
+func httpGet(url string) (int, string, error) {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// rssSumMB sums the resident memory of every process in the cgroup root's subtree.
+func rssSumMB(root string) (float64, int) {
+	hs, err := cgroups.Hierarchies()
+	if err != nil {
+		return 0, 0
+	}
+	var kb, n int
+	for _, pid := range cgroups.Procs(hs, root) {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var v int
+			if _, err := fmt.Sscanf(sc.Text(), "VmRSS: %d kB", &v); err == nil {
+				kb += v
+				n++
+			}
+		}
+		f.Close()
+	}
+	return float64(kb) / 1024, n
+}
+
+func TestIntegrationAgentBoots(t *testing.T) {
+	requireIntegration(t)
+	tmp := t.TempDir()
+	herd := buildHerd(t, tmp)
+	bundle, err := image.Build(context.Background(), "../../examples/hello/image.yaml", image.NewStore(filepath.Join(tmp, "images")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	in := startInstance(t, herd, bundle)
+	st := in.waitPhase(t, PhaseReady, 2*time.Minute)
+	var steps []string
+	for _, s := range st.Steps {
+		steps = append(steps, fmt.Sprintf("%s %.2fs", s.Name, s.Seconds))
+	}
+	t.Logf("boot steps: %s", strings.Join(steps, ", "))
+
+	// The app answers on the instance address, from the host.
+	app := fmt.Sprintf("http://%s:30080/", in.ip)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, err := httpGet(app)
+		if err == nil && code == http.StatusOK {
+			if !strings.Contains(body, `"instance":"`+in.name+`"`) {
+				t.Errorf("the app answered %q, want it to name instance %s", body, in.name)
+			}
+			t.Logf("create -> app answering: %.2fs", time.Since(in.started).Seconds())
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %q %v", app, code, body, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if mb, n := rssSumMB(in.cgroupRoot); n > 0 {
+		t.Logf("RSS just after boot (not idle): %.0f MB over %d processes", mb, n)
+	}
+
+	agentURL := fmt.Sprintf("http://%s:%d", in.ip, DefaultPort)
+	if code, body, err := httpGet(agentURL + "/readyz"); err != nil || code != http.StatusOK || strings.TrimSpace(body) != "ok" {
+		t.Errorf("/readyz = %d %q %v", code, body, err)
+	}
+	if code, _, err := httpGet(agentURL + "/livez"); err != nil || code != http.StatusOK {
+		t.Errorf("/livez = %d %v", code, err)
+	}
+	if code, body, err := httpGet(agentURL + "/metrics"); err != nil || code != http.StatusOK ||
+		!strings.Contains(body, "herd_agent_ready 1") || !strings.Contains(body, `herd_pods{phase="Running"} 1`) ||
+		!strings.Contains(body, "herd_node_memory_working_set_bytes") {
+		t.Errorf("/metrics = %d %v:\n%s", code, err, body)
+	}
+
+	kubeconfig := filepath.Join(in.stateDir, KubeconfigFile)
+	for _, f := range []string{kubeconfig, filepath.Join(in.stateDir, "pki", "tokens.csv"), filepath.Join(in.stateDir, "pki", "ca.key"), filepath.Join(in.stateDir, "pki", "sa.key")} {
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600", f, err, fi.Mode().Perm())
+		}
+	}
+	kubectl, _ := kubebin.Path("kubectl")
+	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "--no-headers").CombinedOutput()
+	if fields := strings.Fields(string(out)); err != nil || len(fields) < 2 || fields[0] != in.name || fields[1] != "Ready" {
+		t.Errorf("kubectl get nodes: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "logs", "deployment/hello").CombinedOutput(); err != nil || !strings.Contains(string(out), "serving") {
+		t.Errorf("kubectl logs (API server -> kubelet): %v\n%s", err, out)
+	}
+
+	stopAt := time.Now()
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := in.waitExit(t, 30*time.Second); code != 0 {
+		t.Errorf("exit code after SIGTERM = %d, want 0", code)
+	}
+	t.Logf("SIGTERM -> exit: %.2fs", time.Since(stopAt).Seconds())
+	st = in.waitPhase(t, PhaseStopped, time.Second)
+	if !strings.Contains(fmt.Sprint(st.Steps), "workload stopped") {
+		t.Errorf("the workload was not stopped gracefully: steps %v", st.Steps)
+	}
+	hs, err := cgroups.Hierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pids := cgroups.Procs(hs, in.cgroupRoot); len(pids) > 0 {
+		t.Errorf("processes left in %s after the agent exited: %v", in.cgroupRoot, pids)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), in.dir) {
+		t.Errorf("mounts under %s reached the host", in.dir)
+	}
+}
+
+func TestIntegrationAgentFailsOnUnavailableWorkload(t *testing.T) {
+	requireIntegration(t)
+	tmp := t.TempDir()
+	herd := buildHerd(t, tmp)
+	src := filepath.Join(tmp, "src")
+	if err := os.MkdirAll(filepath.Join(src, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"image.yaml": `apiVersion: herd.dev/v1alpha1
+kind: NodeImage
+metadata: {name: broken}
+spec:
+  manifests: manifests
+`,
+		"manifests/deployment.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: missing, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: missing}}
+  template:
+    metadata: {labels: {app: missing}}
+    spec:
+      containers:
+      - name: app
+        image: herd.local/not-in-the-bundle:v1
+        imagePullPolicy: Never
+`,
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bundle, err := image.Build(context.Background(), filepath.Join(src, "image.yaml"), image.NewStore(filepath.Join(tmp, "images")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	in := startInstance(t, herd, bundle, "--ready-timeout", "45s")
+	st := in.waitPhase(t, PhaseFailed, 2*time.Minute)
+	t.Logf("reason: %s", st.Reason)
+	for _, want := range []string{"Deployment default/missing", "herd.local/not-in-the-bundle:v1", "ErrImageNeverPull"} {
+		if !strings.Contains(st.Reason, want) {
+			t.Errorf("reason %q does not contain %q", st.Reason, want)
+		}
+	}
+	if code := in.waitExit(t, 30*time.Second); code != 1 {
+		t.Errorf("exit code = %d, want 1", code)
+	}
+	hs, err := cgroups.Hierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pids := cgroups.Procs(hs, in.cgroupRoot); len(pids) > 0 {
+		t.Errorf("processes left in %s after a failed boot: %v", in.cgroupRoot, pids)
+	}
+}
+
+func TestIntegrationAgentFailsWhenAComponentExits(t *testing.T) {
+	requireIntegration(t)
+	tmp := t.TempDir()
+	herd := buildHerd(t, tmp)
+	bundle, err := image.Build(context.Background(), "../../examples/hello/image.yaml", image.NewStore(filepath.Join(tmp, "images")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := startInstance(t, herd, bundle)
+	in.waitPhase(t, PhaseReady, 2*time.Minute)
+
+	hs, err := cgroups.Hierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	for _, pid := range cgroups.Procs(hs, in.cgroupRoot) {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if strings.TrimSpace(string(comm)) == "kube-scheduler" {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+	}
+	if !killed {
+		t.Fatal("no kube-scheduler process in the instance's cgroup")
+	}
+	st := in.waitPhase(t, PhaseFailed, 30*time.Second)
+	if !strings.Contains(st.Reason, "kube-scheduler") || !strings.Contains(st.Reason, "signal: killed") {
+		t.Errorf("reason %q does not name kube-scheduler and how it ended", st.Reason)
+	}
+	if code := in.waitExit(t, 30*time.Second); code != 1 {
+		t.Errorf("exit code = %d, want 1", code)
+	}
+	if pids := cgroups.Procs(hs, in.cgroupRoot); len(pids) > 0 {
+		t.Errorf("processes left in %s after the failure: %v", in.cgroupRoot, pids)
+	}
+}
