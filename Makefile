@@ -9,9 +9,11 @@ LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
 
-# Unit and integration tests (integration tests are named TestIntegration* and need root for real instances).
-test: build
-	$(GO) test -count=1 -timeout 30m ./...
+# Unit and integration tests. Integration tests are named TestIntegration*; those with real
+# instances need root, the Debian packages (make deps) and the Kubernetes components (make kubernetes),
+# which this target sets up first.
+test: deps kubernetes build
+	$(GO) test -count=1 -timeout 40m ./...
 
 # Unit tests only: integration tests skip themselves under -short.
 test-short:

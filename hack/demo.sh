@@ -1,55 +1,93 @@
 #!/usr/bin/env bash
-# Runs herd end to end on this machine: builds it, starts the control plane in a scratch data dir,
-# applies an example fleet, shows it converge, scales it, deletes it, and stops everything it started.
+# The quick start: sets up everything herd needs on this machine (Debian packages, the pinned
+# Kubernetes components, herd itself), builds the example's node image, starts the control plane and
+# applies examples/hello/fleet.yaml: a fleet of three real one-node Kubernetes clusters serving the
+# hello app behind herd's load balancer. It then prints where to curl and keeps running until Ctrl-C,
+# when it deletes the fleet (every instance with it) and stops the control plane.
+#
+# HERD_DEMO_DIR  where state goes (default /tmp/herd-demo: short, because socket paths are bounded)
+# DEMO_EXIT=1    verify the fleet serves, then clean up and exit instead of waiting for Ctrl-C
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
-work=$(mktemp -d /tmp/herd-demo.XXXXXX)
-export HERD_CONFIG="$work/config"
-herd=./bin/herd
+dir=${HERD_DEMO_DIR:-/tmp/herd-demo}
+export HERD_CONFIG="$dir/config"
+herd=$PWD/bin/herd
 up_pid=""
-cleanup() {
-  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
-    kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 step() { printf '\n==> %s\n' "$*"; }
 
+if [ "$(id -u)" != 0 ]; then
+  echo "herd's local instances need root (network namespaces, cgroups, mounts): run make demo as root" >&2
+  exit 1
+fi
+
+cleanup() {
+  trap - EXIT INT TERM
+  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+    step "deleting the fleet and its instances"
+    "$herd" delete fleet hello >/dev/null 2>&1 || true
+    for _ in $(seq 120); do
+      [ -z "$("$herd" get instances 2>/dev/null)" ] && break
+      sleep 0.5
+    done
+    "$herd" get instances 2>/dev/null || true
+    step "stopping the control plane"
+    kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+step "installing dependencies (hack/install-deps.sh)"
+./hack/install-deps.sh
+step "building the pinned Kubernetes components (hack/kubernetes/build.sh; 6-8 minutes the first time)"
+./hack/kubernetes/build.sh
 step "building herd"
 make -s build
 
-step "starting the control plane (herd up --provider fake), log in $work/up.log"
-$herd up --provider fake --data-dir "$work/data" --listen 127.0.0.1:0 >"$work/up.log" 2>&1 &
+mkdir -p "$dir"
+step "building the node image (herd image build -f examples/hello/image.yaml)"
+"$herd" image build -f examples/hello/image.yaml --data-dir "$dir/data"
+
+step "starting the control plane (herd up), log in $dir/up.log"
+"$herd" up --data-dir "$dir/data" --listen 127.0.0.1:0 >"$dir/up.log" 2>&1 &
 up_pid=$!
-for _ in $(seq 100); do [ -s "$HERD_CONFIG" ] && $herd get fleets >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 100); do
+  "$herd" get fleets >/dev/null 2>&1 && break
+  kill -0 "$up_pid" 2>/dev/null || { cat "$dir/up.log" >&2; exit 1; }
+  sleep 0.1
+done
 
-wait_ready() { # fleet desired
-  for _ in $(seq 100); do
-    ready=$($herd get fleet "$1" | awk 'NR==2 {print $2}')
-    [ "$ready" = "$2/$2" ] && return 0
-    sleep 0.2
-  done
-  echo "fleet $1 did not reach $2 ready instances" >&2; return 1
-}
-
-step "herd apply -f examples/fleet-fake.yaml"
-$herd apply -f examples/fleet-fake.yaml
-wait_ready demo 3
-$herd get fleets
-$herd get instances
-
-step "herd scale fleet demo --replicas 5"
-$herd scale fleet demo --replicas 5
-wait_ready demo 5
-$herd describe fleet demo
-
-step "herd delete fleet demo"
-$herd delete fleet demo
-for _ in $(seq 100); do [ -z "$($herd get instances 2>/dev/null)" ] && break; sleep 0.1; done
-$herd events
+step "herd apply -f examples/hello/fleet.yaml"
+"$herd" apply -f examples/hello/fleet.yaml
+start=$(date +%s)
+while :; do
+  ready=$("$herd" get fleet hello | awk 'NR==2 {print $2}')
+  printf '\r   %ss: %s instances ready ' "$(( $(date +%s) - start ))" "$ready"
+  [ "$ready" = "3/3" ] && break
+  if [ $(( $(date +%s) - start )) -gt 300 ]; then
+    echo; "$herd" describe fleet hello; echo "the fleet did not become ready in 5 minutes" >&2; exit 1
+  fi
+  sleep 1
+done
 echo
-echo "demo finished: the control plane is stopped and its scratch directory removed."
+"$herd" get instances -o wide
+
+step "the app answers on every instance"
+for ip in $("$herd" get instances -o json | sed -n 's/.*"address": "\([0-9.]*\)".*/\1/p'); do
+  printf '   curl http://%s:30080/  ->  %s\n' "$ip" "$(curl -s --max-time 5 "http://$ip:30080/")"
+done
+
+if curl -s --max-time 2 -o /dev/null http://127.0.0.1:8080/ 2>/dev/null; then
+  step "through herd's load balancer"
+  for _ in 1 2 3; do printf '   curl http://127.0.0.1:8080/  ->  %s\n' "$(curl -s --max-time 5 http://127.0.0.1:8080/)"; done
+fi
+
+if [ "${DEMO_EXIT:-0}" = 1 ]; then
+  exit 0
+fi
+echo
+echo "The fleet is serving. Try: curl http://127.0.0.1:8080/   (HERD_CONFIG=$HERD_CONFIG $herd get instances)"
+echo "Press Ctrl-C to delete the fleet and stop the control plane."
+wait "$up_pid"
