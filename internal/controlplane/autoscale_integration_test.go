@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,18 +23,9 @@ func TestIntegrationAutoscaleOnLoadStep(t *testing.T) {
 		t.Skip("integration test")
 	}
 	instancePort, lbPort := freePort(t), freePort(t)
-	for i := 1; i <= 8; i++ {
-		addr := net.JoinHostPort(fmt.Sprintf("127.1.0.%d", i), strconv.Itoa(instancePort))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Skipf("cannot listen on %s (loopback range not routable here): %v", addr, err)
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "hello from %s\n", addr)
-		})}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-	}
+	loopbackBackends(t, 8, instancePort, func(addr string, w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s\n", addr)
+	})
 
 	c := newCluster(t)
 	c.up()

@@ -25,6 +25,22 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// loopbackBackends serves HTTP on 127.1.0.1 to 127.1.0.n, port port: the addresses the fake
+// provider gives the first instances of a fresh data dir, so these servers stand in for the
+// instances' workloads. handle gets the address of the backend that answers.
+func loopbackBackends(t *testing.T, n, port int, handle func(addr string, w http.ResponseWriter, r *http.Request)) {
+	for i := 1; i <= n; i++ {
+		addr := net.JoinHostPort(fmt.Sprintf("127.1.0.%d", i), strconv.Itoa(port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("cannot listen on %s (loopback range not routable here): %v", addr, err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(addr, w, r) })}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+}
+
 // TestIntegrationLoadBalancerServesFleet runs herd up with the fake provider, whose instances get
 // the loopback addresses 127.1.0.1, .2, .3 in a fresh data dir; real HTTP servers stand in for the
 // instances' workloads on those addresses. It checks that herd's load balancer sends real requests
@@ -36,20 +52,11 @@ func TestIntegrationLoadBalancerServesFleet(t *testing.T) {
 	}
 	instancePort, lbPort := freePort(t), freePort(t)
 	var served sync.Map // backend address -> count
-	for i := 1; i <= 3; i++ {
-		addr := net.JoinHostPort(fmt.Sprintf("127.1.0.%d", i), strconv.Itoa(instancePort))
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Skipf("cannot listen on %s (loopback range not routable here): %v", addr, err)
-		}
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := served.LoadOrStore(addr, new(atomic.Int64))
-			n.(*atomic.Int64).Add(1)
-			fmt.Fprintf(w, "hello from %s\n", addr)
-		})}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-	}
+	loopbackBackends(t, 3, instancePort, func(addr string, w http.ResponseWriter, r *http.Request) {
+		n, _ := served.LoadOrStore(addr, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		fmt.Fprintf(w, "hello from %s\n", addr)
+	})
 
 	c := newCluster(t)
 	c.up()

@@ -33,6 +33,7 @@ import (
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/provider/local/localtest"
 )
 
 const appPort = 30080
@@ -233,7 +234,7 @@ type procRSS struct {
 
 // cgroupRSS sums VmRSS over every process of the cgroup subtree root in every hierarchy.
 func cgroupRSS(root string) (int64, []procRSS, error) {
-	pids, err := cgroupPIDs(root)
+	pids, err := localtest.CgroupPIDs(root)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -278,62 +279,10 @@ func readRSS(pid int) (string, int64, bool) {
 	return name, kb, name != ""
 }
 
-// cgroupHierarchies lists the mount points of the cgroup file systems.
-func cgroupHierarchies() ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.Fields(l)
-		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				if f[i+1] == "cgroup" || f[i+1] == "cgroup2" {
-					out = append(out, f[4])
-				}
-				break
-			}
-		}
-	}
-	return out, nil
-}
-
-func cgroupPIDs(root string) ([]int, error) {
-	hier, err := cgroupHierarchies()
-	if err != nil {
-		return nil, err
-	}
-	set := map[int]bool{}
-	for _, h := range hier {
-		_ = filepath.WalkDir(filepath.Join(h, root), func(p string, d os.DirEntry, err error) error {
-			if err != nil || !d.IsDir() {
-				return nil
-			}
-			data, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-			if err != nil {
-				return nil
-			}
-			for _, s := range strings.Fields(string(data)) {
-				if pid, err := strconv.Atoi(s); err == nil {
-					set[pid] = true
-				}
-			}
-			return nil
-		})
-	}
-	out := make([]int, 0, len(set))
-	for p := range set {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out, nil
-}
-
 // cpuUsage is the CPU time the cgroup subtree root has used: cpuacct.usage on cgroup v1,
 // cpu.stat usage_usec on v2.
 func cpuUsage(root string) (time.Duration, error) {
-	hier, err := cgroupHierarchies()
+	hier, err := localtest.CgroupHierarchies()
 	if err != nil {
 		return 0, err
 	}

@@ -148,7 +148,7 @@ func Leftovers(o Owned) ([]string, error) {
 			out = append(out, "link "+l)
 		}
 	}
-	hier, err := cgroupHierarchies()
+	hier, err := CgroupHierarchies()
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,8 @@ func linkNames() ([]string, error) {
 	return names, nil
 }
 
-func cgroupHierarchies() ([]string, error) {
+// CgroupHierarchies lists the mount points of the cgroup file systems.
+func CgroupHierarchies() ([]string, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -301,7 +302,7 @@ func cgroupHierarchies() ([]string, error) {
 
 // cgroupTops lists "<hierarchy>/<top-level cgroup>" for every hierarchy.
 func cgroupTops() ([]string, error) {
-	hier, err := cgroupHierarchies()
+	hier, err := CgroupHierarchies()
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +406,7 @@ func sortedKeys(m map[string]bool) []string {
 // CgroupPIDs returns the pids in the cgroup subtree root (e.g. "/herd-<instance>") of every
 // hierarchy: every process of a local instance.
 func CgroupPIDs(root string) ([]int, error) {
-	hier, err := cgroupHierarchies()
+	hier, err := CgroupHierarchies()
 	if err != nil {
 		return nil, err
 	}
