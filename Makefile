@@ -39,6 +39,12 @@ bench-lb: build
 bench-instance: build deps kubernetes
 	$(GO) run ./hack/bench/instance -herd $(BIN)/herd
 
+# Kills -9 one of three real local instances of examples/hello under load through herd's load
+# balancer (the end-to-end test TestIntegrationFailover; needs root). Its last line is the figures.
+.PHONY: bench-failover
+bench-failover: build deps kubernetes
+	$(GO) run ./hack/bench/failover
+
 # Debian packages needed by real instances and benchmarks.
 deps:
 	./hack/install-deps.sh

@@ -1,0 +1,491 @@
+// Package e2e holds herd's end-to-end tests: a real `herd up` with the local provider, real
+// one-node Kubernetes instances of examples/hello, and real HTTP load through herd's load
+// balancer. They need root and the host dependencies (make deps, make kubernetes) and skip
+// otherwise, and under -short.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/provider/local/localtest"
+)
+
+const (
+	helloPort   = 30080
+	fleetName   = "failover"
+	replicas    = 3
+	clients     = 8
+	bootLimit   = 4 * time.Minute
+	gracePeriod = 15 * time.Second
+)
+
+// env is one herd up with the local provider on a data directory of the test's own.
+type env struct {
+	t       *testing.T
+	root    string // module root
+	dir     string // short temporary directory: config, data dir, logs
+	data    string // herd up's data directory
+	bin     string
+	up      *exec.Cmd
+	upDone  chan struct{}
+	upLog   string
+	lbPort  int
+	mu      sync.Mutex
+	created map[string]bool // every instance name seen
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real instances: skipped under -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("real instances need root (network namespaces, bridges, cgroups)")
+	}
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	// Short: containerd's sockets live under the data directory, and a unix socket path has at
+	// most 104 usable bytes (t.TempDir() is too long for that).
+	dir, err := os.MkdirTemp("", "hf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, root: root, dir: dir, data: filepath.Join(dir, "d"), bin: filepath.Join(dir, "herd"),
+		upLog: filepath.Join(dir, "up.log"), created: map[string]bool{}}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	build := exec.Command("go", "build", "-o", e.bin, "./cmd/herd")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/herd: %v\n%s", err, out)
+	}
+	if err := local.CheckHost(e.bin); err != nil {
+		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)
+	}
+	return e
+}
+
+func (e *env) herd(args ...string) (string, error) {
+	cmd := exec.Command(e.bin, args...)
+	cmd.Env = append(os.Environ(), "HERD_CONFIG="+filepath.Join(e.dir, "config"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// waitFor polls cond until it returns "" or timeout passes, then fails with cond's last word.
+func (e *env) waitFor(timeout, every time.Duration, cond func() string) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("after %s: %s", timeout, msg)
+		}
+		select {
+		case <-time.After(every):
+		case <-e.upDone:
+			if msg := cond(); msg == "" {
+				return
+			}
+			log, _ := os.ReadFile(e.upLog)
+			e.t.Fatalf("herd up exited while waiting (%s):\n%s", msg, tail(string(log), 40))
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (e *env) startUp() {
+	e.t.Helper()
+	logf, err := os.Create(e.upLog)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.up = exec.Command(e.bin, "up", "--provider", "local", "--data-dir", e.data,
+		"--listen", "127.0.0.1:0", "--lb-address", "127.0.0.1")
+	e.up.Env = append(os.Environ(), "HERD_CONFIG="+filepath.Join(e.dir, "config"))
+	e.up.Stdout, e.up.Stderr = logf, logf
+	if err := e.up.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.upDone = make(chan struct{})
+	go func() { _ = e.up.Wait(); logf.Close(); close(e.upDone) }()
+	e.waitFor(30*time.Second, 100*time.Millisecond, func() string {
+		if out, err := e.herd("get", "fleets"); err != nil {
+			return "herd get fleets: " + strings.TrimSpace(out)
+		}
+		return ""
+	})
+}
+
+func (e *env) instances() []v1alpha1.Instance {
+	out, err := e.herd("get", "instances", "-o", "json")
+	if err != nil {
+		return nil
+	}
+	var ins []v1alpha1.Instance
+	if json.Unmarshal([]byte(out), &ins) != nil {
+		return nil
+	}
+	e.mu.Lock()
+	for _, in := range ins {
+		e.created[in.Metadata.Name] = true
+	}
+	e.mu.Unlock()
+	return ins
+}
+
+// cleanup deletes the fleet, stops herd up, removes whatever instance is left through the
+// provider's data directory (when herd up died) and checks that nothing is left on the host.
+func (e *env) cleanup(before localtest.Snapshot) {
+	t := e.t
+	if e.up != nil {
+		select {
+		case <-e.upDone:
+		default:
+			if out, err := e.herd("delete", "fleet", fleetName); err != nil {
+				t.Logf("delete fleet: %v %s", err, out)
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for time.Now().Before(deadline) {
+				if ins := e.instances(); ins != nil && len(ins) == 0 {
+					break
+				}
+				select {
+				case <-time.After(250 * time.Millisecond):
+				case <-e.upDone:
+				}
+			}
+			_ = e.up.Process.Signal(syscall.SIGINT)
+			select {
+			case <-e.upDone:
+			case <-time.After(time.Minute):
+				t.Errorf("herd up did not stop within a minute of SIGINT; killing it")
+				_ = e.up.Process.Kill()
+				<-e.upDone
+			}
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(e.upLog)
+			t.Logf("herd up log (tail):\n%s", tail(string(log), 60))
+		}
+	}
+	p, err := local.New(local.Options{DataDir: e.data, HerdBinary: e.bin})
+	if err != nil {
+		t.Errorf("local provider for cleanup: %v", err)
+		return
+	}
+	ctx := context.Background()
+	if left, err := p.List(ctx, provider.ListOptions{}); err == nil {
+		for _, in := range left {
+			e.created[in.Name] = true
+			t.Errorf("instance %s left after herd up stopped; deleting it", in.Name)
+			if err := p.Delete(ctx, in.Name); err != nil {
+				t.Errorf("delete %s: %v", in.Name, err)
+			}
+		}
+	}
+	o := localtest.Owned{Dirs: []string{e.data}, Links: []string{p.BridgeName("local")}}
+	for n := range e.created {
+		ns, veth, cg := local.HostNames(n)
+		o.Netns = append(o.Netns, ns)
+		o.Links = append(o.Links, veth)
+		o.Cgroups = append(o.Cgroups, strings.TrimPrefix(cg, "/"))
+		o.Gone = append(o.Gone, p.InstanceDir(n))
+	}
+	localtest.AssertClean(t, before, o)
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// result is one GET through the load balancer.
+type result struct {
+	at       time.Time // when the response (or error) arrived
+	instance string    // the instance the hello app names
+	err      error
+}
+
+// load runs clients keep-alive clients against url until stop is closed, limit passes or max
+// requests were made, and records every result.
+type load struct {
+	mu      sync.Mutex
+	results []result
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startLoad(url string, limit time.Duration, max int) *load {
+	l := &load{stop: make(chan struct{})}
+	end := time.Now().Add(limit)
+	for range clients {
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		l.wg.Go(func() {
+			defer client.CloseIdleConnections()
+			for time.Now().Before(end) {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				r := get(client, url)
+				l.mu.Lock()
+				l.results = append(l.results, r)
+				n := len(l.results)
+				l.mu.Unlock()
+				if n >= max {
+					return
+				}
+			}
+		})
+	}
+	return l
+}
+
+func get(client *http.Client, url string) result {
+	resp, err := client.Get(url)
+	if err != nil {
+		return result{at: time.Now(), err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	r := result{at: time.Now(), err: err}
+	if err != nil {
+		return r
+	}
+	if resp.StatusCode != http.StatusOK {
+		r.err = fmt.Errorf("status %d: %q", resp.StatusCode, body)
+		return r
+	}
+	var reply struct {
+		Instance string `json:"instance"`
+	}
+	if err := json.Unmarshal(body, &reply); err != nil || reply.Instance == "" {
+		r.err = fmt.Errorf("unexpected body %q", body)
+	}
+	r.instance = reply.Instance
+	return r
+}
+
+func (l *load) snapshot() []result {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]result(nil), l.results...)
+}
+
+func (l *load) finish() []result {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+	return l.snapshot()
+}
+
+// killInstance kills -9 every process in the instance's cgroup subtree until none is left.
+func killInstance(t *testing.T, name string) {
+	_, _, root := local.HostNames(name)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids, err := localtest.CgroupPIDs(root)
+		if err != nil {
+			t.Fatalf("pids of %s: %v", name, err)
+		}
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of %s still alive after kill -9: %v", name, pids)
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				t.Fatalf("kill -9 %d: %v", pid, err)
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // let the kernel reap before reading the cgroup again
+	}
+}
+
+// TestIntegrationFailover kills -9 one of three real instances of the hello example under steady
+// load through herd's load balancer, and checks that no request fails, that the load balancer
+// stops sending the instance traffic within a second, and that a replacement serves within 20 s.
+// Its figures line is what make bench-failover reports.
+func TestIntegrationFailover(t *testing.T) {
+	e := newEnv(t)
+	before := localtest.Take(t)
+	t.Cleanup(func() { e.cleanup(before) })
+
+	if out, err := e.herd("image", "build", "-f", filepath.Join(e.root, "examples", "hello", "image.yaml"), "--data-dir", e.data); err != nil {
+		t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
+	}
+	e.startUp()
+	e.lbPort = freePort(t)
+	fleet := filepath.Join(e.dir, "fleet.yaml")
+	if err := os.WriteFile(fleet, fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
+kind: Fleet
+metadata: {name: %s}
+spec:
+  image: hello
+  replicas: {min: 1, max: 10, desired: %d}
+  listeners: [{name: http, port: %d, instancePort: %d, protocol: http}]
+  healthCheck: {path: /healthz, port: %d, interval: 250ms, timeout: 200ms, unhealthyThreshold: 2, healthyThreshold: 1, gracePeriod: %s}
+  regions: [{name: local, provider: local}]
+`, fleetName, replicas, e.lbPort, helloPort, helloPort, gracePeriod), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.herd("apply", "-f", fleet); err != nil {
+		t.Fatalf("herd apply: %v\n%s", err, out)
+	}
+	var ready []v1alpha1.Instance
+	e.waitFor(bootLimit, 500*time.Millisecond, func() string {
+		ready = ready[:0]
+		var states []string
+		for _, in := range e.instances() {
+			states = append(states, fmt.Sprintf("%s %s/%s", in.Metadata.Name, in.Status.Phase, in.Status.LBHealth))
+			if in.Status.Phase == v1alpha1.InstancePhase("Ready") && in.Status.LBHealth == "healthy" {
+				ready = append(ready, in)
+			}
+		}
+		if len(ready) != replicas {
+			return fmt.Sprintf("want %d instances Ready and healthy, have: %s", replicas, strings.Join(states, ", "))
+		}
+		return ""
+	})
+	original := map[string]bool{}
+	for _, in := range ready {
+		original[in.Metadata.Name] = true
+	}
+	victim := ready[0]
+	name := victim.Metadata.Name
+
+	url := fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort)
+	l := startLoad(url, 3*time.Minute, 2_000_000)
+	defer l.finish()
+	// Steady state: every instance serves, and the victim is out of its boot grace period (so
+	// that failing health checks count against it).
+	e.waitFor(30*time.Second, 50*time.Millisecond, func() string {
+		seen := map[string]bool{}
+		for _, r := range l.snapshot() {
+			seen[r.instance] = true
+		}
+		for n := range original {
+			if !seen[n] {
+				return "no response from " + n + " yet"
+			}
+		}
+		if victim.Status.CreatedAt != nil && time.Since(*victim.Status.CreatedAt) < gracePeriod+time.Second {
+			return "the victim is still in its boot grace period"
+		}
+		return ""
+	})
+
+	killedAt := time.Now()
+	killInstance(t, name)
+	t.Logf("killed every process of %s in %s", name, time.Since(killedAt).Round(time.Millisecond))
+
+	// Ejection as the load balancer reports it: the victim's health is no longer healthy (or it
+	// is gone). Polled through the API, so the figure includes up to one poll's latency.
+	var ejected time.Duration
+	e.waitFor(10*time.Second, 10*time.Millisecond, func() string {
+		ins := e.instances()
+		if ins == nil {
+			return "herd get instances failed"
+		}
+		for _, in := range ins {
+			if in.Metadata.Name == name && in.Status.LBHealth == "healthy" {
+				return name + " still healthy in the load balancer"
+			}
+		}
+		ejected = time.Since(killedAt)
+		return ""
+	})
+
+	// Replacement: the first response through the load balancer from an instance that was not
+	// one of the original three.
+	var replacement time.Duration
+	var newName string
+	e.waitFor(90*time.Second, 50*time.Millisecond, func() string {
+		e.instances() // record names for the leak check
+		for _, r := range l.snapshot() {
+			if r.err == nil && r.instance != "" && !original[r.instance] {
+				replacement, newName = r.at.Sub(killedAt), r.instance
+				return ""
+			}
+		}
+		return "no response from a replacement instance yet"
+	})
+	// A little more load on the new set, then stop.
+	settle := time.Now()
+	e.waitFor(10*time.Second, 50*time.Millisecond, func() string {
+		if time.Since(settle) < time.Second {
+			return "settling"
+		}
+		return ""
+	})
+	results := l.finish()
+
+	failed := 0
+	var lastVictim time.Time
+	perInstance := map[string]int{}
+	for _, r := range results {
+		if r.err != nil {
+			failed++
+			if failed <= 10 {
+				t.Logf("failed request at kill%+dms: %v", r.at.Sub(killedAt).Milliseconds(), r.err)
+			}
+			continue
+		}
+		perInstance[r.instance]++
+		if r.instance == name && r.at.After(lastVictim) {
+			lastVictim = r.at
+		}
+	}
+	t.Logf("%d requests through the load balancer, per instance: %v", len(results), perInstance)
+	t.Logf("last response from %s at kill%+dms; load balancer reported it unhealthy after %d ms; replacement %s served after %.2f s",
+		name, lastVictim.Sub(killedAt).Milliseconds(), ejected.Milliseconds(), newName, replacement.Seconds())
+	t.Logf("failover: failed_requests=%d ejection_ms=%d replacement_ready_s=%.2f", failed, ejected.Milliseconds(), replacement.Seconds())
+	if failed != 0 {
+		t.Errorf("%d of %d requests failed, want 0", failed, len(results))
+	}
+	if ejected > time.Second {
+		t.Errorf("the load balancer took %s to stop sending %s traffic, want <= 1s", ejected, name)
+	}
+	if replacement > 20*time.Second {
+		t.Errorf("a replacement served after %s, want <= 20s", replacement)
+	}
+}
