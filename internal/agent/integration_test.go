@@ -21,6 +21,7 @@ import (
 	"herd.dev/herd/internal/agent/proc"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/kubebin"
+	"herd.dev/herd/internal/provider/local/localtest"
 )
 
 // The integration tests boot real instances: they need root, `make deps` and `make kubernetes`.
@@ -46,6 +47,7 @@ func requireIntegration(t *testing.T) {
 			t.Skipf("%s not found on PATH (run make deps)", bin)
 		}
 	}
+	localtest.Exclusive(t)
 }
 
 var instanceSeq atomic.Int32

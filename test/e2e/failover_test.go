@@ -81,6 +81,7 @@ func newEnv(t *testing.T) *env {
 	if err := local.CheckHost(e.bin); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)
 	}
+	localtest.Exclusive(t)
 	return e
 }
 

@@ -75,6 +75,7 @@ func realEnv(t *testing.T) (*local.Provider, string) {
 	if out, err := exec.Command(bin, "agent", "--help").CombinedOutput(); err != nil {
 		t.Skipf("this herd build has no agent command yet: %v: %s", err, bytes.TrimSpace(out))
 	}
+	localtest.Exclusive(t)
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -335,6 +335,13 @@ func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error 
 		return err
 	}
 	defer lk.unlock()
+	// Subnets are chosen from what the host shows. Two data directories choosing at once would
+	// both see the same /24 free, so the choice and the bridge creation also hold a host-wide lock.
+	hostLk, err := lockFile(hostLockPath, true)
+	if err != nil {
+		return err
+	}
+	defer hostLk.unlock()
 	regions, err := readRegions(p.regionsDir())
 	if err != nil {
 		return err

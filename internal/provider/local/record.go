@@ -58,6 +58,8 @@ type record struct {
 const (
 	recordFile   = "instance.json"
 	lockFileName = "lock"
+	// hostLockPath serialises subnet choice and bridge creation across every data directory.
+	hostLockPath = "/run/herd-local-provider.lock"
 	agentDirName = "agent"
 	agentLogName = "agent.log"
 	statusFile   = "status.json"

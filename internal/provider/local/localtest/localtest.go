@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -436,4 +437,33 @@ func CgroupPIDs(root string) ([]int, error) {
 	}
 	sort.Ints(out)
 	return out, nil
+}
+
+// exclusiveLock is the machine-wide lock tests take before booting real instances.
+const exclusiveLock = "/run/herd-real-instance-tests.lock"
+
+// Exclusive makes the calling test the only one booting real instances on this machine until it
+// ends. Test packages run in parallel; real instances from several of them at once would compete
+// for the two cores (failing tests on timing, not on behaviour) and would show up in each other's
+// leak checks. Call it before Take.
+func Exclusive(t testing.TB) {
+	t.Helper()
+	f, err := os.OpenFile(exclusiveLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("open %s: %v", exclusiveLock, err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		t.Fatalf("lock %s: %v", exclusiveLock, err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	})
 }
