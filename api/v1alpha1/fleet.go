@@ -185,8 +185,55 @@ type FleetStatus struct {
 	Phase string `json:"phase,omitempty"`
 	// Message explains the phase when it is not Ready.
 	Message string `json:"message,omitempty"`
+	// Rollout is the progress of the latest BlueGreen or Canary rollout, kept here so that a
+	// restarted controller resumes it from the step it had reached.
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// History lists the revisions the fleet has served, newest first (at most 10).
+	History []RevisionHistory `json:"history,omitempty"`
 	// LastReconcile is when the controller last wrote this status.
 	LastReconcile *time.Time `json:"lastReconcile,omitempty"`
+}
+
+// Rollout phases.
+const (
+	RolloutProgressing = "Progressing"
+	RolloutPaused      = "Paused"
+	RolloutSucceeded   = "Succeeded"
+	RolloutRolledBack  = "RolledBack"
+	RolloutFailed      = "Failed"
+)
+
+// RolloutStatus is the state of one rollout from PreviousRevision to Revision.
+type RolloutStatus struct {
+	// Revision is the revision being rolled out.
+	Revision string `json:"revision"`
+	// PreviousRevision is the revision serving when the rollout began (the stable one).
+	PreviousRevision string `json:"previousRevision,omitempty"`
+	// Strategy is the strategy the rollout follows.
+	Strategy RolloutStrategy `json:"strategy"`
+	// Step is the canary step in progress (0-based; len(steps) while promoting), or for BlueGreen
+	// 0 before the switch and 1 after it.
+	Step int32 `json:"step"`
+	// StepStartedAt is when the current step's weights were applied.
+	StepStartedAt *time.Time `json:"stepStartedAt,omitempty"`
+	// Phase is Progressing, Paused, Succeeded, RolledBack or Failed.
+	Phase string `json:"phase"`
+	// Message explains the phase.
+	Message string `json:"message,omitempty"`
+	// Weights are the percent of traffic each revision receives while the rollout runs.
+	Weights map[string]int32 `json:"weights,omitempty"`
+}
+
+// RevisionHistory records when a revision was the one serving.
+type RevisionHistory struct {
+	// Revision is the revision's name.
+	Revision string `json:"revision"`
+	// Image is the node image digest it boots from.
+	Image string `json:"image"`
+	// Since is when it became the serving revision.
+	Since time.Time `json:"since"`
+	// Until is when another revision replaced it; unset while it serves.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // RevisionStatus describes one revision of a fleet.

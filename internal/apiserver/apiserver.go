@@ -62,6 +62,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/fleets/{name}", s.getFleet)
 	s.mux.HandleFunc("POST /v1/apply", s.apply)
 	s.mux.HandleFunc("PUT /v1/fleets/{name}/scale", s.scaleFleet)
+	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/undo", s.undoRollout)
 	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
 	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)
@@ -280,30 +281,55 @@ func (s *Server) scaleFleet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("malformed scale request: %w", err))
 		return
 	}
-	for attempt := 0; ; attempt++ {
-		f, err := store.GetObject[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets, name)
-		if err != nil {
-			s.storeError(w, r, "fleet "+strconv.Quote(name), err)
-			return
-		}
+	f, err := s.updateFleet(r, name, func(f *v1alpha1.Fleet) (bool, error) {
 		rp := f.Spec.Replicas
 		switch {
 		case req.Replicas < 0:
-			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Errorf("--replicas must be >= 0 (got %d)", req.Replicas))
-			return
+			return false, refuse(http.StatusUnprocessableEntity, "--replicas must be >= 0 (got %d)", req.Replicas)
 		case req.Replicas < *rp.Min:
-			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Errorf("--replicas %d is below spec.replicas.min (%d): lower min in the fleet spec and apply it first", req.Replicas, *rp.Min))
-			return
+			return false, refuse(http.StatusUnprocessableEntity, "--replicas %d is below spec.replicas.min (%d): lower min in the fleet spec and apply it first", req.Replicas, *rp.Min)
 		case req.Replicas > *rp.Max:
-			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Errorf("--replicas %d is above spec.replicas.max (%d): raise max in the fleet spec and apply it first", req.Replicas, *rp.Max))
-			return
-		}
-		if *rp.Desired == req.Replicas {
-			writeJSON(w, http.StatusOK, f)
-			return
+			return false, refuse(http.StatusUnprocessableEntity, "--replicas %d is above spec.replicas.max (%d): raise max in the fleet spec and apply it first", req.Replicas, *rp.Max)
+		case *rp.Desired == req.Replicas:
+			return false, nil
 		}
 		d := req.Replicas
 		f.Spec.Replicas.Desired = &d
+		return true, nil
+	})
+	if err != nil {
+		s.updateError(w, r, name, err)
+		return
+	}
+	s.log.Info("fleet scaled", "fleet", name, "replicas", req.Replicas)
+	writeJSON(w, http.StatusOK, f)
+}
+
+// refusal is a request refused for a reason the client must fix; updateError answers with its code.
+type refusal struct {
+	code int
+	err  error
+}
+
+func (e *refusal) Error() string { return e.err.Error() }
+
+func refuse(code int, format string, args ...any) error {
+	return &refusal{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// updateFleet reads a fleet, lets change modify it and writes it back conditional on the version
+// it read, retrying a few times when someone else wrote in between. change returns false when
+// there is nothing to write; the generation is bumped when there is.
+func (s *Server) updateFleet(r *http.Request, name string, change func(*v1alpha1.Fleet) (bool, error)) (*v1alpha1.Fleet, error) {
+	for attempt := 0; ; attempt++ {
+		f, err := store.GetObject[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets, name)
+		if err != nil {
+			return nil, err
+		}
+		changed, err := change(f)
+		if err != nil || !changed {
+			return f, err
+		}
 		f.Metadata.Generation++
 		op, err := store.PutOp(store.Fleets, f)
 		if err == nil {
@@ -312,14 +338,18 @@ func (s *Server) scaleFleet(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, store.ErrConflict) && attempt < 5 {
 			continue
 		}
-		if err != nil {
-			s.storeError(w, r, "fleet "+strconv.Quote(name), err)
-			return
-		}
-		s.log.Info("fleet scaled", "fleet", name, "replicas", req.Replicas)
-		writeJSON(w, http.StatusOK, f)
+		return f, err
+	}
+}
+
+// updateError answers for a failed updateFleet.
+func (s *Server) updateError(w http.ResponseWriter, r *http.Request, name string, err error) {
+	var rf *refusal
+	if errors.As(err, &rf) {
+		s.fail(w, r, rf.code, rf.err)
 		return
 	}
+	s.storeError(w, r, "fleet "+strconv.Quote(name), err)
 }
 
 func (s *Server) deleteFleet(w http.ResponseWriter, r *http.Request) {
@@ -411,4 +441,28 @@ func flush(w io.Writer) {
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// undoRollout points the fleet's image back at the revision that served before the current one
+// (from the status history). The controller then rolls back to it: by weights alone while that
+// revision's instances still exist, otherwise as a new rollout.
+func (s *Server) undoRollout(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var target v1alpha1.RevisionHistory
+	f, err := s.updateFleet(r, name, func(f *v1alpha1.Fleet) (bool, error) {
+		for _, h := range f.Status.History {
+			if h.Revision != f.Status.CurrentRevision && h.Image != "" {
+				target = h
+				f.Spec.Image = h.Image
+				return true, nil
+			}
+		}
+		return false, refuse(http.StatusConflict, "fleet %q has no earlier revision to go back to (see herd rollout history %s)", name, name)
+	})
+	if err != nil {
+		s.updateError(w, r, name, err)
+		return
+	}
+	s.log.Info("rollout undone", "fleet", name, "revision", target.Revision, "image", target.Image)
+	writeJSON(w, http.StatusOK, f)
 }

@@ -169,3 +169,38 @@ func TestBodyLimit(t *testing.T) {
 		t.Fatalf("3 MB body: %d, want 400", resp.StatusCode)
 	}
 }
+
+// Undo points the fleet at the image of the revision that served before the current one, and
+// refuses when there is none.
+func TestRolloutUndo(t *testing.T) {
+	srv, st := newServer(t)
+	call(t, srv, token, "POST", "/v1/apply", fleetJSON("web", nil))
+	if code, body := call(t, srv, token, "POST", "/v1/fleets/web/rollout/undo", ""); code != 409 || !strings.Contains(body, "no earlier revision") {
+		t.Fatalf("undo without history: %d %s", code, body)
+	}
+	ctx := t.Context()
+	f, err := store.GetObject[v1alpha1.Fleet](ctx, st, store.Fleets, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Spec.Image = "sha256:new"
+	f.Status.CurrentRevision = "web-new"
+	f.Status.History = []v1alpha1.RevisionHistory{{Revision: "web-new", Image: "sha256:new"}, {Revision: "web-old", Image: "sha256:old"}}
+	op, err := store.PutOp(store.Fleets, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Txn(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := call(t, srv, token, "POST", "/v1/fleets/web/rollout/undo", ""); code != 200 {
+		t.Fatalf("undo: %d %s", code, body)
+	}
+	f, err = store.GetObject[v1alpha1.Fleet](ctx, st, store.Fleets, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Spec.Image != "sha256:old" {
+		t.Fatalf("image after undo %q, want sha256:old", f.Spec.Image)
+	}
+}

@@ -59,6 +59,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newGetCmd(g),
 		newDescribeCmd(g),
 		newScaleCmd(g),
+		newRolloutCmd(g),
 		newDeleteCmd(g),
 		newEventsCmd(g),
 		newVersionCmd(g),

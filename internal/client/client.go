@@ -198,3 +198,12 @@ func (c *Client) WatchEvents(ctx context.Context, object string, limit int, fn f
 	}
 	return sc.Err()
 }
+
+// UndoRollout sends a fleet back to the revision that served before the current one.
+func (c *Client) UndoRollout(ctx context.Context, name string) (*v1alpha1.Fleet, error) {
+	var f v1alpha1.Fleet
+	if err := c.do(ctx, http.MethodPost, "/v1/fleets/"+url.PathEscape(name)+"/rollout/undo", nil, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}

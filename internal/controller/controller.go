@@ -54,6 +54,9 @@ type Options struct {
 	// themselves (e.g. a broken image): base, doubling with each failure in a row, up to max.
 	// Defaults: 10s and 5m.
 	HealBackoffBase, HealBackoffMax time.Duration
+	// Stats, when set, gives per-revision figures for canary analysis; without it canary steps
+	// advance on their pauses alone.
+	Stats StatsSource
 	// ResolveImage, when set, turns a fleet's image reference (a node image name) into the bundle
 	// digest instances boot from, so that a rebuilt image makes a new revision. A reference it does
 	// not know is returned unchanged.
@@ -63,8 +66,10 @@ type Options struct {
 // TargetSink is told which instances of a fleet should receive traffic: the load balancer.
 type TargetSink interface {
 	// SetFleetTargets gives the fleet's instances; those not Terminating are routed, the others
-	// are drained.
-	SetFleetTargets(fleet *v1alpha1.Fleet, instances []*v1alpha1.Instance)
+	// are drained. weights, when not nil, is each revision's percent of the traffic (a rollout's
+	// decision, applied in one update); nil shares traffic in proportion to each revision's
+	// instances. A revision missing from a non-nil map gets none.
+	SetFleetTargets(fleet *v1alpha1.Fleet, instances []*v1alpha1.Instance, weights map[string]int32)
 	// RemoveFleet forgets a deleted fleet.
 	RemoveFleet(name string)
 	// Drained reports whether an instance no longer has requests in flight, so it can be deleted.

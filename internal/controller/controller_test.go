@@ -33,6 +33,8 @@ type env struct {
 	// health and healBackoff, when set, are the controller's health source and healing backoff base.
 	health      HealthSource
 	healBackoff time.Duration
+	// stats, when set, is the controller's source of per-revision figures for canary analysis.
+	stats StatsSource
 }
 
 func newEnv(t *testing.T, st store.Store, p *fake.Provider) *env {
@@ -58,7 +60,7 @@ func (e *env) start() {
 		Store: e.store, Providers: map[string]provider.Provider{fake.Name: e.fake}, Logger: log,
 		PollInterval: 20 * time.Millisecond, ResyncPeriod: 200 * time.Millisecond,
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
-		ResolveImage: e.resolve, Targets: e.targets,
+		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,
 		Health: e.health, HealthPollInterval: 20 * time.Millisecond,
 		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff,
 	})
@@ -440,7 +442,7 @@ type drainSink struct {
 	released map[string]bool
 }
 
-func (d *drainSink) SetFleetTargets(f *v1alpha1.Fleet, ins []*v1alpha1.Instance) {
+func (d *drainSink) SetFleetTargets(f *v1alpha1.Fleet, ins []*v1alpha1.Instance, _ map[string]int32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.routed = map[string]bool{}

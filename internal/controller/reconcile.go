@@ -59,7 +59,9 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	s.refresh()
 	s.heal()
 	s.replaceFailed()
-	s.scale()
+	if !s.rollout() {
+		s.scale()
+	}
 	s.noteReplacements()
 	if err := s.commit(); err != nil {
 		return Result{}, err
@@ -67,14 +69,14 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	// The load balancer learns of new and terminating instances before any is deleted, so that
 	// deletions wait for their drain.
 	if c.opts.Targets != nil {
-		c.opts.Targets.SetFleetTargets(fleet, s.sorted())
+		c.opts.Targets.SetFleetTargets(fleet, s.sorted(), s.weights())
 	}
 	s.callProviders()
 	if err := s.commit(); err != nil {
 		return Result{}, err
 	}
 	if c.opts.Targets != nil {
-		c.opts.Targets.SetFleetTargets(fleet, s.sorted())
+		c.opts.Targets.SetFleetTargets(fleet, s.sorted(), s.weights())
 	}
 	if err := s.writeStatus(); err != nil {
 		return Result{}, err
@@ -83,6 +85,9 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	res := Result{}
 	if s.busy() {
 		res.RequeueAfter = c.opts.PollInterval
+	}
+	if d := s.requeue; d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
+		res.RequeueAfter = d
 	}
 	if d := s.healRequeue(); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
 		res.RequeueAfter = d
@@ -166,6 +171,11 @@ type scope struct {
 
 	// healRecheck, when > 0, is when an instance not yet due for healing may become due.
 	healRecheck time.Duration
+
+	// ro is the rollout's state after this reconcile (rollout.go); requeue, when > 0, is when a
+	// rollout step is due.
+	ro      *v1alpha1.RolloutStatus
+	requeue time.Duration
 }
 
 func (s *scope) observe(providers map[string]provider.Provider) error {
@@ -404,17 +414,22 @@ func created(in *v1alpha1.Instance) time.Time {
 }
 
 func (s *scope) newRecord(region v1alpha1.Region) {
+	s.newRecordOf(region, s.revision, s.fleet.Spec.Image)
+}
+
+// newRecordOf records a new instance of revision rev booting image.
+func (s *scope) newRecordOf(region v1alpha1.Region, rev, image string) {
 	name := newInstanceName(s.fleetName(), s.records)
 	labels := map[string]string{
 		v1alpha1.LabelFleet:    s.fleetName(),
-		v1alpha1.LabelRevision: s.revision,
+		v1alpha1.LabelRevision: rev,
 		v1alpha1.LabelRegion:   region.Name,
 	}
 	in := &v1alpha1.Instance{
 		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindInstance},
 		Metadata: v1alpha1.ObjectMeta{Name: name, Labels: labels},
 		Spec: v1alpha1.InstanceSpec{
-			Fleet: s.fleetName(), Revision: s.revision, Region: region.Name, Provider: region.Provider, Image: s.fleet.Spec.Image,
+			Fleet: s.fleetName(), Revision: rev, Region: region.Name, Provider: region.Provider, Image: image,
 		},
 		Status: v1alpha1.InstanceStatus{Phase: v1alpha1.PhasePending},
 	}
@@ -638,9 +653,12 @@ func (s *scope) writeStatus() error {
 	}
 	sort.SliceStable(order, func(i, j int) bool { return order[i] == s.revision && order[j] != s.revision })
 	totalReady := st.ReadyReplicas
+	weights := s.weights()
 	for _, name := range order {
 		rs := revs[name]
-		if totalReady > 0 {
+		if weights != nil {
+			rs.Weight = weights[name]
+		} else if totalReady > 0 {
 			rs.Weight = int32(100 * int64(rs.ReadyReplicas) / int64(totalReady))
 		}
 		st.Revisions = append(st.Revisions, *rs)
@@ -660,12 +678,24 @@ func (s *scope) writeStatus() error {
 	if st.Phase != "Degraded" && lastErr != "" && st.Phase != "Ready" {
 		st.Message += ": " + lastErr
 	}
+	if ro := s.ro; ro != nil && ro.Revision == s.revision {
+		switch ro.Phase {
+		case v1alpha1.RolloutRolledBack, v1alpha1.RolloutFailed:
+			st.Phase, st.Message = "Degraded", fmt.Sprintf("rollout of %s %s: %s", ro.Revision, ro.Phase, ro.Message)
+		case v1alpha1.RolloutProgressing, v1alpha1.RolloutPaused:
+			if st.Phase == "Ready" || st.Phase == "Scaling" {
+				st.Phase, st.Message = "Scaling", fmt.Sprintf("%s rollout to %s: %s", ro.Strategy, ro.Revision, ro.Message)
+			}
+		}
+	}
+	st.Rollout = s.ro
+	now := time.Now().UTC()
+	st.History = s.history(now)
 	prev := s.stored.Status
 	prev.LastReconcile = nil
 	if reflect.DeepEqual(prev, st) {
 		return nil
 	}
-	now := time.Now().UTC()
 	st.LastReconcile = &now
 	s.stored.Status = st
 	op, err := store.PutOp(store.Fleets, s.stored)

@@ -133,7 +133,7 @@ func Run(ctx context.Context, opts Options) error {
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
 	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor})
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor})
 	if err != nil {
 		return err
 	}

@@ -57,9 +57,11 @@ func routable(in *v1alpha1.Instance) bool {
 	return false
 }
 
-// Listeners builds the load balancer listeners of one fleet. Weights give each revision a share
-// proportional to its targets, so every instance carries an equal share during a rolling update.
-func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance) []lb.Listener {
+// Listeners builds the load balancer listeners of one fleet. Without weights each revision gets a
+// share proportional to its targets, so every instance carries an equal share during a rolling
+// update; with weights (a blue/green or canary rollout) each revision gets its percent, and a
+// revision the map does not name gets none.
+func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weights map[string]int32) []lb.Listener {
 	byRev := map[string][]*v1alpha1.Instance{}
 	for _, in := range instances {
 		if routable(in) {
@@ -92,6 +94,9 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance) []lb
 		}
 		for _, rev := range revs {
 			g := lb.TargetGroup{Name: rev, Weight: len(byRev[rev])}
+			if weights != nil {
+				g.Weight = int(weights[rev])
+			}
 			for _, in := range byRev[rev] {
 				g.Targets = append(g.Targets, lb.Target{
 					ID:      in.Metadata.Name,
@@ -106,8 +111,8 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance) []lb
 }
 
 // SetFleetTargets implements controller.TargetSink.
-func (s *Sync) SetFleetTargets(f *v1alpha1.Fleet, instances []*v1alpha1.Instance) {
-	ls := s.Listeners(f, instances)
+func (s *Sync) SetFleetTargets(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weights map[string]int32) {
+	ls := s.Listeners(f, instances, weights)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if reflect.DeepEqual(s.fleets[f.Metadata.Name], ls) {

@@ -37,7 +37,7 @@ func TestListeners(t *testing.T) {
 		inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"),     // health checks decide
 		inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4"),
 		inst("web-e", "web-2", v1alpha1.PhasePending, ""), // no address yet
-	})
+	}, nil)
 	if len(fl.applied) != 1 {
 		t.Fatalf("%d applies, want 1", len(fl.applied))
 	}
@@ -54,7 +54,7 @@ func TestListeners(t *testing.T) {
 	}
 
 	// The same state again changes nothing; removal applies an empty config.
-	s.SetFleetTargets(f, []*v1alpha1.Instance{inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"), inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4")})
+	s.SetFleetTargets(f, []*v1alpha1.Instance{inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"), inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4")}, nil)
 	if len(fl.applied) != 1 {
 		t.Fatalf("unchanged targets were applied again")
 	}
@@ -76,5 +76,33 @@ func TestDrainedAndHealth(t *testing.T) {
 	h := s.Health()
 	if h["web-a"] != "ejected" || h["web-b"] != "draining" {
 		t.Fatalf("Health = %v, want the worst state per instance", h)
+	}
+}
+
+// A rollout's weights replace the proportional ones; a revision the weights leave out gets none.
+func TestRolloutWeights(t *testing.T) {
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+	}}
+	s := New(&fakeLB{}, "127.0.0.1", nil)
+	ins := []*v1alpha1.Instance{
+		inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"),
+		inst("web-b", "web-1", v1alpha1.PhaseReady, "10.0.0.2"),
+		inst("web-c", "web-2", v1alpha1.PhaseReady, "10.0.0.3"),
+		inst("web-d", "web-3", v1alpha1.PhaseReady, "10.0.0.4"),
+	}
+	got := map[string]int{}
+	for _, g := range s.Listeners(f, ins, map[string]int32{"web-1": 90, "web-2": 10})[0].Groups {
+		got[g.Name] = g.Weight
+	}
+	if got["web-1"] != 90 || got["web-2"] != 10 || got["web-3"] != 0 {
+		t.Fatalf("weights %v, want web-1 90, web-2 10, web-3 0", got)
+	}
+	got = map[string]int{}
+	for _, g := range s.Listeners(f, ins, nil)[0].Groups {
+		got[g.Name] = g.Weight
+	}
+	if got["web-1"] != 2 || got["web-2"] != 1 || got["web-3"] != 1 {
+		t.Fatalf("proportional weights %v", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 var (
 	_ controller.HealthSource = (*Monitor)(nil)
 	_ controller.LoadSource   = (*Monitor)(nil)
+	_ controller.StatsSource  = (*Monitor)(nil)
 )
 
 // Observed is what the Monitor reads of the load balancer; *lb.LB has it.
@@ -48,6 +49,14 @@ type Monitor struct {
 	health   map[string]instHealth
 	inst     []instSample  // oldest first
 	fleet    []fleetSample // oldest first
+	// revBase holds, per fleet and revision, the counters read at the first RevisionStats call
+	// for a given start time: the figures since then are the difference.
+	revBase map[[2]string]revBaseline
+}
+
+type revBaseline struct {
+	since time.Time
+	stats lb.Stats
 }
 
 type instHealth struct {
@@ -218,4 +227,42 @@ func trim[T any](s []T, at func(T) time.Time, from time.Time) []T {
 		return s
 	}
 	return append(s[:0:0], s[drop:]...)
+}
+
+// RevisionStats implements controller.StatsSource: the revision's target group counters (all
+// listeners) since the first call with this since; a later since starts a new window.
+func (m *Monitor) RevisionStats(fleet, revision string, since time.Time) (controller.RevisionStats, bool) {
+	snap := m.src.Metrics()
+	f, ok := snap.Fleet(fleet)
+	if !ok {
+		return controller.RevisionStats{}, false
+	}
+	var cur lb.Stats
+	found := false
+	for _, g := range f.Groups {
+		if g.Group == revision {
+			cur = cur.Add(g.Stats)
+			found = true
+		}
+	}
+	if !found {
+		return controller.RevisionStats{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.revBase == nil {
+		m.revBase = map[[2]string]revBaseline{}
+	}
+	key := [2]string{fleet, revision}
+	base, ok := m.revBase[key]
+	if !ok || !base.since.Equal(since) || base.stats.Total() > cur.Total() {
+		base = revBaseline{since: since, stats: cur}
+		m.revBase[key] = base
+	}
+	d := cur.Sub(base.stats)
+	return controller.RevisionStats{
+		Requests:   d.Total(),
+		Errors5xx:  d.Requests[lb.Class5xx] + d.Requests[lb.ClassFailed],
+		LatencyP95: d.Quantile(0.95),
+	}, true
 }

@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/client"
+)
+
+func newRolloutCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rollout",
+		Short: "Follow, list and undo a fleet's revision rollouts",
+	}
+	var watch bool
+	var interval time.Duration
+	status := &cobra.Command{
+		Use:     "status FLEET",
+		Short:   "Show the progress of the fleet's rollout; with --watch, follow it until it ends",
+		Example: "  herd rollout status hello -w",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return rolloutStatus(cmd.Context(), c, g.out, args[0], watch, interval)
+		},
+	}
+	status.Flags().BoolVarP(&watch, "watch", "w", false, "poll until the rollout succeeds, rolls back or fails; exit non-zero unless it succeeds")
+	status.Flags().DurationVar(&interval, "interval", time.Second, "how often --watch polls")
+	history := &cobra.Command{
+		Use:   "history FLEET",
+		Short: "List the revisions the fleet has served, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			f, err := c.GetFleet(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			printHistory(g.out, f)
+			return nil
+		},
+	}
+	undo := &cobra.Command{
+		Use:   "undo FLEET",
+		Short: "Go back to the revision that served before the current one",
+		Long: `undo points the fleet back at the image of its previous revision. While that revision's
+instances still exist (a blue/green rollback window) traffic moves back by weights alone;
+otherwise the previous revision is rolled out again with the fleet's strategy.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			f, err := c.UndoRollout(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "fleet/%s rolling back to image %s\n", args[0], f.Spec.Image)
+			return nil
+		},
+	}
+	cmd.AddCommand(status, history, undo)
+	return cmd
+}
+
+// rolloutDone reports whether the fleet's rollout of its current revision has ended, and the
+// error to exit with when it did not succeed.
+func rolloutDone(f *v1alpha1.Fleet) (bool, error) {
+	ro := f.Status.Rollout
+	if f.Status.ObservedGeneration < f.Metadata.Generation {
+		return false, nil
+	}
+	if ro == nil || ro.Revision != f.Status.CurrentRevision {
+		// A Rolling update (or none): done once the fleet is Ready.
+		return f.Status.Phase == "Ready", nil
+	}
+	switch ro.Phase {
+	case v1alpha1.RolloutSucceeded:
+		return true, nil
+	case v1alpha1.RolloutRolledBack, v1alpha1.RolloutFailed:
+		return true, fmt.Errorf("rollout of %s %s: %s", ro.Revision, ro.Phase, ro.Message)
+	}
+	return false, nil
+}
+
+func rolloutStatus(ctx context.Context, c *client.Client, out io.Writer, name string, watch bool, interval time.Duration) error {
+	last := ""
+	for {
+		f, err := c.GetFleet(ctx, name)
+		if err != nil {
+			return err
+		}
+		line := rolloutLine(f)
+		if line != last {
+			fmt.Fprintln(out, line)
+			last = line
+		}
+		done, failed := rolloutDone(f)
+		if !watch || done {
+			return failed
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+func rolloutLine(f *v1alpha1.Fleet) string {
+	st := f.Status
+	ro := st.Rollout
+	if ro == nil || ro.Revision != st.CurrentRevision {
+		return fmt.Sprintf("fleet/%s revision %s: %s, %d/%d ready %s", f.Metadata.Name, st.CurrentRevision, st.Phase, st.ReadyReplicas, st.Replicas, st.Message)
+	}
+	var ws []string
+	for r, w := range ro.Weights {
+		ws = append(ws, fmt.Sprintf("%s=%d%%", r, w))
+	}
+	sort.Strings(ws)
+	steps := ""
+	if ro.Strategy == v1alpha1.StrategyCanary {
+		steps = fmt.Sprintf(" step %d/%d", ro.Step+1, len(f.Spec.Rollout.Steps))
+	}
+	return fmt.Sprintf("fleet/%s %s rollout %s -> %s: %s%s %v %s", f.Metadata.Name, ro.Strategy, ro.PreviousRevision, ro.Revision, ro.Phase, steps, ws, ro.Message)
+}
+
+func printHistory(out io.Writer, f *v1alpha1.Fleet) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REVISION\tIMAGE\tFROM\tUNTIL")
+	for _, h := range f.Status.History {
+		until := "now"
+		if h.Until != nil {
+			until = h.Until.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Revision, h.Image, h.Since.Format(time.RFC3339), until)
+	}
+	tw.Flush()
+}

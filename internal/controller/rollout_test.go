@@ -1,0 +1,301 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+func TestAnalyze(t *testing.T) {
+	a := v1alpha1.CanaryAnalysis{MaxErrorRateRatio: 2, MaxLatencyRatio: 1.5, MinRequests: 100}
+	ms := time.Millisecond
+	cases := []struct {
+		name           string
+		canary, stable RevisionStats
+		judged, failed bool
+	}{
+		{"too few canary requests", RevisionStats{Requests: 99, Errors5xx: 99}, RevisionStats{Requests: 1000}, false, false},
+		{"too few stable requests", RevisionStats{Requests: 1000, Errors5xx: 500}, RevisionStats{Requests: 10}, false, false},
+		{"equal and clean", RevisionStats{Requests: 100, LatencyP95: 20 * ms}, RevisionStats{Requests: 900, LatencyP95: 20 * ms}, true, false},
+		{"error rate over ratio", RevisionStats{Requests: 100, Errors5xx: 20}, RevisionStats{Requests: 900, Errors5xx: 9}, true, true},
+		{"error rate within ratio", RevisionStats{Requests: 100, Errors5xx: 2}, RevisionStats{Requests: 1000, Errors5xx: 15}, true, false},
+		{"one stray error against none", RevisionStats{Requests: 200, Errors5xx: 1}, RevisionStats{Requests: 1000}, true, false},
+		{"errors against none", RevisionStats{Requests: 200, Errors5xx: 10}, RevisionStats{Requests: 1000}, true, true},
+		{"latency over ratio", RevisionStats{Requests: 100, LatencyP95: 80 * ms}, RevisionStats{Requests: 100, LatencyP95: 40 * ms}, true, true},
+		{"latency within ratio", RevisionStats{Requests: 100, LatencyP95: 55 * ms}, RevisionStats{Requests: 100, LatencyP95: 40 * ms}, true, false},
+		{"latency jitter under the floor", RevisionStats{Requests: 100, LatencyP95: 3 * ms}, RevisionStats{Requests: 100, LatencyP95: ms}, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := analyze(a, c.canary, c.stable)
+			if v.Judged != c.judged || v.Failed != c.failed {
+				t.Fatalf("got judged=%v failed=%v (%s), want judged=%v failed=%v", v.Judged, v.Failed, v.Reason, c.judged, c.failed)
+			}
+		})
+	}
+}
+
+// weightSink records every update the controller sends to the load balancer.
+type weightSink struct {
+	mu      sync.Mutex
+	updates []sinkUpdate
+}
+
+type sinkUpdate struct {
+	at      time.Time
+	weights map[string]int32
+	routed  map[string]int // revision -> instances not terminating
+}
+
+func (w *weightSink) SetFleetTargets(f *v1alpha1.Fleet, ins []*v1alpha1.Instance, weights map[string]int32) {
+	u := sinkUpdate{at: time.Now(), weights: maps.Clone(weights), routed: map[string]int{}}
+	for _, in := range ins {
+		if in.Status.Phase != v1alpha1.PhaseTerminating {
+			u.routed[in.Spec.Revision]++
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.updates = append(w.updates, u)
+}
+func (w *weightSink) RemoveFleet(string)  {}
+func (w *weightSink) Drained(string) bool { return true }
+
+func (w *weightSink) all() []sinkUpdate {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]sinkUpdate(nil), w.updates...)
+}
+
+// fakeStats answers RevisionStats from a fixed table.
+type fakeStats struct {
+	mu    sync.Mutex
+	byRev map[string]RevisionStats
+}
+
+func (f *fakeStats) RevisionStats(fleet, rev string, since time.Time) (RevisionStats, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.byRev[rev]
+	return s, ok
+}
+
+func (e *env) fleet(name string) *v1alpha1.Fleet {
+	e.t.Helper()
+	f, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return f
+}
+
+// rolloutPhase waits until the fleet's rollout of rev reaches phase.
+func (e *env) rolloutPhase(name, rev, phase string) func() string {
+	return func() string {
+		ro := e.fleet(name).Status.Rollout
+		if ro == nil || ro.Revision != rev || ro.Phase != phase {
+			return fmt.Sprintf("rollout %+v, want %s of %s", ro, phase, rev)
+		}
+		return ""
+	}
+}
+
+func rolloutEnv(t *testing.T, stats StatsSource) (*env, *weightSink) {
+	sink := &weightSink{}
+	e := &env{t: t}
+	e.targets, e.stats = sink, stats
+	ne := newEnvWith(t, e)
+	return ne, sink
+}
+
+// newEnvWith starts e (targets and stats preset) on a memory store and a fake provider.
+func newEnvWith(t *testing.T, e *env) *env {
+	t.Helper()
+	p, err := fake.New(fake.Options{BootDelay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store, e.fake = memory.New(), p
+	e.start()
+	t.Cleanup(func() { e.stop() })
+	return e
+}
+
+// BlueGreen: a full new set beside the old one, one update switching all traffic, the old set
+// kept for the rollback window and deleted after it.
+func TestBlueGreenRollout(t *testing.T) {
+	e, sink := rolloutEnv(t, nil)
+	f := fleetSpec("web", "img-1", 3)
+	f.Spec.Rollout.Strategy = v1alpha1.StrategyBlueGreen
+	window := 400 * time.Millisecond
+	f.Spec.Rollout.RollbackWindow = &v1alpha1.Duration{Duration: window}
+	e.put(f)
+	oldRev := RevisionName(f)
+	waitFor(t, 5*time.Second, e.converged("web", 3, oldRev))
+	f.Spec.Image = "img-2"
+	e.put(f)
+	newRev := RevisionName(f)
+	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	waitFor(t, 5*time.Second, e.converged("web", 3, newRev))
+
+	var switchedAt time.Time
+	for _, u := range sink.all() {
+		if u.weights == nil {
+			continue
+		}
+		if u.weights[newRev] != 0 && u.weights[oldRev] != 0 {
+			t.Fatalf("weights %v split traffic: the switch must be one update", u.weights)
+		}
+		if u.weights[newRev] == 100 {
+			if switchedAt.IsZero() {
+				switchedAt = u.at
+				if u.routed[oldRev] != 3 || u.routed[newRev] != 3 {
+					t.Fatalf("at the switch: %v routed, want 3 of each revision", u.routed)
+				}
+			}
+		} else if !switchedAt.IsZero() {
+			t.Fatalf("traffic went back to %s after the switch: %v", oldRev, u.weights)
+		} else if u.routed[oldRev] != 3 {
+			t.Fatalf("an old instance left before the switch: %v routed", u.routed)
+		}
+	}
+	if switchedAt.IsZero() {
+		t.Fatal("no update switched all traffic to the new revision")
+	}
+	for _, u := range sink.all() {
+		if u.at.After(switchedAt) && u.routed[oldRev] < 3 && u.at.Sub(switchedAt) < window {
+			t.Fatalf("old instances left %s after the switch, before the %s window", u.at.Sub(switchedAt), window)
+		}
+	}
+	if h := e.fleet("web").Status.History; len(h) < 2 || h[0].Revision != newRev || h[1].Revision != oldRev || h[1].Until == nil {
+		t.Fatalf("history %+v", h)
+	}
+}
+
+func canaryFleet(steps ...v1alpha1.CanaryStep) *v1alpha1.Fleet {
+	f := fleetSpec("web", "img-1", 4)
+	f.Spec.Rollout.Strategy = v1alpha1.StrategyCanary
+	f.Spec.Rollout.Steps = steps
+	v1alpha1.SetFleetDefaults(f, "")
+	return f
+}
+
+func step(w int32, pause time.Duration) v1alpha1.CanaryStep {
+	return v1alpha1.CanaryStep{Weight: w, Pause: &v1alpha1.Duration{Duration: pause}}
+}
+
+// A canary that analyses well goes through its steps and is promoted.
+func TestCanaryPromoted(t *testing.T) {
+	stats := &fakeStats{byRev: map[string]RevisionStats{}}
+	e, sink := rolloutEnv(t, stats)
+	f := canaryFleet(step(25, 150*time.Millisecond), step(50, 150*time.Millisecond))
+	e.put(f)
+	oldRev := RevisionName(f)
+	waitFor(t, 5*time.Second, e.converged("web", 4, oldRev))
+	f.Spec.Image = "img-2"
+	newRev := RevisionName(f)
+	stats.byRev[oldRev] = RevisionStats{Requests: 1000, Errors5xx: 1, LatencyP95: 20 * time.Millisecond}
+	stats.byRev[newRev] = RevisionStats{Requests: 300, LatencyP95: 21 * time.Millisecond}
+	e.put(f)
+	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	waitFor(t, 5*time.Second, e.converged("web", 4, newRev))
+	seen := map[int32]bool{}
+	for _, u := range sink.all() {
+		if u.weights == nil {
+			continue
+		}
+		w := u.weights[newRev]
+		// The first update at 25% has one canary instance (ceil(4 x 25%)); the next step's
+		// instances are created while 25% still holds.
+		if w == 25 && !seen[25] && u.routed[newRev] != 1 {
+			t.Fatalf("at 25%%: %d canary instances, want 1", u.routed[newRev])
+		}
+		seen[w] = true
+		if w == 50 && u.routed[newRev] < 2 {
+			t.Fatalf("at 50%%: %d canary instances, want 2", u.routed[newRev])
+		}
+	}
+	if !seen[25] || !seen[50] {
+		t.Fatalf("canary weights seen %v, want 25 and 50", seen)
+	}
+	if len(e.events(ReasonCanaryStep)) != 2 {
+		t.Fatalf("%d canary step events, want 2", len(e.events(ReasonCanaryStep)))
+	}
+}
+
+// A canary answering 5xx far more than the stable revision is rolled back automatically.
+func TestCanaryRolledBackOnErrors(t *testing.T) {
+	stats := &fakeStats{byRev: map[string]RevisionStats{}}
+	e, _ := rolloutEnv(t, stats)
+	f := canaryFleet(step(25, time.Minute), step(50, time.Minute))
+	e.put(f)
+	oldRev := RevisionName(f)
+	waitFor(t, 5*time.Second, e.converged("web", 4, oldRev))
+	f.Spec.Image = "img-bad"
+	newRev := RevisionName(f)
+	stats.byRev[oldRev] = RevisionStats{Requests: 1000, Errors5xx: 2}
+	stats.byRev[newRev] = RevisionStats{Requests: 300, Errors5xx: 60}
+	e.put(f)
+	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutRolledBack))
+	waitFor(t, 5*time.Second, func() string {
+		for _, o := range e.observed("web") {
+			if o.Labels[v1alpha1.LabelRevision] == newRev {
+				return "canary instance " + o.Name + " still exists"
+			}
+		}
+		if n := len(e.observed("web")); n != 4 {
+			return fmt.Sprintf("%d instances, want 4", n)
+		}
+		return ""
+	})
+	st := e.fleet("web").Status
+	if st.Phase != "Degraded" || !strings.Contains(st.Message, "5xx rate") {
+		t.Fatalf("fleet status %s: %s, want Degraded naming the 5xx rate", st.Phase, st.Message)
+	}
+	if len(e.events(ReasonRolloutRolledBack)) == 0 {
+		t.Fatal("no rollback event")
+	}
+}
+
+// A controller stopped in the middle of a canary resumes it from the stored step.
+func TestRolloutResumesAfterRestart(t *testing.T) {
+	e, _ := rolloutEnv(t, nil)
+	f := canaryFleet(step(25, 600*time.Millisecond), step(50, 300*time.Millisecond))
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 4, RevisionName(f)))
+	f.Spec.Image = "img-2"
+	newRev := RevisionName(f)
+	e.put(f)
+	waitFor(t, 5*time.Second, func() string {
+		ro := e.fleet("web").Status.Rollout
+		if ro == nil || ro.Revision != newRev || ro.Step != 0 || ro.StepStartedAt == nil {
+			return fmt.Sprintf("rollout %+v, want step 0 started", ro)
+		}
+		return ""
+	})
+	e.stop()
+	stopped := e.fleet("web").Status.Rollout
+	e.start()
+	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	if n := len(e.events(ReasonRolloutStarted)); n != 1 {
+		t.Fatalf("%d rollout starts, want 1 (resumed, not restarted)", n)
+	}
+	steps := e.events(ReasonCanaryStep)
+	if len(steps) != 2 || !strings.Contains(steps[0].Message, "step 1/2") || !strings.Contains(steps[1].Message, "step 2/2") {
+		var msgs []string
+		for _, s := range steps {
+			msgs = append(msgs, s.Message)
+		}
+		t.Fatalf("canary steps %q, want step 1/2 then 2/2 once each (stopped at %+v)", msgs, stopped)
+	}
+	waitFor(t, 5*time.Second, e.converged("web", 4, newRev))
+}
