@@ -438,9 +438,16 @@ func (n *node) killContainers() {
 	}
 }
 
-// shimPids returns the pids of the containerd shims serving the containerd at sock.
+// shimPids returns the pids of the containerd shims serving the containerd at sock in this
+// instance. The socket path is the same in every instance (each bind-mounts its own containerd
+// directory there, in its own mount namespace), so a shim is this instance's only if it also
+// shares the agent's mount namespace: matching the path alone would kill every instance's pods.
 func shimPids(sock string) []int {
 	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	ownNS, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {
 		return nil
 	}
@@ -448,6 +455,9 @@ func shimPids(sock string) []int {
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		if ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", "mnt")); err != nil || ns != ownNS {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
