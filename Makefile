@@ -45,6 +45,13 @@ bench-instance: build deps kubernetes
 bench-failover: build deps kubernetes
 	$(GO) run ./hack/bench/failover
 
+# Steps the load on a fleet of real local instances of examples/hello from about 1x to 4x its
+# autoscaling target through herd's load balancer, without and with a warm pool (needs root). Its last
+# line is the figures.
+.PHONY: bench-autoscale
+bench-autoscale: build deps kubernetes
+	$(GO) run ./hack/bench/autoscale
+
 # Debian packages needed by real instances and benchmarks.
 deps:
 	./hack/install-deps.sh

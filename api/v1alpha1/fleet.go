@@ -222,7 +222,20 @@ type RolloutStatus struct {
 	Message string `json:"message,omitempty"`
 	// Weights are the percent of traffic each revision receives while the rollout runs.
 	Weights map[string]int32 `json:"weights,omitempty"`
+	// Requested is a user's command for this rollout (`herd rollout promote|abort`): Promote or
+	// Abort. The API records it; the controller carries it out and clears it.
+	Requested string `json:"requested,omitempty"`
 }
+
+// Commands a user can give a rollout in progress.
+const (
+	// RolloutPromote skips the remaining canary steps and pauses (or a blue/green rollback window)
+	// and moves all traffic to the new revision once a full set of it serves.
+	RolloutPromote = "Promote"
+	// RolloutAbort rolls back at once: the stable revision takes all traffic and the new
+	// revision's instances are deleted.
+	RolloutAbort = "Abort"
+)
 
 // RevisionHistory records when a revision was the one serving.
 type RevisionHistory struct {

@@ -63,6 +63,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /v1/apply", s.apply)
 	s.mux.HandleFunc("PUT /v1/fleets/{name}/scale", s.scaleFleet)
 	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/undo", s.undoRollout)
+	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/promote", s.promoteRollout)
+	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/abort", s.abortRollout)
 	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
 	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)

@@ -135,6 +135,10 @@ func (s *Strategy) Decide(in Sample) Decision {
 	c := s.cfg
 	clamp := func(n int) int { return min(max(n, c.Min), c.Max) }
 	want := clamp(s.raw(in))
+	if in.Queued > 0 {
+		// Held requests are demand that no instance serves yet: never plan fewer than one for them.
+		want = clamp(max(want, 1))
+	}
 	if in.Queued > 0 && in.Desired == 0 {
 		// Requests wait for a first instance: boot one now, whatever the history says.
 		s.recent = nil

@@ -66,6 +66,12 @@ func TestDecide(t *testing.T) {
 		{"queued requests scale from zero at once", Config{Metric: RequestsPerSecond, Target: 100, Min: 0, Max: 5}, []step{
 			{0, Sample{Value: 0, Desired: 0, Queued: 3}, 1},
 		}},
+		{"held requests keep the first instance while it boots", Config{Metric: RequestsPerSecond, Target: 100, Min: 0, Max: 5, ScaleInStabilization: 2 * time.Second}, []step{
+			{0, Sample{Value: 0, Desired: 1, Ready: 1}, 1},
+			{3, Sample{Value: 0, Desired: 1, Ready: 1}, 0},
+			{4, Sample{Value: 0, Desired: 0, Queued: 1}, 1},
+			{8, Sample{Value: 0, Desired: 1, Booting: 1, Queued: 1}, 1}, // a whole window with no finished request
+		}},
 		{"cpu scales by ratio of the serving count", Config{Metric: CPU, Target: 50, Min: 1, Max: 20}, []step{
 			{0, Sample{Value: 100, Desired: 3, Ready: 3}, 3},
 			{1, Sample{Value: 100, Desired: 3, Ready: 3}, 6},

@@ -17,7 +17,7 @@ import (
 func newRolloutCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollout",
-		Short: "Follow, list and undo a fleet's revision rollouts",
+		Short: "Follow, promote, abort, list and undo a fleet's revision rollouts",
 	}
 	var watch bool
 	var interval time.Duration
@@ -73,7 +73,48 @@ otherwise the previous revision is rolled out again with the fleet's strategy.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(status, history, undo)
+	promote := &cobra.Command{
+		Use:   "promote FLEET",
+		Short: "Skip the rollout's remaining canary steps and pauses: all traffic to the new revision",
+		Long: `promote ends a rollout in progress early: a canary skips its remaining steps and pauses,
+and all traffic moves to the new revision as soon as a full set of its instances serves; a
+blue/green rollout that has switched ends its rollback window and deletes the old instances.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			f, err := c.PromoteRollout(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "fleet/%s rollout of %s promoted\n", args[0], f.Status.Rollout.Revision)
+			return nil
+		},
+	}
+	abort := &cobra.Command{
+		Use:   "abort FLEET",
+		Short: "Roll the rollout in progress back now: all traffic to the stable revision",
+		Long: `abort rolls a rollout in progress back at once: the new revision gets no more traffic and
+its instances are deleted; the fleet is marked Degraded ("aborted by user") until its spec names
+another image (herd rollout undo, or herd apply).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			f, err := c.AbortRollout(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			ro := f.Status.Rollout
+			fmt.Fprintf(g.out, "fleet/%s rollout of %s aborted: back to %s\n", args[0], ro.Revision, ro.PreviousRevision)
+			return nil
+		},
+	}
+	cmd.AddCommand(status, history, undo, promote, abort)
 	return cmd
 }
 
@@ -135,6 +176,9 @@ func rolloutLine(f *v1alpha1.Fleet) string {
 	steps := ""
 	if ro.Strategy == v1alpha1.StrategyCanary {
 		steps = fmt.Sprintf(" step %d/%d", ro.Step+1, len(f.Spec.Rollout.Steps))
+		if int(ro.Step) >= len(f.Spec.Rollout.Steps) {
+			steps = " promoting"
+		}
 	}
 	return fmt.Sprintf("fleet/%s %s rollout %s -> %s: %s%s %v %s", f.Metadata.Name, ro.Strategy, ro.PreviousRevision, ro.Revision, ro.Phase, steps, ws, ro.Message)
 }

@@ -207,3 +207,22 @@ func (c *Client) UndoRollout(ctx context.Context, name string) (*v1alpha1.Fleet,
 	}
 	return &f, nil
 }
+
+// PromoteRollout asks for the fleet's rollout in progress to skip its remaining steps and move all
+// traffic to the new revision.
+func (c *Client) PromoteRollout(ctx context.Context, name string) (*v1alpha1.Fleet, error) {
+	return c.rolloutCommand(ctx, name, "promote")
+}
+
+// AbortRollout asks for the fleet's rollout in progress to be rolled back at once.
+func (c *Client) AbortRollout(ctx context.Context, name string) (*v1alpha1.Fleet, error) {
+	return c.rolloutCommand(ctx, name, "abort")
+}
+
+func (c *Client) rolloutCommand(ctx context.Context, name, cmd string) (*v1alpha1.Fleet, error) {
+	var f v1alpha1.Fleet
+	if err := c.do(ctx, http.MethodPost, "/v1/fleets/"+url.PathEscape(name)+"/rollout/"+cmd, nil, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}

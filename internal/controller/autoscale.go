@@ -26,6 +26,8 @@ type Load struct {
 	RequestsPerSecond float64
 	// LatencyP95 is the 95th percentile of the requests' latency.
 	LatencyP95 time.Duration
+	// Queued counts requests the load balancer holds right now because no instance serves.
+	Queued int
 }
 
 // Event reasons of autoscaling.
@@ -156,7 +158,7 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 			continue
 		}
 		ready, booting := a.c.instanceCounts(name)
-		sample := autoscaler.Sample{Time: a.now(), Desired: int(*f.Spec.Replicas.Desired), Ready: ready, Booting: booting}
+		sample := autoscaler.Sample{Time: a.now(), Desired: int(*f.Spec.Replicas.Desired), Ready: ready, Booting: booting, Queued: load.Queued}
 		switch cfg.Metric {
 		case autoscaler.LatencyP95:
 			sample.Value = float64(load.LatencyP95) / float64(time.Millisecond)
@@ -229,6 +231,9 @@ func (c *Controller) instanceCounts(fleet string) (ready, booting int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, in := range c.instances[fleet] {
+		if IsWarm(in) {
+			continue // out of rotation: neither serving nor coming capacity until taken
+		}
 		switch in.Status.Phase {
 		case v1alpha1.PhaseReady:
 			ready++

@@ -357,6 +357,14 @@ func (s *scope) scale() {
 		})
 	}
 
+	// The warm pool stands apart: a shortfall is first made up from it, and it is refilled after.
+	cur, warm := splitWarm(cur)
+	if need := desired - len(cur); need > 0 && len(warm) > 0 {
+		var promoted []*v1alpha1.Instance
+		promoted, warm = s.promoteWarm(warm, need)
+		cur = append(cur, promoted...)
+	}
+
 	toCreate := desired - len(cur)
 	if len(old) > 0 {
 		toCreate = min(toCreate, desired+maxSurge-len(cur)-len(old))
@@ -376,6 +384,14 @@ func (s *scope) scale() {
 			s.terminate(in, "")
 		}
 		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "ScalingDown", "deleting %d instances (desired %d)", extra, desired)
+	}
+	if len(old) == 0 {
+		// Not during a rolling update: warm instances are of the current revision only.
+		s.refillWarm(warm, s.c.opts.MaxConcurrentCreates-max(toCreate, 0))
+	} else if len(warm) > 0 {
+		for _, in := range warm {
+			s.terminate(in, "")
+		}
 	}
 
 	if len(old) > 0 {
@@ -413,12 +429,12 @@ func created(in *v1alpha1.Instance) time.Time {
 	return time.Time{}
 }
 
-func (s *scope) newRecord(region v1alpha1.Region) {
-	s.newRecordOf(region, s.revision, s.fleet.Spec.Image)
+func (s *scope) newRecord(region v1alpha1.Region) *v1alpha1.Instance {
+	return s.newRecordOf(region, s.revision, s.fleet.Spec.Image)
 }
 
 // newRecordOf records a new instance of revision rev booting image.
-func (s *scope) newRecordOf(region v1alpha1.Region, rev, image string) {
+func (s *scope) newRecordOf(region v1alpha1.Region, rev, image string) *v1alpha1.Instance {
 	name := newInstanceName(s.fleetName(), s.records)
 	labels := map[string]string{
 		v1alpha1.LabelFleet:    s.fleetName(),
@@ -435,6 +451,7 @@ func (s *scope) newRecordOf(region v1alpha1.Region, rev, image string) {
 	}
 	s.records[name] = in
 	s.mark(in)
+	return in
 }
 
 // commit writes every changed record and every removal in one transaction, then updates the
@@ -631,8 +648,8 @@ func (s *scope) writeStatus() error {
 		if in.Status.LastError != "" && in.Status.Phase != v1alpha1.PhaseTerminating {
 			lastErr = in.Status.LastError
 		}
-		if !active(in) {
-			continue
+		if !active(in) || IsWarm(in) {
+			continue // the warm pool is out of rotation: not part of the fleet's replicas
 		}
 		rs := revs[in.Spec.Revision]
 		if rs == nil {

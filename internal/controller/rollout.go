@@ -33,6 +33,7 @@ const (
 	ReasonCanaryStep        = "CanaryStep"
 	ReasonRolloutSucceeded  = "RolloutSucceeded"
 	ReasonRolloutRolledBack = "RolloutRolledBack"
+	ReasonRolloutPromoted   = "RolloutPromoted"
 )
 
 // Analysis floors: a canary whose 5xx rate is under analysisMinErrorRate, or whose p95 latency is
@@ -111,6 +112,10 @@ func (s *scope) rollout() bool {
 		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutStarted, "%s rollout from %s to %s", strategy, stable, s.revision)
 	}
 	ro := s.ro
+	if cmd := ro.Requested; cmd != "" {
+		ro.Requested = ""
+		s.command(ro, cmd, now)
+	}
 	switch ro.Phase {
 	case v1alpha1.RolloutSucceeded, v1alpha1.RolloutFailed:
 		return false
@@ -127,6 +132,35 @@ func (s *scope) rollout() bool {
 		s.canary(ro, now)
 	}
 	return true
+}
+
+// command carries out a user's promote or abort of a rollout in progress; on a rollout that has
+// ended it does nothing (the API refuses those, but the rollout may have ended meanwhile).
+func (s *scope) command(ro *v1alpha1.RolloutStatus, cmd string, now time.Time) {
+	if ro.Phase != v1alpha1.RolloutProgressing && ro.Phase != v1alpha1.RolloutPaused {
+		return
+	}
+	switch cmd {
+	case v1alpha1.RolloutAbort:
+		s.rollback(ro, "aborted by user")
+	case v1alpha1.RolloutPromote:
+		ro.Phase = v1alpha1.RolloutProgressing
+		if ro.Strategy == v1alpha1.StrategyCanary {
+			if steps := int32(len(s.fleet.Spec.Rollout.Steps)); ro.Step < steps {
+				ro.Step, ro.StepStartedAt = steps, nil
+			}
+			if _, ok := ro.Weights[ro.Revision]; !ok {
+				// No step had started: the new revision has had no traffic, and gets none until
+				// its full set serves.
+				ro.Weights = map[string]int32{ro.Revision: 0, ro.PreviousRevision: 100}
+			}
+		} else if ro.Step >= 1 {
+			// Switched already: the rollback window ends now.
+			start := now.Add(-s.fleet.Spec.Rollout.RollbackWindow.Duration)
+			ro.StepStartedAt = &start
+		}
+		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutPromoted, "promoted by user: all traffic to %s once its instances serve", ro.Revision)
+	}
 }
 
 // stableRevision picks the revision a new rollout starts from: the one that was serving, if it
@@ -295,6 +329,11 @@ func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 		// Promotion: a full set of the new revision, then all traffic to it and the old set goes.
 		s.scaleRevision(ro.Revision, desired)
 		s.scaleRevision(ro.PreviousRevision, desired)
+		// The weight in force holds until the full set serves: the last step's, or the step a
+		// user's promote cut short.
+		if w, ok := ro.Weights[ro.Revision]; ok {
+			prevWeight = w
+		}
 		setWeight(prevWeight)
 		if n := s.serving(ro.Revision); n < desired {
 			ro.Message = fmt.Sprintf("promoting: %d/%d instances of %s serving", n, desired, ro.Revision)

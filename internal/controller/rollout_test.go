@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
@@ -298,4 +301,117 @@ func TestRolloutResumesAfterRestart(t *testing.T) {
 		t.Fatalf("canary steps %q, want step 1/2 then 2/2 once each (stopped at %+v)", msgs, stopped)
 	}
 	waitFor(t, 5*time.Second, e.converged("web", 4, newRev))
+}
+
+// command posts a rollout command (promote or abort) to the API, as the CLI does, and returns
+// the answer's status code.
+func (e *env) command(fleet, cmd string) int {
+	e.t.Helper()
+	api := apiserver.New(apiserver.Options{Store: e.store, Token: "t"})
+	req := httptest.NewRequest(http.MethodPost, "/v1/fleets/"+fleet+"/rollout/"+cmd, nil)
+	req.Header.Set("Authorization", "Bearer t")
+	rec := httptest.NewRecorder()
+	api.ServeHTTP(rec, req)
+	return rec.Code
+}
+
+// stepStarted waits until the fleet's rollout of rev has applied the weights of step n.
+func (e *env) stepStarted(name, rev string, n int32) func() string {
+	return func() string {
+		ro := e.fleet(name).Status.Rollout
+		if ro == nil || ro.Revision != rev || ro.Step != n || ro.StepStartedAt == nil {
+			return fmt.Sprintf("rollout %+v, want step %d of %s started", ro, n, rev)
+		}
+		return ""
+	}
+}
+
+// promote skips the remaining canary steps and pauses: the full new set is built and takes all
+// traffic, without the second step's weight ever being applied.
+func TestCanaryPromotedByUser(t *testing.T) {
+	e, sink := rolloutEnv(t, nil)
+	f := canaryFleet(step(25, time.Hour), step(50, time.Hour))
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 4, RevisionName(f)))
+	if code := e.command("web", "promote"); code != http.StatusConflict {
+		t.Fatalf("promote without a rollout: %d, want 409", code)
+	}
+	f.Spec.Image = "img-2"
+	newRev := RevisionName(f)
+	e.put(f)
+	waitFor(t, 5*time.Second, e.stepStarted("web", newRev, 0))
+	if code := e.command("web", "promote"); code != http.StatusOK {
+		t.Fatalf("promote: %d, want 200", code)
+	}
+	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	waitFor(t, 5*time.Second, e.converged("web", 4, newRev))
+	for _, u := range sink.all() {
+		if w := u.weights[newRev]; w != 0 && w != 25 {
+			t.Fatalf("weights %v: a promoted canary goes from 25%% to all traffic, nothing between", u.weights)
+		}
+	}
+	if ro := e.fleet("web").Status.Rollout; ro.Requested != "" {
+		t.Fatalf("command %q left in the status after it was carried out", ro.Requested)
+	}
+	if len(e.events(ReasonRolloutPromoted)) != 1 {
+		t.Fatalf("%d promote events, want 1", len(e.events(ReasonRolloutPromoted)))
+	}
+	if code := e.command("web", "abort"); code != http.StatusConflict {
+		t.Fatalf("abort after the rollout ended: %d, want 409", code)
+	}
+}
+
+// abort rolls back at once: no traffic to the new revision, its instances deleted, the fleet
+// Degraded with the reason.
+func TestCanaryAbortedByUser(t *testing.T) {
+	e, _ := rolloutEnv(t, nil)
+	f := canaryFleet(step(25, time.Hour), step(50, time.Hour))
+	e.put(f)
+	oldRev := RevisionName(f)
+	waitFor(t, 5*time.Second, e.converged("web", 4, oldRev))
+	f.Spec.Image = "img-2"
+	newRev := RevisionName(f)
+	e.put(f)
+	waitFor(t, 5*time.Second, e.stepStarted("web", newRev, 0))
+	if code := e.command("web", "abort"); code != http.StatusOK {
+		t.Fatalf("abort: %d, want 200", code)
+	}
+	waitFor(t, 5*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutRolledBack))
+	waitFor(t, 5*time.Second, func() string {
+		for _, o := range e.observed("web") {
+			if o.Labels[v1alpha1.LabelRevision] == newRev {
+				return "canary instance " + o.Name + " still exists"
+			}
+		}
+		if n := len(e.observed("web")); n != 4 {
+			return fmt.Sprintf("%d instances, want the 4 of %s", n, oldRev)
+		}
+		return ""
+	})
+	st := e.fleet("web").Status
+	if st.Phase != "Degraded" || !strings.Contains(st.Message, "aborted by user") {
+		t.Fatalf("fleet status %s: %s, want Degraded, aborted by user", st.Phase, st.Message)
+	}
+	if st.Rollout.Weights != nil || st.Rollout.Requested != "" {
+		t.Fatalf("rollout after abort %+v, want no weights and no pending command", st.Rollout)
+	}
+}
+
+// promote of a blue/green rollout that has switched ends its rollback window: the old set goes.
+func TestBlueGreenPromoteEndsWindow(t *testing.T) {
+	e, _ := rolloutEnv(t, nil)
+	f := fleetSpec("web", "img-1", 2)
+	f.Spec.Rollout.Strategy = v1alpha1.StrategyBlueGreen
+	f.Spec.Rollout.RollbackWindow = &v1alpha1.Duration{Duration: time.Hour}
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(f)))
+	f.Spec.Image = "img-2"
+	newRev := RevisionName(f)
+	e.put(f)
+	waitFor(t, 10*time.Second, e.stepStarted("web", newRev, 1))
+	if code := e.command("web", "promote"); code != http.StatusOK {
+		t.Fatalf("promote: %d, want 200", code)
+	}
+	waitFor(t, 5*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	waitFor(t, 5*time.Second, e.converged("web", 2, newRev))
 }

@@ -84,6 +84,10 @@ type Listener struct {
 	Timeouts Timeouts `json:"timeouts,omitempty"`
 	// Limits bound what a client may send. Defaults are stated on each field.
 	Limits Limits `json:"limits,omitempty"`
+	// Hold, when set, makes an HTTP request that finds no healthy target wait for one (a fleet scaled
+	// to zero, or its first instance still booting) instead of being answered 503 at once. TCP
+	// listeners ignore it. Default: nil, no holding.
+	Hold *Hold `json:"hold,omitempty"`
 	// Groups are the target groups, one per fleet revision. An empty list serves 503 to every request.
 	Groups []TargetGroup `json:"groups,omitempty"`
 }
@@ -169,6 +173,14 @@ type Timeouts struct {
 	Idle Duration `json:"idle,omitempty"`
 }
 
+// Hold bounds the requests a listener keeps waiting for a healthy target.
+type Hold struct {
+	// MaxQueued is how many requests may wait at once; the next one is answered 503. Default: 1000.
+	MaxQueued int `json:"maxQueued,omitempty"`
+	// Timeout is how long a request waits before it is answered 503. Default: 30s.
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
 // Limits of a listener.
 type Limits struct {
 	// MaxHeaderBytes bounds the size of a request's headers; more gets 431. Default 64 KiB.
@@ -243,6 +255,8 @@ const (
 	defaultRetryBudget        = 0.2
 	defaultRetryMinPerSecond  = 10
 	defaultDrainTimeout       = Duration(30 * time.Second)
+	defaultHoldMaxQueued      = 1000
+	defaultHoldTimeout        = Duration(30 * time.Second)
 	defaultConnectTimeout     = Duration(2 * time.Second)
 	defaultResponseTimeout    = Duration(60 * time.Second)
 	defaultReadHeaderTimeout  = Duration(10 * time.Second)
@@ -301,6 +315,12 @@ func (l Listener) withDefaults() Listener {
 	setDefault(&lim.MaxHeaders, defaultMaxHeaders)
 	setDefault(&lim.MaxBodyBytes, defaultMaxBodyBytes)
 	setDefault(&lim.MaxConnections, defaultMaxConnections)
+	if l.Hold != nil {
+		h := *l.Hold
+		setDefault(&h.MaxQueued, defaultHoldMaxQueued)
+		setDefault(&h.Timeout, defaultHoldTimeout)
+		l.Hold = &h
+	}
 	groups := make([]TargetGroup, len(l.Groups))
 	for i, g := range l.Groups {
 		g.Targets = append([]Target(nil), g.Targets...)
@@ -434,6 +454,12 @@ func (l Listener) validate(p string) []error {
 	}
 	if l.Limits.MaxHeaders < 1 || l.Limits.MaxBodyBytes < 0 || l.Limits.MaxConnections < 1 {
 		bad("limits", "limits must be positive")
+	}
+	if h := l.Hold; h != nil {
+		if h.MaxQueued < 1 {
+			bad("hold.maxQueued", "must be at least 1")
+		}
+		positive("hold.timeout", h.Timeout)
 	}
 	groups := map[string]int{}
 	ids := map[string]string{}

@@ -132,6 +132,9 @@ func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 	var tried *target
 	for {
 		t := st.routes.pick(&key, tried)
+		if t == nil && tried == nil {
+			st, t = l.hold(context.Background(), st, &key)
+		}
 		if t == nil {
 			// Without a target the body stays unread: the connection cannot go on after the answer.
 			keep := h.clientKeep() && !r.hasBody()

@@ -30,6 +30,7 @@ type Options struct {
 type LB struct {
 	log         *slog.Logger
 	checker     *checker
+	wake        waker // wakes requests held for a target
 	badRequests atomic.Uint64
 
 	mu        sync.Mutex // guards the fields below; never taken on the request path
@@ -156,6 +157,7 @@ func (lb *LB) Apply(cfg Config) error {
 		}
 	}
 	lb.sockets, lb.listeners = sockets, listeners
+	lb.wake.signal()
 	if lb.running {
 		for _, s := range opened {
 			go s.serve()
@@ -224,6 +226,7 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 			t := lb.targets[key]
 			if t == nil {
 				t = newTarget(key, lb.log)
+				t.wake = &lb.wake
 				lb.targets[key] = t
 			} else if t.draining.Load() {
 				t.undrain()
@@ -364,6 +367,7 @@ func (lb *LB) Start(ctx context.Context) error {
 	for _, s := range sockets {
 		s.close()
 	}
+	lb.wake.signal() // held requests see the closed sockets and give up
 	var wg sync.WaitGroup
 	for _, l := range listeners {
 		wg.Go(func() { l.shutdown(l.state.Load().drainTimeout) })

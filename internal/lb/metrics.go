@@ -53,6 +53,7 @@ type counters struct {
 	latency   [16]atomic.Uint64 // len(LatencyBuckets)+1; the last bucket is +Inf
 	latSumNs  atomic.Uint64
 	inFlight  atomic.Int64
+	held      atomic.Int64 // listeners only: requests waiting for a healthy target
 	retries   atomic.Uint64
 	ejections atomic.Uint64
 }
@@ -79,6 +80,7 @@ func (c *counters) snapshot() Stats {
 	}
 	s.LatencySum = time.Duration(c.latSumNs.Load())
 	s.InFlight = c.inFlight.Load()
+	s.Held = c.held.Load()
 	s.Retries = c.retries.Load()
 	s.Ejections = c.ejections.Load()
 	return s
@@ -96,6 +98,8 @@ type Stats struct {
 	LatencySum time.Duration `json:"latencySum"`
 	// InFlight is the number of requests (TCP: connections) open right now.
 	InFlight int64 `json:"inFlight"`
+	// Held is the number of requests waiting for a healthy target right now (Listener.Hold).
+	Held int64 `json:"held,omitempty"`
 	// Retries counts requests retried on another target after failing on this one.
 	Retries uint64 `json:"retries"`
 	// Ejections counts passive ejections.
@@ -123,6 +127,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.Latency = lat
 	s.LatencySum += o.LatencySum
 	s.InFlight += o.InFlight
+	s.Held += o.Held
 	s.Retries += o.Retries
 	s.Ejections += o.Ejections
 	return s

@@ -27,6 +27,9 @@ var (
 	descUnrouted = prometheus.NewDesc("herd_lb_unrouted_requests_total",
 		"Requests answered without a target: 503 when none was healthy, 4xx when rejected as bad.",
 		[]string{"fleet", "listener", "class"}, nil)
+	descHeld = prometheus.NewDesc("herd_lb_held_requests",
+		"Requests waiting for a healthy target of the listener right now (scale from zero, first boot).",
+		[]string{"fleet", "listener"}, nil)
 	descBad = prometheus.NewDesc("herd_lb_bad_requests_total",
 		"Requests rejected as malformed or over a limit, on all listeners.", nil, nil)
 )
@@ -47,7 +50,7 @@ func (lb *LB) MetricsHandler() http.Handler {
 type promCollector struct{ lb *LB }
 
 func (c promCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descBad} {
+	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descHeld, descBad} {
 		ch <- d
 	}
 }
@@ -87,6 +90,7 @@ func (c promCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, class := range []Class{Class4xx, Class5xx} {
 			ch <- prometheus.MustNewConstMetric(descUnrouted, prometheus.CounterValue, float64(s.Requests[class]), fleet, l.name, class.String())
 		}
+		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held), fleet, l.name)
 	}
 	ch <- prometheus.MustNewConstMetric(descBad, prometheus.CounterValue, float64(c.lb.badRequests.Load()))
 }

@@ -70,6 +70,9 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var tried *target
 	for {
 		t := st.routes.pick(&key, tried)
+		if t == nil && tried == nil {
+			st, t = l.hold(r.Context(), st, &key)
+		}
 		if t == nil {
 			if tried == nil {
 				l.noTarget(w, r, start)

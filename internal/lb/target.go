@@ -85,6 +85,8 @@ type target struct {
 	stopCheck    context.CancelFunc
 	stopDrain    context.CancelFunc
 	ejectCfg     HealthCheck
+
+	wake *waker // signalled when the target becomes usable; nil in tests that build targets alone
 }
 
 // transportSettings are the listener settings a target's connections depend on.
@@ -144,6 +146,9 @@ func (t *target) health() TargetHealth {
 func (t *target) noteStateLocked() {
 	if s := t.state(); s != t.lastState {
 		t.lastState, t.since = s, time.Now()
+		if t.wake != nil && t.usable() {
+			t.wake.signal()
+		}
 	}
 }
 

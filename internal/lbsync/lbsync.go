@@ -50,6 +50,9 @@ func New(b Balancer, bindHost string, log *slog.Logger) *Sync {
 // out. Booting instances are targets too; the load balancer's health checks decide when they get
 // traffic, so a new instance serves as soon as it answers.
 func routable(in *v1alpha1.Instance) bool {
+	if controller.IsWarm(in) {
+		return false // the warm pool is out of rotation until a scale-out takes it
+	}
 	switch in.Status.Phase {
 	case v1alpha1.PhaseBooting, v1alpha1.PhaseReady, v1alpha1.PhaseUnhealthy:
 		return in.Status.Address != ""
@@ -85,6 +88,9 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 				Path: hc.Path, Port: int(hc.Port),
 				HealthyThreshold: int(hc.HealthyThreshold), UnhealthyThreshold: int(hc.UnhealthyThreshold),
 			},
+			// A fleet with no serving instance (scaled to zero, first instance booting) holds requests
+			// until one serves; the held count reaches the autoscaler, which scales from zero at once.
+			Hold: &lb.Hold{},
 		}
 		if hc.Interval != nil {
 			ln.HealthCheck.Interval = lb.Duration(hc.Interval.Duration)

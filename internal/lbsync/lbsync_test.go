@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lb"
 )
 
@@ -104,5 +105,25 @@ func TestRolloutWeights(t *testing.T) {
 	}
 	if got["web-1"] != 2 || got["web-2"] != 1 || got["web-3"] != 1 {
 		t.Fatalf("proportional weights %v", got)
+	}
+}
+
+// Warm instances are out of rotation, and every fleet listener holds requests while nothing serves.
+func TestListenersWarmPoolAndHold(t *testing.T) {
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+	}}
+	warm := inst("web-w", "web-1", v1alpha1.PhaseReady, "10.0.0.9")
+	warm.Metadata.Labels = map[string]string{controller.LabelWarm: "true"}
+	s := New(&fakeLB{}, "127.0.0.1", nil)
+	ls := s.Listeners(f, []*v1alpha1.Instance{inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), warm}, nil)
+	if len(ls) != 1 || len(ls[0].Groups) != 1 || len(ls[0].Groups[0].Targets) != 1 || ls[0].Groups[0].Targets[0].ID != "web-a" {
+		t.Fatalf("warm instance routed: %+v", ls)
+	}
+	if ls[0].Hold == nil {
+		t.Fatal("fleet listener does not hold requests")
+	}
+	if ls := s.Listeners(f, nil, nil); len(ls) != 1 || len(ls[0].Groups) != 0 || ls[0].Hold == nil {
+		t.Fatalf("fleet at zero: %+v", ls)
 	}
 }

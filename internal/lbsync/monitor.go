@@ -175,7 +175,10 @@ func (m *Monitor) FleetLoad(fleet string, window time.Duration) (controller.Load
 		return controller.Load{}, false
 	}
 	d := cur.Sub(prev)
-	return controller.Load{RequestsPerSecond: float64(d.Total()) / elapsed, LatencyP95: d.Quantile(0.95)}, true
+	return controller.Load{
+		RequestsPerSecond: float64(d.Total()) / elapsed, LatencyP95: d.Quantile(0.95),
+		Queued: int(cur.Held),
+	}, true
 }
 
 // baseline returns the index of the newest sample taken at or before from, or 0 (the oldest) when

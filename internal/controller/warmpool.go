@@ -1,0 +1,86 @@
+package controller
+
+import (
+	"sort"
+
+	"herd.dev/herd/api/v1alpha1"
+)
+
+// LabelWarm marks an instance of the warm pool (spec.autoscaling.warmPool): booted, of the current
+// revision, and out of rotation; the load balancer gets no target for it. A scale-out takes warm
+// instances first, by removing the label, which makes them targets at once.
+const LabelWarm = "herd.dev/warm"
+
+// IsWarm reports whether an instance is in its fleet's warm pool.
+func IsWarm(in *v1alpha1.Instance) bool { return in.Metadata.Labels[LabelWarm] == "true" }
+
+func (s *scope) warmPoolSize() int {
+	if as := s.fleet.Spec.Autoscaling; as != nil {
+		return int(as.WarmPool)
+	}
+	return 0
+}
+
+// splitWarm separates the warm pool from the serving instances of a list.
+func splitWarm(list []*v1alpha1.Instance) (serving, warm []*v1alpha1.Instance) {
+	for _, in := range list {
+		if IsWarm(in) {
+			warm = append(warm, in)
+		} else {
+			serving = append(serving, in)
+		}
+	}
+	return serving, warm
+}
+
+// promoteWarm moves up to n warm instances into rotation, ready ones first (then the oldest), and
+// returns the promoted ones and the warm instances left.
+func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []*v1alpha1.Instance) {
+	sort.Slice(warm, func(i, j int) bool {
+		if ready(warm[i]) != ready(warm[j]) {
+			return ready(warm[i])
+		}
+		return created(warm[i]).Before(created(warm[j]))
+	})
+	n = min(n, len(warm))
+	for _, in := range warm[:n] {
+		labels := make(map[string]string, len(in.Metadata.Labels))
+		for k, v := range in.Metadata.Labels {
+			if k != LabelWarm {
+				labels[k] = v
+			}
+		}
+		in.Metadata.Labels = labels
+		s.mark(in)
+	}
+	if n > 0 {
+		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolUsed", "%d warm instances put into rotation", n)
+	}
+	return warm[:n], warm[n:]
+}
+
+// refillWarm creates warm instances up to the pool's size, or deletes extra ones, and returns how
+// many it created. budget bounds the creations.
+func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) int {
+	want := s.warmPoolSize()
+	if extra := len(warm) - want; extra > 0 {
+		// Keep the ready ones.
+		sort.Slice(warm, func(i, j int) bool { return !ready(warm[i]) && ready(warm[j]) })
+		for _, in := range warm[:extra] {
+			s.terminate(in, "")
+		}
+		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolShrunk", "deleting %d warm instances (warm pool %d)", extra, want)
+		return 0
+	}
+	n := min(want-len(warm), budget)
+	if n <= 0 {
+		return 0
+	}
+	region := s.fleet.DefaultRegion()
+	for range n {
+		in := s.newRecord(region)
+		in.Metadata.Labels[LabelWarm] = "true"
+	}
+	s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolRefill", "creating %d warm instances of revision %s (warm pool %d)", n, s.revision, want)
+	return n
+}
