@@ -1,5 +1,5 @@
 // Command autoscale benchmarks herd's autoscaling on real local instances (make bench-autoscale):
-// it runs TestIntegrationBenchAutoscale of this directory once, which starts herd up with the local
+// it runs TestIntegrationBenchAutoscale of test/e2e once, which starts herd up with the local
 // provider, applies a fleet of the hello example autoscaled on requests per second, steps the load
 // through herd's load balancer from about 1x to 4x the target, and measures:
 //
@@ -34,8 +34,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-timeout", "20m",
-		"-run", "^TestIntegrationBenchAutoscale$", "./hack/bench/autoscale")
-	cmd.Env = append(os.Environ(), benchEnv+"=1")
+		"-run", "^TestIntegrationBenchAutoscale$", "./test/e2e")
+	cmd.Env = append(os.Environ(), "HERD_BENCH_AUTOSCALE=1") // the test skips without it
 	// On Ctrl-C the test binary gets SIGINT, not SIGKILL, so that its cleanup runs.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.Stderr = os.Stderr
