@@ -43,14 +43,14 @@ bench-instance: build deps kubernetes
 # balancer (the end-to-end test TestIntegrationFailover; needs root). Its last line is the figures.
 .PHONY: bench-failover
 bench-failover: build deps kubernetes
-	$(GO) run ./hack/bench/failover
+	$(GO) run ./hack/bench/e2e -test TestIntegrationFailover -figures failover
 
 # Steps the load on a fleet of real local instances of examples/hello from about 1x to 4x its
 # autoscaling target through herd's load balancer, without and with a warm pool (needs root). Its last
 # line is the figures.
 .PHONY: bench-autoscale
 bench-autoscale: build deps kubernetes
-	$(GO) run ./hack/bench/autoscale
+	$(GO) run ./hack/bench/e2e -test TestIntegrationBenchAutoscale -figures autoscale -env HERD_BENCH_AUTOSCALE=1
 
 # Debian packages needed by real instances and benchmarks.
 deps:

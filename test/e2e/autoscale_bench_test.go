@@ -249,7 +249,7 @@ func (e *env) step(known []string) (decision, serving time.Duration, newcomer st
 	return decision, serving, newcomer
 }
 
-// TestIntegrationBenchAutoscale is make bench-autoscale's run (see main.go). At most three real
+// TestIntegrationBenchAutoscale is make bench-autoscale's run (hack/bench/e2e). At most three real
 // instances exist at a time: 1 growing to 3 without a warm pool, then 1 serving and 1 warm growing
 // to 2 serving and 1 warm.
 func TestIntegrationBenchAutoscale(t *testing.T) {

@@ -1,0 +1,88 @@
+// Command e2e runs one scenario of test/e2e on real local instances as a benchmark (make
+// bench-failover, make bench-autoscale): it runs the named test once, shows its output, and prints
+// the figures the test logged as the last line, e.g.
+//
+//	failover: failed_requests=<int> ejection_ms=<int> replacement_ready_s=<float>
+//	autoscale: decision_s=<float> new_capacity_serving_s=<float> warm_pool_serving_s=<float>
+//
+// The scenarios need root and the host dependencies (make deps, make kubernetes). It exits non-zero
+// when the test fails or is skipped, after printing the figures if the test measured them.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	test := flag.String("test", "", "the test/e2e test to run, e.g. TestIntegrationFailover")
+	name := flag.String("figures", "", "the word that starts the figures line, e.g. failover")
+	env := flag.String("env", "", "an extra environment variable for the test, KEY=VALUE")
+	flag.Parse()
+	if *test == "" || *name == "" {
+		fail("bench", fmt.Errorf("-test and -figures are required"))
+	}
+	// "<name>: key=value key=value ...", numbers only.
+	figures := regexp.MustCompile(regexp.QuoteMeta(*name) + `:( [a-z_]+=-?[0-9.]+)+`)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-timeout", "20m",
+		"-run", "^"+*test+"$", "./test/e2e")
+	if *env != "" {
+		cmd.Env = append(os.Environ(), *env)
+	}
+	// On Ctrl-C the test binary gets SIGINT, not SIGKILL, so that its cleanup runs.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		fail(*name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		fail(*name, err)
+	}
+	line, skipped := "", false
+	sc := bufio.NewScanner(io.TeeReader(out, os.Stderr))
+	for sc.Scan() {
+		if m := figures.FindString(sc.Text()); m != "" {
+			line = m
+		}
+		if strings.Contains(sc.Text(), "--- SKIP: "+*test) {
+			skipped = true
+		}
+	}
+	err = cmd.Wait()
+	switch {
+	case skipped:
+		err = fmt.Errorf("%s was skipped (see above; run as root after make deps and make kubernetes)", *test)
+	case err != nil:
+		err = fmt.Errorf("%s failed: %w", *test, err)
+	case line == "":
+		err = fmt.Errorf("%s printed no figures", *test)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench-%s: %v\n", *name, err)
+	}
+	// The figures come last, also when the test failed on them.
+	if line != "" {
+		fmt.Println(line)
+	}
+	if err != nil {
+		os.Exit(1)
+	}
+}
+
+func fail(name string, err error) {
+	fmt.Fprintf(os.Stderr, "bench-%s: %v\n", name, err)
+	os.Exit(1)
+}
