@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"herd.dev/herd/api/v1alpha1"
 )
 
 // TestIntegrationAutoscaleOnLoadStep runs herd up with the fake provider, whose instances' workloads
@@ -22,27 +19,10 @@ func TestIntegrationAutoscaleOnLoadStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	instancePort, lbPort := freePort(t), freePort(t)
-	loopbackBackends(t, 8, instancePort, func(addr string, w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s\n", addr)
-	})
-
-	c := newCluster(t)
-	c.up()
-	fleet := writeFile(t, c.dir, "fleet.yaml", fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
-kind: Fleet
-metadata: {name: web}
-spec:
-  image: hello
-  replicas: {min: 1, max: 8, desired: 1}
-  listeners: [{port: %d, instancePort: %d}]
-  healthCheck: {path: /healthz, interval: 200ms, timeout: 100ms, healthyThreshold: 1}
+	c, lbPort := loopbackFleet(t, 8, nil, `  replicas: {min: 1, max: 8, desired: 1}
   autoscaling: {metric: requestsPerSecond, target: 50, scaleInStabilization: 300s}
   regions: [{name: local, options: {bootDelay: 100ms}}]
-`, lbPort, instancePort))
-	if out, err := c.herd("apply", "-f", fleet); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
+`)
 	c.waitFor(15*time.Second, func() string {
 		insts := c.instances()
 		if len(insts) != 1 || insts[0].Status.LBHealth != "healthy" {
@@ -50,22 +30,7 @@ spec:
 		}
 		return ""
 	})
-	desired := func() int32 {
-		out, err := c.herd("get", "fleets", "web", "-o", "json")
-		if err != nil {
-			return -1
-		}
-		var f v1alpha1.Fleet
-		if json.Unmarshal([]byte(out), &f) != nil || f.Spec.Replicas.Desired == nil {
-			var list []v1alpha1.Fleet
-			if json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Spec.Replicas.Desired == nil {
-				return -1
-			}
-			f = list[0]
-		}
-		return *f.Spec.Replicas.Desired
-	}
-	if d := desired(); d != 1 {
+	if d := c.desired("web"); d != 1 {
 		t.Fatalf("desired %d before any load, want 1", d)
 	}
 
@@ -106,7 +71,7 @@ spec:
 	}()
 	var decision time.Duration
 	c.waitFor(10*time.Second, func() string {
-		if d := desired(); d < 4 {
+		if d := c.desired("web"); d < 4 {
 			return fmt.Sprintf("desired %d under ~200 rps, want >= 4", d)
 		}
 		decision = time.Since(start)

@@ -145,6 +145,19 @@ func (c *cluster) instances() []v1alpha1.Instance {
 	return list
 }
 
+// desired returns a fleet's spec.replicas.desired, or -1 if it cannot be read.
+func (c *cluster) desired(fleet string) int32 {
+	out, err := c.herd("get", "fleets", fleet, "-o", "json")
+	if err != nil {
+		return -1
+	}
+	var f v1alpha1.Fleet
+	if json.Unmarshal([]byte(out), &f) != nil || f.Spec.Replicas.Desired == nil {
+		return -1
+	}
+	return *f.Spec.Replicas.Desired
+}
+
 func writeFile(t *testing.T, dir, name, content string) string {
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {

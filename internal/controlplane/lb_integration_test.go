@@ -41,6 +41,33 @@ func loopbackBackends(t *testing.T, n, port int, handle func(addr string, w http
 	}
 }
 
+// loopbackFleet starts herd up with the fake provider, n loopback backends answering with handle
+// (or "hello from <addr>" when nil) and applies fleet "web" with one listener to them and a fast
+// health check; spec holds the fleet's other spec lines, indented two spaces. It returns the
+// cluster and the load balancer's port.
+func loopbackFleet(t *testing.T, n int, handle func(addr string, w http.ResponseWriter, r *http.Request), spec string) (*cluster, int) {
+	t.Helper()
+	if handle == nil {
+		handle = func(addr string, w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s\n", addr) }
+	}
+	instancePort, lbPort := freePort(t), freePort(t)
+	loopbackBackends(t, n, instancePort, handle)
+	c := newCluster(t)
+	c.up()
+	fleet := writeFile(t, c.dir, "fleet.yaml", fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
+kind: Fleet
+metadata: {name: web}
+spec:
+  image: hello
+  listeners: [{port: %d, instancePort: %d}]
+  healthCheck: {path: /healthz, interval: 200ms, timeout: 100ms, healthyThreshold: 1}
+%s`, lbPort, instancePort, spec))
+	if out, err := c.herd("apply", "-f", fleet); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	return c, lbPort
+}
+
 // TestIntegrationLoadBalancerServesFleet runs herd up with the fake provider, whose instances get
 // the loopback addresses 127.1.0.1, .2, .3 in a fresh data dir; real HTTP servers stand in for the
 // instances' workloads on those addresses. It checks that herd's load balancer sends real requests
@@ -50,29 +77,14 @@ func TestIntegrationLoadBalancerServesFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	instancePort, lbPort := freePort(t), freePort(t)
 	var served sync.Map // backend address -> count
-	loopbackBackends(t, 3, instancePort, func(addr string, w http.ResponseWriter, r *http.Request) {
+	c, lbPort := loopbackFleet(t, 3, func(addr string, w http.ResponseWriter, r *http.Request) {
 		n, _ := served.LoadOrStore(addr, new(atomic.Int64))
 		n.(*atomic.Int64).Add(1)
 		fmt.Fprintf(w, "hello from %s\n", addr)
-	})
-
-	c := newCluster(t)
-	c.up()
-	fleet := writeFile(t, c.dir, "fleet.yaml", fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
-kind: Fleet
-metadata: {name: web}
-spec:
-  image: hello
-  replicas: {min: 1, max: 5, desired: 3}
-  listeners: [{port: %d, instancePort: %d}]
-  healthCheck: {path: /healthz, interval: 200ms, timeout: 100ms, healthyThreshold: 1}
+	}, `  replicas: {min: 1, max: 5, desired: 3}
   regions: [{name: local, options: {bootDelay: 100ms}}]
-`, lbPort, instancePort))
-	if out, err := c.herd("apply", "-f", fleet); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
+`)
 	c.waitFor(15*time.Second, func() string {
 		healthy := 0
 		for _, in := range c.instances() {

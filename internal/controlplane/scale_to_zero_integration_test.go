@@ -1,15 +1,12 @@
 package controlplane_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"herd.dev/herd/api/v1alpha1"
 )
 
 // TestIntegrationScaleToZeroAndBack runs herd up with the fake provider (instances' workloads are
@@ -20,44 +17,12 @@ func TestIntegrationScaleToZeroAndBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	instancePort, lbPort := freePort(t), freePort(t)
-	loopbackBackends(t, 4, instancePort, func(addr string, w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s\n", addr)
-	})
-
-	c := newCluster(t)
-	c.up()
-	fleet := writeFile(t, c.dir, "fleet.yaml", fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
-kind: Fleet
-metadata: {name: web}
-spec:
-  image: hello
-  replicas: {min: 0, max: 3, desired: 1}
-  listeners: [{port: %d, instancePort: %d}]
-  healthCheck: {path: /healthz, interval: 200ms, timeout: 100ms, healthyThreshold: 1}
+	c, lbPort := loopbackFleet(t, 4, nil, `  replicas: {min: 0, max: 3, desired: 1}
   autoscaling: {metric: requestsPerSecond, target: 50, scaleInStabilization: 2s}
   regions: [{name: local, options: {bootDelay: 1500ms}}]
-`, lbPort, instancePort))
-	if out, err := c.herd("apply", "-f", fleet); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
-	desired := func() int32 {
-		out, err := c.herd("get", "fleets", "web", "-o", "json")
-		if err != nil {
-			return -1
-		}
-		var f v1alpha1.Fleet
-		if json.Unmarshal([]byte(out), &f) != nil || f.Spec.Replicas.Desired == nil {
-			var list []v1alpha1.Fleet
-			if json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Spec.Replicas.Desired == nil {
-				return -1
-			}
-			f = list[0]
-		}
-		return *f.Spec.Replicas.Desired
-	}
+`)
 	c.waitFor(60*time.Second, func() string {
-		if d, n := desired(), len(c.instances()); d != 0 || n != 0 {
+		if d, n := c.desired("web"), len(c.instances()); d != 0 || n != 0 {
 			return fmt.Sprintf("desired %d with %d instances while idle, want 0 and none", d, n)
 		}
 		return ""
@@ -81,7 +46,7 @@ spec:
 	if out, err := c.herd("events"); err != nil || !strings.Contains(out, "scaling from zero") {
 		t.Fatalf("no scale-from-zero event (err %v):\n%s", err, out)
 	}
-	if d := desired(); d < 1 {
+	if d := c.desired("web"); d < 1 {
 		t.Fatalf("desired %d after a request at zero, want >= 1", d)
 	}
 }
