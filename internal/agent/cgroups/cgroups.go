@@ -5,8 +5,8 @@
 package cgroups
 
 import (
-	"bufio"
-	"bytes"
+	"herd.dev/herd/internal/mountinfo"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -62,22 +62,8 @@ func Hierarchies() ([]Hierarchy, error) {
 func parseMountinfo(data []byte) []Hierarchy {
 	seen := map[string]bool{}
 	var out []Hierarchy
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - cgroup cgroup rw,cpu,cpuacct
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 5 || sep+3 >= len(fields) {
-			continue
-		}
-		root, mount, fstype, superOpts := fields[3], unescape(fields[4]), fields[sep+1], fields[sep+3]
+	for _, m := range mountinfo.Parse(data) {
+		root, mount, fstype, superOpts := m.Root, m.Point, m.FSType, m.SuperOptions
 		if root != "/" {
 			continue // a bind mount of part of a hierarchy
 		}
@@ -107,25 +93,6 @@ func parseMountinfo(data []byte) []Hierarchy {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Mount < out[j].Mount })
 	return out
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Enter creates cgroup path p (e.g. "/herd-web-1/system") in every hierarchy and moves the

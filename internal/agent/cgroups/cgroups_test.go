@@ -47,11 +47,3 @@ func TestParseMountinfoPureV2(t *testing.T) {
 		t.Errorf("procsHierarchy = %+v, %v", h, ok)
 	}
 }
-
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/tail\`: `/tail\`, `/x\134y`: `/x\y`} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -1,7 +1,8 @@
 package local
 
 import (
-	"bufio"
+	"herd.dev/herd/internal/mountinfo"
+
 	"bytes"
 	"context"
 	"errors"
@@ -70,14 +71,14 @@ func alive(pid int, startTime uint64) bool {
 // cgroupHierarchies returns the mount points of every cgroup hierarchy (v1 controllers, the named
 // systemd one, and the v2 "unified" one), from the mount table.
 func cgroupHierarchies() ([]string, error) {
-	mounts, err := readMountInfo(mountInfoPath)
+	mounts, err := mountinfo.ReadFile(mountInfoPath)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, m := range mounts {
-		if m.fsType == "cgroup" || m.fsType == "cgroup2" {
-			out = append(out, m.point)
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			out = append(out, m.Point)
 		}
 	}
 	sort.Strings(out)
@@ -233,71 +234,16 @@ func removeCgroups(ctx context.Context, hierarchies []string, root string, timeo
 	return nil
 }
 
-// mount is one line of /proc/<pid>/mountinfo.
-type mount struct {
-	point  string
-	fsType string
-}
-
-func readMountInfo(path string) ([]mount, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
-	var out []mount
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 7 {
-			continue
-		}
-		m := mount{point: unescapeMount(fields[4])}
-		for i := 6; i < len(fields)-1; i++ {
-			if fields[i] == "-" {
-				m.fsType = fields[i+1]
-				break
-			}
-		}
-		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
-	}
-	return out, nil
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space) of mountinfo paths.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
 // mountsUnder returns the host's mount points at or under dir, deepest first.
 func mountsUnder(dir string) ([]string, error) {
-	mounts, err := readMountInfo(mountInfoPath)
+	mounts, err := mountinfo.ReadFile(mountInfoPath)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, m := range mounts {
-		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
-			out = append(out, m.point)
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			out = append(out, m.Point)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {

@@ -9,6 +9,8 @@
 package localtest
 
 import (
+	"herd.dev/herd/internal/mountinfo"
+
 	"bufio"
 	"bytes"
 	"fmt"
@@ -282,20 +284,14 @@ func linkNames() ([]string, error) {
 
 // CgroupHierarchies lists the mount points of the cgroup file systems.
 func CgroupHierarchies() ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.Fields(l)
-		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				if f[i+1] == "cgroup" || f[i+1] == "cgroup2" {
-					out = append(out, unescape(f[4]))
-				}
-				break
-			}
+	for _, m := range mounts {
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			out = append(out, m.Point)
 		}
 	}
 	return out, nil
@@ -324,36 +320,16 @@ func cgroupTops() ([]string, error) {
 }
 
 func mountPoints() ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) > 4 {
-			out = append(out, unescape(f[4]))
-		}
+	out := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		out = append(out, m.Point)
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // processesUnder lists processes whose command line has a path under one of dirs.
