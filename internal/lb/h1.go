@@ -398,17 +398,8 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 	case eqFold(name, "connection"):
 		h.drop = true
 		for i := 0; i < len(value); {
-			a, b := i, i
-			for b < len(value) && value[b] != ',' {
-				b++
-			}
-			i = b + 1
-			for a < b && (value[a] == ' ' || value[a] == '\t') {
-				a++
-			}
-			for b > a && (value[b-1] == ' ' || value[b-1] == '\t') {
-				b--
-			}
+			var a, b int
+			a, b, i = commaToken(value, i)
 			tok := value[a:b]
 			switch {
 			case len(tok) == 0:
@@ -638,6 +629,23 @@ var tokenChars = func() [128]bool {
 }()
 
 // eqFold compares ASCII case-insensitively without allocating.
+// commaToken returns the bounds of the element of a comma-separated header value that starts at
+// i, trimmed of spaces and tabs, and where the next element starts.
+func commaToken(value []byte, i int) (a, b, next int) {
+	a, b = i, i
+	for b < len(value) && value[b] != ',' {
+		b++
+	}
+	next = b + 1
+	for a < b && (value[a] == ' ' || value[a] == '\t') {
+		a++
+	}
+	for b > a && (value[b-1] == ' ' || value[b-1] == '\t') {
+		b--
+	}
+	return a, b, next
+}
+
 func eqFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false

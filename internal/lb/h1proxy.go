@@ -507,17 +507,8 @@ func (r *respHead) parseHeader(s span) error {
 	case eqFold(name, "connection"):
 		h.drop = true
 		for i := 0; i < len(value); {
-			a, b := i, i
-			for b < len(value) && value[b] != ',' {
-				b++
-			}
-			i = b + 1
-			for a < b && (value[a] == ' ' || value[a] == '\t') {
-				a++
-			}
-			for b > a && (value[b-1] == ' ' || value[b-1] == '\t') {
-				b--
-			}
+			var a, b int
+			a, b, i = commaToken(value, i)
 			switch tok := value[a:b]; {
 			case len(tok) == 0, eqFold(tok, "upgrade"):
 			case eqFold(tok, "close"):
