@@ -63,7 +63,7 @@ func Decode(data []byte) ([]Document, error) {
 	if line := tabIndentedLine(data); line > 0 {
 		return nil, fmt.Errorf("line %d: indented with a tab; YAML allows only spaces for indentation", line)
 	}
-	raws := splitDocuments(data)
+	raws := SplitDocuments(data)
 	if len(raws) == 0 {
 		return nil, errors.New("file holds no object: expected YAML with apiVersion, kind, metadata and spec")
 	}
@@ -121,9 +121,9 @@ func tabIndentedLine(data []byte) int {
 	return 0
 }
 
-// splitDocuments splits on "---" separator lines and drops documents that hold only comments or
+// SplitDocuments splits a YAML file on "---" separator lines and drops documents that hold only comments or
 // whitespace, as kubectl does.
-func splitDocuments(data []byte) [][]byte {
+func SplitDocuments(data []byte) [][]byte {
 	var out [][]byte
 	var cur []byte
 	flush := func() {

@@ -131,3 +131,10 @@ func TestStatusIgnoredOnDecode(t *testing.T) {
 		t.Fatalf("status or resourceVersion kept from the file: %+v %+v", f.Status, f.Metadata)
 	}
 }
+
+func TestSplitDocuments(t *testing.T) {
+	got := SplitDocuments([]byte("# c\n---\na: 1\n---\n\n---\nb: 2\n--- # trailing\n"))
+	if len(got) != 2 || string(got[0]) != "a: 1\n" || string(got[1]) != "b: 2\n" {
+		t.Fatalf("SplitDocuments = %q, want the two documents with content", got)
+	}
+}

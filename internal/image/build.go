@@ -336,7 +336,7 @@ func checkManifest(path string) ([]imageUse, error) {
 	base := filepath.Base(path)
 	docs := [][]byte{data}
 	if !strings.EqualFold(filepath.Ext(path), ".json") {
-		docs = splitYAML(data)
+		docs = v1alpha1.SplitDocuments(data)
 	}
 	var uses []imageUse
 	for i, doc := range docs {
@@ -465,30 +465,6 @@ func pullsByDefault(ref string) bool {
 		return false
 	}
 	return t.TagStr() == "latest"
-}
-
-// splitYAML splits a file on "---" lines and drops documents holding only comments or blanks.
-func splitYAML(data []byte) [][]byte {
-	var out [][]byte
-	var cur []byte
-	flush := func() {
-		for _, l := range bytes.Split(cur, []byte("\n")) {
-			if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
-				out = append(out, cur)
-				break
-			}
-		}
-		cur = nil
-	}
-	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
-		if t := bytes.TrimRight(line, " \r\n"); bytes.Equal(t, []byte("---")) || bytes.HasPrefix(t, []byte("--- ")) {
-			flush()
-			continue
-		}
-		cur = append(cur, line...)
-	}
-	flush()
-	return out
 }
 
 // goEnv is the environment of every go command herd runs: static linux binaries for this

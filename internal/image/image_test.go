@@ -751,9 +751,6 @@ func TestHelpers(t *testing.T) {
 			t.Errorf("formatSize(%d) = %s, want %s", n, got, want)
 		}
 	}
-	if got := splitYAML([]byte("# c\n---\na: 1\n---\n\n---\nb: 2\n")); len(got) != 2 {
-		t.Errorf("splitYAML: %d documents, want 2", len(got))
-	}
 }
 
 func TestMissingGoToolchainNamesTheFix(t *testing.T) {
