@@ -30,6 +30,7 @@ const (
 
 // Event reasons of self-healing.
 const (
+	ReasonInstanceFailed    = "InstanceFailed"
 	ReasonInstanceUnhealthy = "InstanceUnhealthy"
 	ReasonInstanceOutlier   = "InstanceOutlier"
 	ReasonHealingBackoff    = "HealingBackoff"
@@ -79,12 +80,14 @@ type healInput struct {
 	Since time.Time
 	// Requests and Errors are the last minute's counts (HealthSource.InstanceStats).
 	Requests, Errors uint64
+	// Failed is the provider's reason when it reports the instance failed, else "".
+	Failed string
 }
 
 // healVerdict is one instance to replace and why.
 type healVerdict struct {
 	Name    string
-	Reason  string // ReasonInstanceUnhealthy or ReasonInstanceOutlier
+	Reason  string // ReasonInstanceFailed, ReasonInstanceUnhealthy or ReasonInstanceOutlier
 	Message string
 }
 
@@ -100,7 +103,8 @@ type healPlan struct {
 	Recheck time.Duration
 }
 
-// planHealing judges a fleet's instances. inProgress counts replacements still under way;
+// planHealing judges a fleet's instances: failed ones at once, unhealthy ones past their grace
+// period and threshold, outliers by their 5xx rate. inProgress counts replacements still under way;
 // backoffUntil, when in the future, holds every replacement back. It is a pure function.
 func planHealing(now time.Time, p healPolicy, insts []healInput, inProgress int, backoffUntil time.Time) healPlan {
 	var plan healPlan
@@ -111,6 +115,15 @@ func planHealing(now time.Time, p healPolicy, insts []healInput, inProgress int,
 	}
 	bad := map[string]bool{}
 	for _, in := range insts {
+		if in.Failed != "" {
+			// Dead is dead: no grace period or threshold to wait for.
+			bad[in.Name] = true
+			plan.Bad = append(plan.Bad, healVerdict{
+				Name: in.Name, Reason: ReasonInstanceFailed,
+				Message: fmt.Sprintf("instance %s failed: %s; replacing it", in.Name, in.Failed),
+			})
+			continue
+		}
 		if in.State != HealthUnhealthy && in.State != HealthEjected {
 			continue
 		}
@@ -155,10 +168,10 @@ func planHealing(now time.Time, p healPolicy, insts []healInput, inProgress int,
 		}
 	}
 
-	// Unhealthy ones first (they serve nothing), then by name for a stable order.
+	// Failed and unhealthy ones first (they serve nothing), then by name for a stable order.
 	sort.SliceStable(plan.Bad, func(i, j int) bool {
-		if plan.Bad[i].Reason != plan.Bad[j].Reason {
-			return plan.Bad[i].Reason == ReasonInstanceUnhealthy
+		if ui, uj := urgency(plan.Bad[i].Reason), urgency(plan.Bad[j].Reason); ui != uj {
+			return ui < uj
 		}
 		return plan.Bad[i].Name < plan.Bad[j].Name
 	})
@@ -174,6 +187,17 @@ func planHealing(now time.Time, p healPolicy, insts []healInput, inProgress int,
 	plan.Replace = plan.Bad[:n]
 	plan.Deferred = len(plan.Bad) - n
 	return plan
+}
+
+// urgency orders verdicts: the lower, the sooner replaced.
+func urgency(reason string) int {
+	switch reason {
+	case ReasonInstanceFailed:
+		return 0
+	case ReasonInstanceUnhealthy:
+		return 1
+	}
+	return 2
 }
 
 func medianOf(v []float64) float64 {

@@ -24,13 +24,16 @@ func TestPlanHealing(t *testing.T) {
 	bad := func(name, state string, created, since time.Time) healInput {
 		return healInput{Name: name, CreatedAt: created, State: state, Since: since}
 	}
+	dead := func(name string, created time.Time) healInput {
+		return healInput{Name: name, CreatedAt: created, Failed: "agent exited"}
+	}
 	tests := []struct {
 		name       string
 		pol        healPolicy
 		insts      []healInput
 		inProgress int
 		backoff    time.Time
-		replace    []string // with reason initial: U unhealthy, O outlier
+		replace    []string // with reason initial: F failed, U unhealthy, O outlier
 		deferred   int
 		recheck    bool
 	}{
@@ -56,6 +59,10 @@ func TestPlanHealing(t *testing.T) {
 		{name: "bound full", insts: []healInput{bad("e", HealthUnhealthy, old, old)}, inProgress: 1, deferred: 1},
 		{name: "bound of two", pol: healPolicy{Grace: time.Minute, UnhealthyFor: time.Second, MaxInProgress: 2}, insts: []healInput{bad("e", HealthUnhealthy, old, old), bad("f", HealthUnhealthy, old, old), bad("g", HealthUnhealthy, old, old)}, replace: []string{"U:e", "U:f"}, deferred: 1},
 		{name: "backoff holds everything", insts: []healInput{bad("e", HealthUnhealthy, old, old)}, backoff: t0.Add(time.Second), deferred: 1, recheck: true},
+		{name: "failed at once, even within grace", insts: []healInput{healthy("a", 0, 0), dead("b", t0.Add(-time.Second))}, replace: []string{"F:b"}},
+		{name: "failed before unhealthy", insts: []healInput{bad("a", HealthUnhealthy, old, old), dead("b", old)}, replace: []string{"F:b"}, deferred: 1},
+		{name: "failed held by the bound", insts: []healInput{dead("b", old)}, inProgress: 1, deferred: 1},
+		{name: "failed held by backoff", insts: []healInput{dead("b", old)}, backoff: t0.Add(time.Second), deferred: 1, recheck: true},
 		{name: "backoff over", insts: []healInput{bad("e", HealthUnhealthy, old, old)}, backoff: t0.Add(-time.Second), replace: []string{"U:e"}},
 	}
 	for _, tt := range tests {
@@ -325,4 +332,50 @@ func TestHealingBacksOffWhenReplacementsFail(t *testing.T) {
 	}
 	h.setDefault(HealthHealthy)
 	waitFor(t, 10*time.Second, e.converged("web", 2, ""))
+}
+
+// A broken image (instances that boot, then fail) is not booted over and over: failed instances
+// keep their place until healing replaces them, one at a time and with a doubling pause, and the
+// fleet converges once it names a good image. The fleet has no listeners and the controller no
+// health source: the provider's word is enough.
+func TestBrokenImageDoesNotThrash(t *testing.T) {
+	p, err := fake.New(fake.Options{BootDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.BreakImage("img-broken", "workload crashed")
+	e := &env{t: t, store: memory.New(), fake: p, healBackoff: 100 * time.Millisecond}
+	e.start()
+	t.Cleanup(func() { e.stop() })
+	const desired = 4
+	f := fleetSpec("web", "img-broken", desired)
+	e.put(f)
+	waitFor(t, 15*time.Second, func() string {
+		if n := len(e.events(ReasonHealingBackoff)); n < 4 {
+			return fmt.Sprintf("%d HealingBackoff events, want 4", n)
+		}
+		return ""
+	})
+	// Read the creations first: events only grow, so the bound holds against the later count.
+	creates := p.Calls("Create")
+	backoffs := e.events(ReasonHealingBackoff)
+	// One replacement at a time (max(1, 25% of 4)), each failure pausing healing: the initial
+	// instances, one replacement per failure, and at most one more under way.
+	if limit := desired + len(backoffs) + 1; creates > limit {
+		t.Fatalf("%d instances created for %d failed replacements: more than %d, healing thrashes", creates, len(backoffs), limit)
+	}
+	for i, want := range []string{"pausing healing for 100ms", "pausing healing for 200ms", "pausing healing for 400ms", "pausing healing for 800ms"} {
+		if !strings.Contains(backoffs[i].Message, want) {
+			t.Fatalf("backoff event %d: %q, want it to contain %q", i, backoffs[i].Message, want)
+		}
+	}
+	if n := len(e.observed("web")); n > desired {
+		t.Fatalf("%d instances exist, want at most %d: failed ones must hold their place", n, desired)
+	}
+	if len(e.events(ReasonInstanceFailed)) == 0 {
+		t.Fatal("no InstanceFailed event")
+	}
+	f.Spec.Image = "img-good"
+	e.put(f)
+	waitFor(t, 15*time.Second, e.converged("web", desired, RevisionName(f)))
 }

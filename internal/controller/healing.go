@@ -24,18 +24,26 @@ func (c *Controller) healStateOf(fleet string) *healState {
 	return v.(*healState)
 }
 
-// heal replaces instances the load balancer reports unhealthy for too long, or whose error rate
-// stands out from their peers, within the fleet's bound on replacements and its backoff. It runs
-// before replaceFailed so that it sees replacements the provider reports failed.
+// heal replaces instances the provider reports failed, instances the load balancer reports
+// unhealthy for too long, and instances whose error rate stands out from their peers, within the
+// fleet's bound on replacements and its backoff. A failed instance held back by the bound or the
+// backoff keeps its place in the fleet, so that scale() does not create its replacement behind
+// healing's back: that is what keeps a broken image from being booted over and over.
 func (s *scope) heal() {
-	src := s.c.opts.Health
-	if src == nil || s.fleet == nil {
+	if s.fleet == nil {
 		return
+	}
+	src := s.c.opts.Health
+	health := func(name string) (string, time.Time) {
+		if src == nil {
+			return "", time.Time{}
+		}
+		return src.InstanceHealth(name)
 	}
 	st := s.c.healStateOf(s.fleetName())
 	st.justHealed = 0
 	now := time.Now()
-	hasListeners := len(s.fleet.Spec.Listeners) > 0
+	hasListeners := len(s.fleet.Spec.Listeners) > 0 && src != nil
 
 	failed := func(name, why string) {
 		delete(st.replacements, name)
@@ -55,7 +63,7 @@ func (s *scope) heal() {
 		case in.Status.Phase == v1alpha1.PhaseFailed:
 			failed(name, "the provider reports it failed: "+in.Status.LastError)
 		default:
-			state, _ := src.InstanceHealth(name)
+			state, _ := health(name)
 			if state == HealthHealthy || (!hasListeners && in.Status.Phase == v1alpha1.PhaseReady) {
 				delete(st.replacements, name)
 				st.failures = 0
@@ -65,12 +73,20 @@ func (s *scope) heal() {
 
 	var inputs []healInput
 	for _, in := range s.sorted() {
-		if !active(in) || in.Status.Phase == v1alpha1.PhasePending {
+		switch in.Status.Phase {
+		case v1alpha1.PhaseTerminating, v1alpha1.PhasePending:
 			continue
 		}
 		hi := healInput{Name: in.Metadata.Name, CreatedAt: created(in)}
-		hi.State, hi.Since = src.InstanceHealth(in.Metadata.Name)
-		hi.Requests, hi.Errors = src.InstanceStats(in.Metadata.Name)
+		if in.Status.Phase == v1alpha1.PhaseFailed {
+			hi.Failed = in.Status.LastError
+			if hi.Failed == "" {
+				hi.Failed = "no reason given by the provider"
+			}
+		} else if src != nil {
+			hi.State, hi.Since = src.InstanceHealth(in.Metadata.Name)
+			hi.Requests, hi.Errors = src.InstanceStats(in.Metadata.Name)
+		}
 		inputs = append(inputs, hi)
 	}
 	plan := planHealing(now, policyOf(s.fleet), inputs, len(st.replacements), st.backoffUntil)
@@ -98,7 +114,7 @@ func (s *scope) heal() {
 // noteReplacements runs after scale(): the instances it just created stand in for this
 // reconcile's healed ones, and are watched until they prove healthy.
 func (s *scope) noteReplacements() {
-	if s.c.opts.Health == nil || s.fleet == nil {
+	if s.fleet == nil {
 		return
 	}
 	st := s.c.healStateOf(s.fleetName())
@@ -119,14 +135,17 @@ func (s *scope) noteReplacements() {
 }
 
 // healRequeue says how soon a fleet should be looked at again for healing: when an instance may
-// become due, and at least every HealthPollInterval while the load balancer judges its instances.
+// become due or a backoff ends, and at least every HealthPollInterval while the load balancer
+// judges its instances.
 func (s *scope) healRequeue() time.Duration {
-	if s.c.opts.Health == nil || s.fleet == nil || len(s.fleet.Spec.Listeners) == 0 || len(s.records) == 0 {
+	if s.fleet == nil || len(s.records) == 0 {
 		return 0
 	}
-	d := s.c.opts.HealthPollInterval
-	if s.healRecheck > 0 && s.healRecheck < d {
-		d = s.healRecheck
+	d := s.healRecheck
+	if s.c.opts.Health != nil && len(s.fleet.Spec.Listeners) > 0 {
+		if p := s.c.opts.HealthPollInterval; d == 0 || p < d {
+			d = p
+		}
 	}
 	return d
 }

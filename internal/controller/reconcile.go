@@ -19,7 +19,7 @@ import (
 const providerCallParallelism = 16
 
 // Reconcile moves one fleet towards its spec: adopt what the providers run, refresh statuses,
-// replace failed instances, create and delete instances to match the desired count and revision,
+// heal (replace failed and unhealthy instances), create and delete instances to match the desired count and revision,
 // then write the fleet's status once. It is safe to call again at any point; errors are retried by
 // the caller with backoff.
 func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error) {
@@ -58,7 +58,6 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	s.adopt()
 	s.refresh()
 	s.heal()
-	s.replaceFailed()
 	if !s.rollout() {
 		s.scale()
 	}
@@ -290,16 +289,6 @@ func (s *scope) apply(in *v1alpha1.Instance, o provider.Instance) bool {
 	return !reflect.DeepEqual(before, *st)
 }
 
-// replaceFailed starts deleting failed instances; scale() creates their replacements.
-func (s *scope) replaceFailed() {
-	for _, in := range s.records {
-		if in.Status.Phase == v1alpha1.PhaseFailed {
-			s.c.events.Eventf(s.ctx, "Instance/"+in.Metadata.Name, v1alpha1.EventWarning, "InstanceFailed", "instance failed: %s; replacing it", in.Status.LastError)
-			s.terminate(in, in.Status.LastError)
-		}
-	}
-}
-
 func (s *scope) terminate(in *v1alpha1.Instance, why string) {
 	if in.Status.Phase == v1alpha1.PhaseTerminating {
 		return
@@ -326,6 +315,11 @@ func active(in *v1alpha1.Instance) bool {
 	return in.Status.Phase != v1alpha1.PhaseTerminating && in.Status.Phase != v1alpha1.PhaseFailed
 }
 
+// holdsSlot reports whether an instance counts towards its revision's number of instances. A
+// failed instance does until healing deletes it: its replacement is created then, within
+// healing's bound and backoff, not as soon as it fails.
+func holdsSlot(in *v1alpha1.Instance) bool { return in.Status.Phase != v1alpha1.PhaseTerminating }
+
 func ready(in *v1alpha1.Instance) bool { return in.Status.Phase == v1alpha1.PhaseReady }
 
 // scale creates and deletes instances so that the current revision has the desired count, moving
@@ -338,7 +332,7 @@ func (s *scope) scale() {
 
 	var cur, old []*v1alpha1.Instance
 	for _, in := range s.records {
-		if !active(in) {
+		if !holdsSlot(in) {
 			continue
 		}
 		if in.Spec.Revision == s.revision {

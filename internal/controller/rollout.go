@@ -241,11 +241,12 @@ func (s *scope) imageOf(rev string) string {
 	return ""
 }
 
-// scaleRevision creates or deletes instances of one revision until it has n active ones.
+// scaleRevision creates or deletes instances of one revision until it has n of them (failed ones
+// count until healing replaces them).
 func (s *scope) scaleRevision(rev string, n int) {
 	var list []*v1alpha1.Instance
 	for _, in := range s.records {
-		if in.Spec.Revision == rev && active(in) {
+		if in.Spec.Revision == rev && holdsSlot(in) {
 			list = append(list, in)
 		}
 	}
@@ -273,10 +274,10 @@ func (s *scope) scaleRevision(rev string, n int) {
 	}
 }
 
-// terminateOthers deletes every active instance not of keep.
+// terminateOthers deletes every instance not of keep.
 func (s *scope) terminateOthers(keep ...string) {
 	for _, in := range s.records {
-		if active(in) && in.Spec.Revision != keep[0] && (len(keep) < 2 || in.Spec.Revision != keep[1]) {
+		if holdsSlot(in) && in.Spec.Revision != keep[0] && (len(keep) < 2 || in.Spec.Revision != keep[1]) {
 			s.terminate(in, "")
 		}
 	}

@@ -34,15 +34,24 @@ func splitWarm(list []*v1alpha1.Instance) (serving, warm []*v1alpha1.Instance) {
 }
 
 // promoteWarm moves up to n warm instances into rotation, ready ones first (then the oldest), and
-// returns the promoted ones and the warm instances left.
+// returns the promoted ones and the warm instances left. Failed ones stay for healing to replace.
 func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []*v1alpha1.Instance) {
+	usable := 0
+	for _, in := range warm {
+		if active(in) {
+			usable++
+		}
+	}
 	sort.Slice(warm, func(i, j int) bool {
+		if active(warm[i]) != active(warm[j]) {
+			return active(warm[i])
+		}
 		if ready(warm[i]) != ready(warm[j]) {
 			return ready(warm[i])
 		}
 		return created(warm[i]).Before(created(warm[j]))
 	})
-	n = min(n, len(warm))
+	n = min(n, usable)
 	for _, in := range warm[:n] {
 		labels := make(map[string]string, len(in.Metadata.Labels))
 		for k, v := range in.Metadata.Labels {

@@ -61,6 +61,7 @@ type Provider struct {
 	calls     map[string]int
 	failNext  map[string][]error // method -> errors to return on the next calls
 	failFunc  func(method, name string) error
+	broken    map[string]string // image -> reason its instances fail once booted
 }
 
 // New returns a fake provider, loading instances from opts.StateDir if set.
@@ -134,6 +135,21 @@ func (p *Provider) Kill(name, reason string) error {
 	}
 	r.Failed = reason
 	return p.persist(r)
+}
+
+// BreakImage makes every instance of image, present and future, fail with reason once it has
+// booted, as a broken image does; reason "" mends the image.
+func (p *Provider) BreakImage(image, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.broken == nil {
+		p.broken = map[string]string{}
+	}
+	if reason == "" {
+		delete(p.broken, image)
+		return
+	}
+	p.broken[image] = reason
 }
 
 // Calls returns how many times method was called.
@@ -265,10 +281,13 @@ func (p *Provider) view(r *record) provider.Instance {
 		CreatedAt:  r.CreatedAt,
 		State:      provider.StateBooting,
 	}
+	booted := p.opts.Now().Sub(r.CreatedAt) >= r.BootDelay
 	switch {
 	case r.Failed != "":
 		in.State, in.Reason = provider.StateFailed, r.Failed
-	case p.opts.Now().Sub(r.CreatedAt) >= r.BootDelay:
+	case booted && p.broken[r.Spec.Image] != "":
+		in.State, in.Reason = provider.StateFailed, p.broken[r.Spec.Image]
+	case booted:
 		in.State = provider.StateReady
 	}
 	return in
