@@ -377,6 +377,14 @@ func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 		s.requeueAt(min(end.Sub(now), s.c.opts.PollInterval))
 		return
 	}
+	// A step ends only once the analysis has judged it, or a canary that saw too little traffic
+	// (or whose figures a restart of the load balancer reset) would be promoted unexamined. A
+	// fleet with no listener or no load balancer has nothing to judge: its pauses alone count.
+	if s.c.opts.Stats != nil && len(s.fleet.Spec.Listeners) > 0 && !v.Judged {
+		ro.Message = fmt.Sprintf("step %d/%d at %d%%: pause over, but the analysis is %s (herd rollout promote skips it)", ro.Step+1, len(steps), step.Weight, v.Reason)
+		s.requeueAt(s.c.opts.PollInterval)
+		return
+	}
 	ro.Step++
 	ro.StepStartedAt = nil
 	s.requeueAt(time.Millisecond)

@@ -415,3 +415,41 @@ func TestBlueGreenPromoteEndsWindow(t *testing.T) {
 	waitFor(t, 5*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
 	waitFor(t, 5*time.Second, e.converged("web", 2, newRev))
 }
+
+// A canary step whose pause is over does not end before the analysis has its minimum of requests
+// on each side: too little traffic (or counters a restart reset) must not promote a canary
+// unexamined.
+func TestCanaryStepWaitsForAnalysis(t *testing.T) {
+	stats := &fakeStats{byRev: map[string]RevisionStats{}}
+	e, _ := rolloutEnv(t, stats)
+	f := canaryFleet(step(25, 50*time.Millisecond), step(50, 50*time.Millisecond))
+	f.Spec.Listeners = []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}}
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 4, RevisionName(f)))
+	oldRev := RevisionName(f)
+	f.Spec.Image = "img-2"
+	newRev := RevisionName(f)
+	stats.mu.Lock()
+	stats.byRev[oldRev] = RevisionStats{Requests: 1000}
+	stats.byRev[newRev] = RevisionStats{Requests: 3}
+	stats.mu.Unlock()
+	e.put(f)
+	waitFor(t, 5*time.Second, func() string {
+		ro := e.fleet("web").Status.Rollout
+		if ro == nil || ro.Revision != newRev || !strings.Contains(ro.Message, "pause over") {
+			return fmt.Sprintf("rollout %+v, want step 1 waiting for the analysis", ro)
+		}
+		return ""
+	})
+	e.waitReconciles(10)
+	if ro := e.fleet("web").Status.Rollout; ro.Step != 0 || ro.Phase != v1alpha1.RolloutProgressing {
+		t.Fatalf("rollout %+v moved on without an analysis, want step 0 progressing", ro)
+	}
+	stats.mu.Lock()
+	stats.byRev[newRev] = RevisionStats{Requests: 300}
+	stats.mu.Unlock()
+	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	if n := len(e.events(ReasonCanaryStep)); n != 2 {
+		t.Fatalf("%d canary step events, want 2", n)
+	}
+}
