@@ -97,8 +97,9 @@ const (
 
 // Autoscaling is target tracking on one metric.
 type Autoscaling struct {
-	// Metric is requestsPerSecond (per instance, from the load balancer), cpu (percent of a core,
-	// from the agents) or latencyP95 (milliseconds, from the load balancer). Default: requestsPerSecond.
+	// Metric is requestsPerSecond (per instance, from the load balancer), cpu (percent of a core
+	// used by the whole instance, read from its agent's /metrics every 2s) or latencyP95
+	// (milliseconds, from the load balancer). Default: requestsPerSecond.
 	Metric AutoscalingMetric `json:"metric,omitempty"`
 	// Target is the value per instance to track. Required when autoscaling is set; must be > 0.
 	Target float64 `json:"target"`

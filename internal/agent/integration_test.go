@@ -19,6 +19,7 @@ import (
 
 	"herd.dev/herd/internal/agent/cgroups"
 	"herd.dev/herd/internal/agent/proc"
+	"herd.dev/herd/internal/agentmetrics"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/kubebin"
 	"herd.dev/herd/internal/provider/local/localtest"
@@ -302,6 +303,7 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		!strings.Contains(body, "herd_node_memory_working_set_bytes") {
 		t.Errorf("/metrics = %d %v:\n%s", code, err, body)
 	}
+	checkCPUScrape(t, in.ip.String())
 
 	kubeconfig := filepath.Join(in.stateDir, KubeconfigFile)
 	for _, f := range []string{kubeconfig, filepath.Join(in.stateDir, "pki", "tokens.csv"), filepath.Join(in.stateDir, "pki", "ca.key"), filepath.Join(in.stateDir, "pki", "sa.key")} {
@@ -440,5 +442,29 @@ func TestIntegrationAgentFailsWhenAComponentExits(t *testing.T) {
 	}
 	if pids := cgroups.Procs(hs, in.cgroupRoot); len(pids) > 0 {
 		t.Errorf("processes left in %s after the failure: %v", in.cgroupRoot, pids)
+	}
+}
+
+// checkCPUScrape reads the agent at address as the control plane's CPU source does, until two
+// scrapes give the instance's CPU use: a booted cluster always uses some.
+func checkCPUScrape(t *testing.T, address string) {
+	t.Helper()
+	sc, err := agentmetrics.New(agentmetrics.Options{Port: DefaultPort, Interval: time.Second, Targets: func() []agentmetrics.Target {
+		return []agentmetrics.Target{{Fleet: "f", Instance: "i", Address: address}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		sc.ScrapeOnce(context.Background())
+		if percent, n, ok := sc.FleetCPU("f"); ok && n == 1 && percent > 0 {
+			t.Logf("CPU use read from the agent's /metrics: %.1f%% of a core", percent)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no CPU figure from the agent's /metrics after 20s")
+		}
+		time.Sleep(500 * time.Millisecond) // the next sample must be apart from this one
 	}
 }

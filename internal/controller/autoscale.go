@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"sync"
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -30,6 +32,19 @@ type Load struct {
 	Queued int
 }
 
+// CPUSource reports the CPU use of a fleet's instances as their agents measure it. The controller
+// declares it; internal/agentmetrics implements it by scraping the agents of CPUTargets.
+type CPUSource interface {
+	// FleetCPU returns the fleet's average CPU use per instance, in percent of one core, and how
+	// many instances are behind the figure; ok is false while there is no figure.
+	FleetCPU(fleet string) (percent float64, instances int, ok bool)
+}
+
+// ScrapeTarget is a serving instance whose agent a CPUSource reads.
+type ScrapeTarget struct {
+	Fleet, Instance, Address string
+}
+
 // Event reasons of autoscaling.
 const (
 	ReasonScaledOut = "ScaledOut"
@@ -40,6 +55,9 @@ const (
 type AutoscalerOptions struct {
 	// Load is where the fleets' load comes from. Required.
 	Load LoadSource
+	// CPU is where the fleets' CPU use comes from; fleets autoscaled on cpu are left alone
+	// without it.
+	CPU CPUSource
 	// Interval is how often every autoscaled fleet is sampled. Default: 500ms.
 	Interval time.Duration
 	// Window is the span the load is measured over. Default: 1s.
@@ -63,6 +81,9 @@ type Autoscaler struct {
 	strategies map[string]*autoscaler.Strategy
 	skipped    map[string]string // fleet -> metric whose lack was already logged
 	now        func() time.Time
+
+	mu        sync.Mutex
+	cpuFleets []string // fleets autoscaled on cpu, as of the last pass
 }
 
 // NewAutoscaler returns the autoscaling loop of c.
@@ -130,6 +151,12 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 	}
 	seen := map[string]bool{}
 	var errs []error
+	var cpuFleets []string
+	defer func() {
+		a.mu.Lock()
+		a.cpuFleets = cpuFleets
+		a.mu.Unlock()
+	}()
 	for _, f := range fleets {
 		v1alpha1.SetFleetDefaults(f, "")
 		name := f.Metadata.Name
@@ -139,11 +166,14 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 		seen[name] = true
 		cfg := configOf(f, a.opts.ScaleOutSustain)
 		if cfg.Metric == autoscaler.CPU {
-			if a.skipped[name] != string(cfg.Metric) {
-				a.skipped[name] = string(cfg.Metric)
-				a.log.Warn("fleet autoscales on cpu, but no cpu source is wired (the agents' metrics are not collected yet): not autoscaling it", "fleet", name)
+			if a.opts.CPU == nil {
+				if a.skipped[name] != string(cfg.Metric) {
+					a.skipped[name] = string(cfg.Metric)
+					a.log.Warn("fleet autoscales on cpu, but this control plane reads no cpu figures: not autoscaling it", "fleet", name)
+				}
+				continue
 			}
-			continue
+			cpuFleets = append(cpuFleets, name)
 		}
 		delete(a.skipped, name)
 		st := a.strategies[name]
@@ -154,15 +184,26 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 			st.SetConfig(cfg)
 		}
 		load, ok := a.opts.Load.FleetLoad(name, a.opts.Window)
-		if !ok {
-			continue
-		}
 		ready, booting := a.c.instanceCounts(name)
 		sample := autoscaler.Sample{Time: a.now(), Desired: int(*f.Spec.Replicas.Desired), Ready: ready, Booting: booting, Queued: load.Queued}
 		switch cfg.Metric {
+		case autoscaler.CPU:
+			// The load balancer's figures still count for requests held at zero instances, when
+			// there is no instance to measure.
+			cpu, _, cpuOK := a.opts.CPU.FleetCPU(name)
+			if !cpuOK && load.Queued == 0 {
+				continue
+			}
+			sample.Value = cpu
 		case autoscaler.LatencyP95:
+			if !ok {
+				continue
+			}
 			sample.Value = float64(load.LatencyP95) / float64(time.Millisecond)
 		default:
+			if !ok {
+				continue
+			}
 			sample.Value = load.RequestsPerSecond
 		}
 		d := st.Decide(sample)
@@ -224,6 +265,27 @@ func (a *Autoscaler) setDesired(ctx context.Context, name string, desired int32)
 		a.log.Info("fleet autoscaled", "fleet", name, "desired", d)
 		return nil
 	}
+}
+
+// CPUTargets returns the serving instances of the fleets autoscaled on cpu: those whose agents a
+// CPUSource should read.
+func (a *Autoscaler) CPUTargets() []ScrapeTarget {
+	a.mu.Lock()
+	fleets := a.cpuFleets
+	a.mu.Unlock()
+	var out []ScrapeTarget
+	a.c.mu.Lock()
+	defer a.c.mu.Unlock()
+	for _, fleet := range fleets {
+		for _, in := range a.c.instances[fleet] {
+			if IsWarm(in) || in.Status.Phase != v1alpha1.PhaseReady || in.Status.Address == "" {
+				continue
+			}
+			out = append(out, ScrapeTarget{Fleet: fleet, Instance: in.Metadata.Name, Address: in.Status.Address})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
+	return out
 }
 
 // instanceCounts returns how many of a fleet's instances serve and how many are on their way.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 )
 
@@ -50,24 +51,31 @@ func (e *env) desired(fleet string) int32 {
 	return *f.Spec.Replicas.Desired
 }
 
+// startAutoscaler runs an autoscaler of e's controller until the test ends.
+func (e *env) startAutoscaler(opts AutoscalerOptions) *Autoscaler {
+	e.t.Helper()
+	as, err := e.ctrl.NewAutoscaler(opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- as.Start(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("autoscaler stopped with %v", err)
+		}
+	})
+	return as
+}
+
 // A load step from 1x to 4x the target raises desired within 2 s; when the load stops, desired
 // comes down only after the stabilization window, counted from the last busy sample.
 func TestAutoscalerLoop(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	load := &fakeLoad{}
-	as, err := e.ctrl.NewAutoscaler(AutoscalerOptions{Load: load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- as.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("autoscaler stopped with %v", err)
-		}
-	})
+	e.startAutoscaler(AutoscalerOptions{Load: load})
 
 	const window = 1500 * time.Millisecond
 	f := fleetSpec("web", "img", 1)
@@ -130,5 +138,76 @@ func TestAutoscalerLoop(t *testing.T) {
 	waitFor(t, 5*time.Second, e.converged("web", 1, ""))
 	if n := len(e.events(ReasonScaledOut)); n != 1 {
 		t.Fatalf("%d ScaledOut events, want 1", n)
+	}
+}
+
+// fakeCPU is a CPUSource for a fleet whose total CPU use the test sets: the figure is that total
+// spread over the fleet's ready instances, as a load balanced over them would be.
+type fakeCPU struct {
+	mu    sync.Mutex
+	total float64
+	ready func() int
+}
+
+func (f *fakeCPU) FleetCPU(fleet string) (float64, int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.ready()
+	if f.total == 0 || n == 0 {
+		return 0, 0, false
+	}
+	return f.total / float64(n), n, true
+}
+
+// A fleet autoscaled on cpu follows its agents' figure, and its serving instances (only its own)
+// are the CPU source's scrape targets.
+func TestAutoscalerOnCPU(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	cpu := &fakeCPU{ready: func() int {
+		n := 0
+		for _, o := range e.observed("web") {
+			if o.State == provider.StateReady {
+				n++
+			}
+		}
+		return n
+	}}
+	as := e.startAutoscaler(AutoscalerOptions{Load: &fakeLoad{}, CPU: cpu, Interval: 50 * time.Millisecond})
+	f := fleetSpec("web", "img", 1)
+	f.Spec.Replicas.Min, f.Spec.Replicas.Max = new(int32(1)), new(int32(5))
+	f.Spec.Autoscaling = &v1alpha1.Autoscaling{Metric: v1alpha1.MetricCPU, Target: 50}
+	e.put(f)
+	other := fleetSpec("api", "img", 1)
+	other.Spec.Autoscaling = &v1alpha1.Autoscaling{Metric: v1alpha1.MetricRequestsPerSecond, Target: 50}
+	e.put(other)
+	waitFor(t, 5*time.Second, e.converged("web", 1, ""))
+	waitFor(t, 5*time.Second, e.converged("api", 1, ""))
+	waitFor(t, 5*time.Second, func() string {
+		targets := as.CPUTargets()
+		if len(targets) != 1 || targets[0].Fleet != "web" || targets[0].Address == "" || targets[0].Instance != e.observed("web")[0].Name {
+			return fmt.Sprintf("cpu scrape targets %+v, want the one instance of web with its address", targets)
+		}
+		return ""
+	})
+
+	// Three times the target on the one instance: three instances.
+	cpu.mu.Lock()
+	cpu.total = 150
+	cpu.mu.Unlock()
+	waitFor(t, 5*time.Second, func() string {
+		if d := e.desired("web"); d != 3 {
+			return fmt.Sprintf("desired %d at 150%% cpu against a 50%% target, want 3", d)
+		}
+		return ""
+	})
+	waitFor(t, 5*time.Second, e.converged("web", 3, ""))
+	waitFor(t, 5*time.Second, func() string {
+		if n := len(as.CPUTargets()); n != 3 {
+			return fmt.Sprintf("%d cpu scrape targets, want 3", n)
+		}
+		return ""
+	})
+	if d := e.desired("api"); d != 1 {
+		t.Fatalf("desired of the fleet on requests per second moved to %d", d)
 	}
 }

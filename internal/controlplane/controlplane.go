@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"herd.dev/herd/internal/agent"
+	"herd.dev/herd/internal/agentmetrics"
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
@@ -137,7 +139,19 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	scaler, err := ctrl.NewAutoscaler(controller.AutoscalerOptions{Load: monitor})
+	// The agents' CPU figures, for fleets autoscaled on cpu: only their serving instances are read.
+	var scaler *controller.Autoscaler
+	cpu, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
+		var out []agentmetrics.Target
+		for _, t := range scaler.CPUTargets() {
+			out = append(out, agentmetrics.Target{Fleet: t.Fleet, Instance: t.Instance, Address: t.Address})
+		}
+		return out
+	}})
+	if err != nil {
+		return err
+	}
+	scaler, err = ctrl.NewAutoscaler(controller.AutoscalerOptions{Load: monitor, CPU: cpu})
 	if err != nil {
 		return err
 	}
@@ -174,7 +188,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 5) // one per goroutine below: none blocks on a send
 	// The load balancer keeps serving its last configuration whatever the controller does; it
 	// stops last, after the API, letting requests in flight finish.
 	lbCtx, stopLB := context.WithCancel(context.Background())
@@ -193,6 +207,11 @@ func Run(ctx context.Context, opts Options) error {
 	wg.Go(func() {
 		if err := scaler.Start(runCtx); err != nil {
 			errc <- fmt.Errorf("autoscaler: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := cpu.Start(runCtx); err != nil {
+			errc <- fmt.Errorf("agent metrics: %w", err)
 		}
 	})
 	wg.Go(func() {

@@ -1,0 +1,295 @@
+// Package agentmetrics scrapes the herd agents' /metrics endpoints so the autoscaler can scale a
+// fleet on CPU. Every instance's agent exports herd_node_cpu_seconds_total, a counter of the CPU
+// seconds the whole instance has used; a counter says nothing by itself, so the scraper keeps the
+// last two samples of each instance and turns them into a rate (percent of one core), then averages
+// the rates of a fleet's instances, which is the per-instance figure the CPU strategy tracks.
+//
+// The scraper is deliberately forgiving: an instance that is booting, dead, slow or answering
+// nonsense is skipped for that pass (logged at Debug) and simply does not count, so one bad
+// instance never holds up the figure for its fleet-mates.
+package agentmetrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+const (
+	cpuMetric = "herd_node_cpu_seconds_total"
+	// maxBody bounds what one scrape reads; an agent's page is a few KiB, so anything near this is
+	// broken and must not cost the controller memory.
+	maxBody = 4 << 20
+	// parallel bounds the scrapes in flight, so a large fleet does not open hundreds of connections
+	// at once.
+	parallel = 16
+	// staleIntervals is how many intervals a sample stays usable; past that the instance has
+	// failed several scrapes in a row and its last rate no longer describes it.
+	staleIntervals = 3
+)
+
+// Target is one instance to scrape.
+type Target struct {
+	Fleet    string
+	Instance string
+	Address  string // IP address of the instance (no port)
+}
+
+// Options configures a Scraper.
+type Options struct {
+	// Targets returns the instances to scrape now (called once per pass). Required.
+	Targets func() []Target
+	// Interval is the time between passes of Start. Default: 2s.
+	Interval time.Duration
+	// Timeout bounds one scrape. Default: 1s.
+	Timeout time.Duration
+	// Port is the agents' port (agent.DefaultPort). Required.
+	Port int
+	// Client makes the requests. Default: a client with Timeout that ignores proxy settings from
+	// the environment, since instance addresses are only reachable directly.
+	Client *http.Client
+	// Logger gets a Debug line per failed scrape. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock, for tests. Default: time.Now.
+	Now func() time.Time
+}
+
+// Scraper scrapes the agents and keeps the CPU rate of each instance.
+type Scraper struct {
+	opts Options
+	log  *slog.Logger
+
+	// pass serialises passes, so that a slow pass cannot record an instance a newer pass has
+	// already forgotten.
+	pass sync.Mutex
+
+	mu     sync.Mutex
+	series map[key]*series
+}
+
+type key struct{ fleet, instance string }
+
+// series is what is kept of one instance: its last sample and the rate from the one before.
+type series struct {
+	address string
+	at      time.Time // when the last sample was taken
+	cpu     float64   // the counter's value then
+	rate    float64   // percent of one core between the last two samples
+	hasRate bool      // false until there are two usable samples
+}
+
+// New checks opts and fills in the defaults.
+func New(opts Options) (*Scraper, error) {
+	switch {
+	case opts.Targets == nil:
+		return nil, errors.New("agentmetrics: Targets is required")
+	case opts.Port <= 0 || opts.Port > 65535:
+		return nil, fmt.Errorf("agentmetrics: Port %d is not a valid port", opts.Port)
+	case opts.Interval < 0:
+		return nil, fmt.Errorf("agentmetrics: Interval %v is negative", opts.Interval)
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("agentmetrics: Timeout %v is negative", opts.Timeout)
+	}
+	if opts.Interval == 0 {
+		opts.Interval = 2 * time.Second
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.Proxy = nil
+		opts.Client = &http.Client{Timeout: opts.Timeout, Transport: tr}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Scraper{
+		opts:   opts,
+		log:    opts.Logger.With("component", "agentmetrics"),
+		series: map[key]*series{},
+	}, nil
+}
+
+// Start scrapes every Interval, the first pass at once, until ctx ends. It returns nil then: a
+// failed scrape is not an error of the scraper.
+func (s *Scraper) Start(ctx context.Context) error {
+	tick := time.NewTicker(s.opts.Interval)
+	defer tick.Stop()
+	for {
+		s.ScrapeOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// ScrapeOnce scrapes every target once, at most parallel at a time, and returns when all are done
+// or have timed out.
+func (s *Scraper) ScrapeOnce(ctx context.Context) {
+	s.pass.Lock()
+	defer s.pass.Unlock()
+	targets := s.forget(s.opts.Targets())
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, t := range targets {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s.scrape(ctx, t)
+		})
+	}
+}
+
+// FleetCPU returns the fleet's average CPU use per instance, in percent of one core, over the last
+// two scrapes of each instance; instances is how many instances are behind the figure; ok is false
+// when no instance of the fleet has two scrapes yet.
+func (s *Scraper) FleetCPU(fleet string) (percent float64, instances int, ok bool) {
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var sum float64
+	for k, sr := range s.series {
+		if k.fleet == fleet && sr.hasRate && !s.stale(sr.at, now) {
+			sum += sr.rate
+			instances++
+		}
+	}
+	if instances == 0 {
+		return 0, 0, false
+	}
+	return sum / float64(instances), instances, true
+}
+
+// forget drops the instances that are no longer targets, so memory follows the fleets, and returns
+// the targets without duplicates.
+func (s *Scraper) forget(targets []Target) []Target {
+	want := make(map[key]bool, len(targets))
+	unique := make([]Target, 0, len(targets))
+	for _, t := range targets {
+		k := key{t.Fleet, t.Instance}
+		if !want[k] {
+			want[k] = true
+			unique = append(unique, t)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.series {
+		if !want[k] {
+			delete(s.series, k)
+		}
+	}
+	return unique
+}
+
+// scrape takes one sample of t and records it; a failure keeps the previous sample, which ages
+// out by itself if the failures go on.
+func (s *Scraper) scrape(ctx context.Context, t Target) {
+	cpu, at, err := s.fetch(ctx, t.Address)
+	if err != nil {
+		s.log.Debug("scrape failed", "fleet", t.Fleet, "instance", t.Instance, "address", t.Address, "err", err)
+		return
+	}
+	s.record(key{t.Fleet, t.Instance}, t.Address, at, cpu)
+}
+
+// fetch reads the CPU counter from the agent at address, and the time it was read.
+func (s *Scraper) fetch(ctx context.Context, address string) (float64, time.Time, error) {
+	// The context bounds the whole scrape, body included, even with a caller's Client that has no
+	// timeout of its own.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	url := "http://" + net.JoinHostPort(address, strconv.Itoa(s.opts.Port)) + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4") // the format the parser reads
+	resp, err := s.opts.Client.Do(req)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	defer resp.Body.Close()
+	// The agent reads the counter just before it answers, so the headers' arrival is the closest
+	// time to the reading.
+	at := s.opts.Now()
+	if resp.StatusCode != http.StatusOK {
+		return 0, time.Time{}, fmt.Errorf("status %s", resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	if len(body) > maxBody {
+		return 0, time.Time{}, fmt.Errorf("body over %d bytes", maxBody)
+	}
+	cpu, err := parseCPU(body)
+	return cpu, at, err
+}
+
+// parseCPU finds the CPU counter in a page of Prometheus text.
+func parseCPU(body []byte) (float64, error) {
+	// The zero TextParser has no validation scheme and rejects everything; UTF-8 is the
+	// permissive one, and the agent's names are plain anyway.
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	mf := families[cpuMetric]
+	if mf == nil {
+		return 0, fmt.Errorf("no %s", cpuMetric)
+	}
+	if len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetCounter() == nil {
+		return 0, fmt.Errorf("%s is not a single counter", cpuMetric)
+	}
+	v := mf.GetMetric()[0].GetCounter().GetValue()
+	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%s is %v", cpuMetric, v)
+	}
+	return v, nil
+}
+
+// record stores a sample of k and computes its rate from the previous one when that is usable.
+func (s *Scraper) record(k key, address string, at time.Time, cpu float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := &series{address: address, at: at, cpu: cpu}
+	// The previous sample is not a baseline when the counter went down (the agent restarted), the
+	// address changed (another machine under the same name), the clock did not move forward, or it
+	// is stale (a rate over a long outage says little about now). The new sample starts over.
+	if prev := s.series[k]; prev != nil && prev.address == address && cpu >= prev.cpu &&
+		at.After(prev.at) && !s.stale(prev.at, at) {
+		next.rate = (cpu - prev.cpu) / at.Sub(prev.at).Seconds() * 100
+		next.hasRate = true
+	}
+	s.series[k] = next
+}
+
+// stale reports whether a sample taken at "at" is too old to use at now.
+func (s *Scraper) stale(at, now time.Time) bool {
+	return now.Sub(at) > staleIntervals*s.opts.Interval
+}
