@@ -124,6 +124,26 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// startHelloEnv is a herd up with the hello image built, cleaned up and checked for leftovers at
+// the end of the test, and a free port for the fleet's listener.
+func startHelloEnv(t *testing.T) *env {
+	e := newEnv(t)
+	before := localtest.Take(t)
+	t.Cleanup(func() { e.cleanup(before) })
+	e.buildHello()
+	e.startUp()
+	e.lbPort = freePort(t)
+	return e
+}
+
+// buildHello builds the node image of examples/hello into herd up's data directory.
+func (e *env) buildHello() {
+	e.t.Helper()
+	if out, err := e.herd("image", "build", "-f", filepath.Join(e.root, "examples", "hello", "image.yaml"), "--data-dir", e.data); err != nil {
+		e.t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
+	}
+}
+
 func (e *env) startUp() {
 	e.t.Helper()
 	logf, err := os.Create(e.upLog)
@@ -164,7 +184,26 @@ func (e *env) instances() []v1alpha1.Instance {
 	return ins
 }
 
-// cleanup deletes the fleet, stops herd up, removes whatever instance is left through the
+// fleets returns the names of the fleets herd up has.
+func (e *env) fleets() []string {
+	out, err := e.herd("get", "fleets", "-o", "json")
+	if err != nil {
+		e.t.Logf("herd get fleets: %v %s", err, out)
+		return nil
+	}
+	var list []v1alpha1.Fleet
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		e.t.Logf("herd get fleets: %v", err)
+		return nil
+	}
+	var names []string
+	for _, f := range list {
+		names = append(names, f.Metadata.Name)
+	}
+	return names
+}
+
+// cleanup deletes every fleet, stops herd up, removes whatever instance is left through the
 // provider's data directory (when herd up died) and checks that nothing is left on the host.
 func (e *env) cleanup(before localtest.Snapshot) {
 	t := e.t
@@ -172,8 +211,10 @@ func (e *env) cleanup(before localtest.Snapshot) {
 		select {
 		case <-e.upDone:
 		default:
-			if out, err := e.herd("delete", "fleet", fleetName); err != nil {
-				t.Logf("delete fleet: %v %s", err, out)
+			for _, name := range e.fleets() {
+				if out, err := e.herd("delete", "fleet", name); err != nil {
+					t.Logf("delete fleet %s: %v %s", name, err, out)
+				}
 			}
 			deadline := time.Now().Add(2 * time.Minute)
 			for time.Now().Before(deadline) {
@@ -347,15 +388,7 @@ func killInstance(t *testing.T, name string) {
 // stops sending the instance traffic within a second, and that a replacement serves within 20 s.
 // Its figures line is what make bench-failover reports.
 func TestIntegrationFailover(t *testing.T) {
-	e := newEnv(t)
-	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
-
-	if out, err := e.herd("image", "build", "-f", filepath.Join(e.root, "examples", "hello", "image.yaml"), "--data-dir", e.data); err != nil {
-		t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
-	}
-	e.startUp()
-	e.lbPort = freePort(t)
+	e := startHelloEnv(t)
 	fleet := filepath.Join(e.dir, "fleet.yaml")
 	if err := os.WriteFile(fleet, fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
 kind: Fleet

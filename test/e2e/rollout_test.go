@@ -119,9 +119,7 @@ func startRolloutScenario(t *testing.T, variant, key, value, rollout string) *ro
 	before := localtest.Take(t)
 	t.Cleanup(func() { e.cleanup(before) })
 	s := &rolloutScenario{env: e, original: map[string]bool{}}
-	if out, err := e.herd("image", "build", "-f", filepath.Join(e.root, "examples", "hello", "image.yaml"), "--data-dir", e.data); err != nil {
-		t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
-	}
+	e.buildHello()
 	e.buildVariant(variant, key, value)
 	e.startUp()
 	// Runs before e.cleanup: the fleet goes first, and e.cleanup waits for its instances to go.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,11 +17,10 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controller"
-	"herd.dev/herd/internal/provider/local/localtest"
 )
 
-// benchEnv, set by make bench-autoscale, makes the benchmark's test run; without it (go test
-// ./...) the test skips, so that make test does not boot these instances a second time.
+// benchEnv, set by make bench-autoscale, adds the warm-pool scenario and the figures line to
+// TestIntegrationAutoscale; make test runs the load step and the scale-in without them.
 const benchEnv = "HERD_BENCH_AUTOSCALE"
 
 const (
@@ -45,7 +46,13 @@ func (e *env) desired() int32 {
 	return *f.Spec.Replicas.Desired
 }
 
-func (e *env) apply(max, warmPool int) {
+// autoscaleSpec is what varies between the autoscaled fleets of these tests.
+type autoscaleSpec struct {
+	min, max, desired, warmPool int
+	window                      time.Duration // spec.autoscaling.scaleInStabilization
+}
+
+func (e *env) apply(a autoscaleSpec) {
 	e.t.Helper()
 	fleet := filepath.Join(e.dir, "fleet.yaml")
 	if err := os.WriteFile(fleet, fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
@@ -53,12 +60,12 @@ kind: Fleet
 metadata: {name: %s}
 spec:
   image: hello
-  replicas: {min: 1, max: %d, desired: 1}
+  replicas: {min: %d, max: %d, desired: %d}
   listeners: [{name: http, port: %d, instancePort: %d, protocol: http}]
   healthCheck: {path: /healthz, port: %d, interval: 250ms, timeout: 200ms, unhealthyThreshold: 2, healthyThreshold: 1}
-  autoscaling: {metric: requestsPerSecond, target: %d, scaleInStabilization: 300s, warmPool: %d}
+  autoscaling: {metric: requestsPerSecond, target: %d, scaleInStabilization: %s, warmPool: %d}
   regions: [{name: local, provider: local}]
-`, autoscaleFleet, max, e.lbPort, helloPort, helloPort, target, warmPool), 0o600); err != nil {
+`, autoscaleFleet, a.min, a.max, a.desired, e.lbPort, helloPort, helloPort, target, a.window, a.warmPool), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
 	if out, err := e.herd("apply", "-f", fleet); err != nil {
@@ -107,14 +114,15 @@ func (e *env) deleteFleet() {
 // rateLoad sends rate requests per second through the load balancer and records which instance
 // answered each, and when.
 type rateLoad struct {
-	url    string
-	client *http.Client
-	mu     sync.Mutex
-	rate   int
-	firsts map[string]time.Time // instance -> first answer
-	failed int
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	url      string
+	client   *http.Client
+	mu       sync.Mutex
+	rate     int
+	firsts   map[string]time.Time // instance -> first answer
+	failed   int
+	answered int
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 func startRateLoad(url string, rate int) *rateLoad {
@@ -157,6 +165,7 @@ func (l *rateLoad) one() {
 		l.failed++
 		return
 	}
+	l.answered++
 	if _, ok := l.firsts[reply.Instance]; !ok {
 		l.firsts[reply.Instance] = time.Now()
 	}
@@ -186,7 +195,9 @@ func (l *rateLoad) firstOther(known []string) (string, time.Time, bool) {
 	return firstName, first, !first.IsZero()
 }
 
-func (l *rateLoad) finish() int {
+// finish stops the load, waits for the requests under way and returns how many failed and how
+// many were answered.
+func (l *rateLoad) finish() (failed, answered int) {
 	select {
 	case <-l.stop:
 	default:
@@ -196,7 +207,7 @@ func (l *rateLoad) finish() int {
 	l.client.CloseIdleConnections()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.failed
+	return l.failed, l.answered
 }
 
 // step runs about 1x the target for a few seconds, then 4x, and returns the time from the step to
@@ -208,7 +219,7 @@ func (e *env) step(known []string) (decision, serving time.Duration, newcomer st
 	url := fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort)
 	l := startRateLoad(url, baseRate)
 	defer func() {
-		if failed := l.finish(); failed > 0 {
+		if failed, _ := l.finish(); failed > 0 {
 			e.t.Logf("%d requests failed during the rateLoad step", failed)
 		}
 	}()
@@ -249,31 +260,28 @@ func (e *env) step(known []string) (decision, serving time.Duration, newcomer st
 	return decision, serving, newcomer
 }
 
-// TestIntegrationBenchAutoscale is make bench-autoscale's run (hack/bench/e2e). At most three real
-// instances exist at a time: 1 growing to 3 without a warm pool, then 1 serving and 1 warm growing
-// to 2 serving and 1 warm.
-func TestIntegrationBenchAutoscale(t *testing.T) {
-	if os.Getenv(benchEnv) == "" {
-		t.Skip("run with make bench-autoscale")
-	}
-	e := newEnv(t)
-	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
-	if out, err := e.herd("image", "build", "-f", filepath.Join(e.root, "examples", "hello", "image.yaml"), "--data-dir", e.data); err != nil {
-		t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
-	}
-	e.startUp()
-	e.lbPort = freePort(t)
+// TestIntegrationAutoscale steps the load on a fleet of real instances from about 1x to 4x its
+// target through the load balancer: the autoscaler must raise desired and a new instance must
+// serve. Then the load drops to a trickle: once the 10 s stabilization window has passed, the fleet
+// must scale back in to one instance, draining first, so that no request of the trickle fails.
+// Under make bench-autoscale (benchEnv) it also measures a warm pool's scale-out and prints the
+// figures line; at most three real instances exist at a time.
+func TestIntegrationAutoscale(t *testing.T) {
+	e := startHelloEnv(t)
 
 	// Without a warm pool: the new capacity is a booted instance.
-	e.apply(3, 0)
+	e.apply(autoscaleSpec{min: 1, max: 3, desired: 1, window: 10 * time.Second})
 	serving, _ := e.settle(0)
 	decision, newCapacity, _ := e.step(serving)
 	t.Logf("no warm pool: desired raised %.3fs and a new instance serving %.3fs after the step", decision.Seconds(), newCapacity.Seconds())
+	e.scaleIn()
 	e.deleteFleet()
 
+	if os.Getenv(benchEnv) == "" {
+		return
+	}
 	// With a warm pool of 1: the new capacity is the warm instance, registered.
-	e.apply(2, 1)
+	e.apply(autoscaleSpec{min: 1, max: 2, desired: 1, warmPool: 1, window: 300 * time.Second})
 	serving, warm := e.settle(1)
 	warmDecision, warmServing, newcomer := e.step(serving)
 	if !slices.Contains(warm, newcomer) {
@@ -283,4 +291,86 @@ func TestIntegrationBenchAutoscale(t *testing.T) {
 	e.deleteFleet()
 
 	t.Logf("autoscale: decision_s=%.3f new_capacity_serving_s=%.3f warm_pool_serving_s=%.3f", decision.Seconds(), newCapacity.Seconds(), warmServing.Seconds())
+}
+
+// scaleIn runs a trickle of requests, well under the target, until the fleet is back to one
+// instance, and fails if a request of the trickle failed: instances leave by draining.
+func (e *env) scaleIn() {
+	e.t.Helper()
+	l := startRateLoad(fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort), 5)
+	start := time.Now()
+	e.waitFor(2*time.Minute, 250*time.Millisecond, func() string {
+		d, n := e.desired(), len(e.instances())
+		if d != 1 || n != 1 {
+			return fmt.Sprintf("desired %d with %d instances after the load dropped, want 1 and 1", d, n)
+		}
+		return ""
+	})
+	failed, answered := l.finish()
+	e.t.Logf("scale-in: back to 1 instance %.1fs after the load dropped; %d of the trickle's requests answered, %d failed", time.Since(start).Seconds(), answered, failed)
+	if failed > 0 {
+		e.t.Fatalf("%d requests failed while the fleet scaled in", failed)
+	}
+	if answered == 0 {
+		e.t.Fatal("no request of the trickle was answered")
+	}
+}
+
+// TestIntegrationScaleToZero serves a request through a fleet of real instances with min 0, lets
+// the fleet idle until it has no instance at all, then sends another GET through the load
+// balancer: the load balancer must hold it while a new instance boots, and it must be answered 200
+// by that instance, not refused.
+func TestIntegrationScaleToZero(t *testing.T) {
+	e := startHelloEnv(t)
+
+	e.apply(autoscaleSpec{min: 0, max: 2, desired: 1, window: 10 * time.Second})
+	// The listener opens once the controller has configured the load balancer, just after apply.
+	e.waitFor(30*time.Second, 50*time.Millisecond, func() string {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", e.lbPort), time.Second)
+		if err != nil {
+			return "load balancer listener: " + err.Error()
+		}
+		c.Close()
+		return ""
+	})
+	first, took := e.getThroughLB()
+	t.Logf("first request answered 200 by %s after %.1fs", first, took.Seconds())
+	e.waitFor(2*time.Minute, 250*time.Millisecond, func() string {
+		if d, n := e.desired(), len(e.instances()); d != 0 || n != 0 {
+			return fmt.Sprintf("desired %d with %d instances while idle, want 0 and none", d, n)
+		}
+		return ""
+	})
+	e.mu.Lock()
+	existed := maps.Clone(e.created)
+	e.mu.Unlock()
+
+	again, took := e.getThroughLB()
+	if existed[again] {
+		t.Fatalf("answered by %s, an instance from before the fleet went to zero", again)
+	}
+	t.Logf("scale from zero: the first request after idling was answered 200 by %s after %.1fs", again, took.Seconds())
+	e.deleteFleet()
+}
+
+// getThroughLB sends one GET through the load balancer, waiting as long as an instance may take
+// to boot, and returns the instance that answered 200 and how long it took; anything else fails.
+func (e *env) getThroughLB() (instance string, took time.Duration) {
+	e.t.Helper()
+	client := &http.Client{Timeout: bootLimit}
+	start := time.Now()
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort))
+	if err != nil {
+		e.t.Fatalf("GET through the load balancer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took = time.Since(start)
+	var reply struct {
+		Instance string `json:"instance"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &reply) != nil || reply.Instance == "" {
+		e.t.Fatalf("GET through the load balancer: %d %q after %s, want 200 from an instance", resp.StatusCode, body, took)
+	}
+	return reply.Instance, took
 }
