@@ -50,7 +50,7 @@ bench-failover: build deps kubernetes
 # line is the figures.
 .PHONY: bench-autoscale
 bench-autoscale: build deps kubernetes
-	$(GO) run ./hack/bench/e2e -test TestIntegrationBenchAutoscale -figures autoscale -env HERD_BENCH_AUTOSCALE=1
+	$(GO) run ./hack/bench/e2e -test TestIntegrationAutoscale -figures autoscale -env HERD_BENCH_AUTOSCALE=1
 
 # Debian packages needed by real instances and benchmarks.
 deps:
