@@ -191,8 +191,22 @@ type FleetStatus struct {
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
 	// History lists the revisions the fleet has served, newest first (at most 10).
 	History []RevisionHistory `json:"history,omitempty"`
+	// Healing is self-healing's memory while replacements are under way or failing, kept here so
+	// that a restarted controller keeps the bound and the backoff.
+	Healing *HealingStatus `json:"healing,omitempty"`
 	// LastReconcile is when the controller last wrote this status.
 	LastReconcile *time.Time `json:"lastReconcile,omitempty"`
+}
+
+// HealingStatus is what self-healing remembers of a fleet between reconciles.
+type HealingStatus struct {
+	// Replacements are the instances created in place of replaced ones that have not proved
+	// healthy yet; they count against the bound on replacements under way.
+	Replacements []string `json:"replacements,omitempty"`
+	// Failures counts replacements in a row that failed themselves.
+	Failures int32 `json:"failures,omitempty"`
+	// BackoffUntil is when healing may replace instances again after the last failure.
+	BackoffUntil *time.Time `json:"backoffUntil,omitempty"`
 }
 
 // Rollout phases.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -100,6 +101,13 @@ func describeFleet(w io.Writer, f *v1alpha1.Fleet) {
 	}
 	p("Generation", fmt.Sprintf("%d (observed %d)", f.Metadata.Generation, st.ObservedGeneration))
 	p("Rollout", fmt.Sprintf("%s (maxSurge %d, maxUnavailable %d)", s.Rollout.Strategy, deref(s.Rollout.MaxSurge), deref(s.Rollout.MaxUnavailable)))
+	if h := st.Healing; h != nil {
+		line := fmt.Sprintf("%d replacements under way, %d failed in a row", len(h.Replacements), h.Failures)
+		if h.BackoffUntil != nil {
+			line += fmt.Sprintf(", paused until %s", h.BackoffUntil.Local().Format(time.TimeOnly))
+		}
+		p("Healing", line)
+	}
 	hc := s.HealthCheck
 	if hc.Interval != nil && hc.Timeout != nil {
 		p("Health check", fmt.Sprintf("GET :%d%s every %s, timeout %s, healthy after %d, unhealthy after %d", hc.Port, hc.Path, hc.Interval.Duration, hc.Timeout.Duration, hc.HealthyThreshold, hc.UnhealthyThreshold))

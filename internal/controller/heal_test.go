@@ -334,11 +334,9 @@ func TestHealingBacksOffWhenReplacementsFail(t *testing.T) {
 	waitFor(t, 10*time.Second, e.converged("web", 2, ""))
 }
 
-// A broken image (instances that boot, then fail) is not booted over and over: failed instances
-// keep their place until healing replaces them, one at a time and with a doubling pause, and the
-// fleet converges once it names a good image. The fleet has no listeners and the controller no
-// health source: the provider's word is enough.
-func TestBrokenImageDoesNotThrash(t *testing.T) {
+// newBrokenImageEnv is a controller without a health source, healing with a 100ms backoff base,
+// on a fake provider whose image img-broken boots and then fails.
+func newBrokenImageEnv(t *testing.T) (*env, *fake.Provider) {
 	p, err := fake.New(fake.Options{BootDelay: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -347,6 +345,15 @@ func TestBrokenImageDoesNotThrash(t *testing.T) {
 	e := &env{t: t, store: memory.New(), fake: p, healBackoff: 100 * time.Millisecond}
 	e.start()
 	t.Cleanup(func() { e.stop() })
+	return e, p
+}
+
+// A broken image (instances that boot, then fail) is not booted over and over: failed instances
+// keep their place until healing replaces them, one at a time and with a doubling pause, and the
+// fleet converges once it names a good image. The fleet has no listeners and the controller no
+// health source: the provider's word is enough.
+func TestBrokenImageDoesNotThrash(t *testing.T) {
+	e, p := newBrokenImageEnv(t)
 	const desired = 4
 	f := fleetSpec("web", "img-broken", desired)
 	e.put(f)
@@ -378,4 +385,35 @@ func TestBrokenImageDoesNotThrash(t *testing.T) {
 	f.Spec.Image = "img-good"
 	e.put(f)
 	waitFor(t, 15*time.Second, e.converged("web", desired, RevisionName(f)))
+}
+
+// A restarted controller keeps healing's count of failed replacements and its backoff from the
+// fleet's status: the next pause doubles the last one instead of starting over.
+func TestHealingBackoffSurvivesRestart(t *testing.T) {
+	e, _ := newBrokenImageEnv(t)
+	e.put(fleetSpec("web", "img-broken", 2))
+	waitFor(t, 15*time.Second, func() string {
+		if n := len(e.events(ReasonHealingBackoff)); n < 2 {
+			return fmt.Sprintf("%d HealingBackoff events, want 2", n)
+		}
+		return ""
+	})
+	e.stop()
+	before := len(e.events(ReasonHealingBackoff))
+	h := e.fleet("web").Status.Healing
+	if h == nil || int(h.Failures) != before {
+		t.Fatalf("status.healing %+v after %d failed replacements, want them counted", h, before)
+	}
+	e.start()
+	waitFor(t, 15*time.Second, func() string {
+		if n := len(e.events(ReasonHealingBackoff)); n <= before {
+			return fmt.Sprintf("%d HealingBackoff events, want one more than %d", n, before)
+		}
+		return ""
+	})
+	next := e.events(ReasonHealingBackoff)[before]
+	want := fmt.Sprintf("%d in a row): pausing healing for %s", before+1, healBackoff(100*time.Millisecond, 800*time.Millisecond, before+1))
+	if !strings.Contains(next.Message, want) {
+		t.Fatalf("first backoff after the restart: %q, want it to contain %q", next.Message, want)
+	}
 }

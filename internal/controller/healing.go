@@ -7,8 +7,9 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 )
 
-// healState is what the controller remembers of one fleet's healing between reconciles. Reconciles
-// of one fleet never run at once, so only the map holding it needs a lock.
+// healState is what the controller remembers of one fleet's healing between reconciles; the fleet's
+// status keeps a copy (status.healing) for after a restart. Reconciles of one fleet never run at
+// once, so only the map holding it needs a lock.
 type healState struct {
 	// replacements are instances created in place of healed ones, until they prove healthy or fail.
 	replacements map[string]bool
@@ -19,9 +20,42 @@ type healState struct {
 	justHealed int
 }
 
-func (c *Controller) healStateOf(fleet string) *healState {
-	v, _ := c.healing.LoadOrStore(fleet, &healState{replacements: map[string]bool{}})
+// healState returns the fleet's healing state, taken from the fleet's stored status the first
+// time after a start, so that a restart keeps the bound and the backoff.
+func (s *scope) healState() *healState {
+	if v, ok := s.c.healing.Load(s.fleetName()); ok {
+		return v.(*healState)
+	}
+	st := &healState{replacements: map[string]bool{}}
+	if h := s.stored.Status.Healing; h != nil {
+		for _, name := range h.Replacements {
+			st.replacements[name] = true
+		}
+		st.failures = int(h.Failures)
+		if h.BackoffUntil != nil {
+			st.backoffUntil = *h.BackoffUntil
+		}
+	}
+	v, _ := s.c.healing.LoadOrStore(s.fleetName(), st)
 	return v.(*healState)
+}
+
+// status is the part of the healing state worth storing: nil once there is nothing to
+// remember.
+func (st *healState) status(now time.Time) *v1alpha1.HealingStatus {
+	if len(st.replacements) == 0 && st.failures == 0 && !now.Before(st.backoffUntil) {
+		return nil
+	}
+	h := &v1alpha1.HealingStatus{Failures: int32(st.failures)}
+	for name := range st.replacements {
+		h.Replacements = append(h.Replacements, name)
+	}
+	sort.Strings(h.Replacements)
+	if now.Before(st.backoffUntil) {
+		t := st.backoffUntil.UTC()
+		h.BackoffUntil = &t
+	}
+	return h
 }
 
 // heal replaces instances the provider reports failed, instances the load balancer reports
@@ -40,7 +74,7 @@ func (s *scope) heal() {
 		}
 		return src.InstanceHealth(name)
 	}
-	st := s.c.healStateOf(s.fleetName())
+	st := s.healState()
 	st.justHealed = 0
 	now := time.Now()
 	hasListeners := len(s.fleet.Spec.Listeners) > 0 && src != nil
@@ -117,7 +151,7 @@ func (s *scope) noteReplacements() {
 	if s.fleet == nil {
 		return
 	}
-	st := s.c.healStateOf(s.fleetName())
+	st := s.healState()
 	if st.justHealed == 0 {
 		return
 	}

@@ -701,6 +701,7 @@ func (s *scope) writeStatus() error {
 	}
 	st.Rollout = s.ro
 	now := time.Now().UTC()
+	st.Healing = s.healState().status(now)
 	st.History = s.history(now)
 	prev := s.stored.Status
 	prev.LastReconcile = nil
