@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
+
+	"herd.dev/herd/internal/agent/pki"
 )
 
 // StatusFile is the name of the status file in the agent's state dir.
@@ -95,39 +96,13 @@ func (s *statusWriter) set(p Phase, reason string) error {
 	return s.writeLocked()
 }
 
-// get returns a copy of the status.
-func (s *statusWriter) get() Status {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.st
-	st.Steps = append([]Step(nil), s.st.Steps...)
-	return st
-}
-
-// writeLocked writes the file through a temporary file and a rename.
+// writeLocked writes the file atomically (a reader never sees half of it).
 func (s *statusWriter) writeLocked() error {
 	data, err := json.MarshalIndent(s.st, "", "  ")
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".status-*.json")
-	if err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("status: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("status: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
+	if err := pki.WriteFile(s.path, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
 	return nil

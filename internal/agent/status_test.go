@@ -91,7 +91,7 @@ func TestStatusFailedIsFinal(t *testing.T) {
 	if st.Phase != PhaseFailed || st.Reason != "kube-apiserver exited" {
 		t.Errorf("status = %+v", st)
 	}
-	if got := s.get(); got.Phase != PhaseFailed {
-		t.Errorf("get = %+v", got)
+	if s.st.Phase != PhaseFailed {
+		t.Errorf("in memory: %+v", s.st)
 	}
 }

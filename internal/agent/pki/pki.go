@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -179,12 +180,7 @@ func RandomToken() (string, error) {
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("pki: token: %w", err)
 	}
-	const hexdigits = "0123456789abcdef"
-	out := make([]byte, 64)
-	for i, c := range b {
-		out[2*i], out[2*i+1] = hexdigits[c>>4], hexdigits[c&0xf]
-	}
-	return string(out), nil
+	return hex.EncodeToString(b), nil
 }
 
 func newKey() (*ecdsa.PrivateKey, error) {
