@@ -288,11 +288,11 @@ func Run(ctx context.Context, cfg Config) error {
 	case err != nil:
 		return a.failed(node, err)
 	}
-	secs := time.Since(start).Seconds()
-	a.bootMillis.Store(uint64(secs * 1000))
+	booted := time.Since(start)
+	a.bootMillis.Store(uint64(booted.Milliseconds()))
 	a.setLive(true, "")
 	a.setPhase(PhaseReady, "")
-	a.log.Info("ready", "seconds", seconds(time.Since(start)))
+	a.log.Info("ready", "seconds", seconds(booted))
 	// The boot's garbage (decoded manifests, discovery) is gone: give the memory back now
 	// rather than in minutes.
 	debug.FreeOSMemory()
@@ -323,21 +323,21 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b image.Bundle, objs
 		}
 	}
 
-	imported := make(chan error, 1)
+	// importErr is set before imported is closed.
+	var importErr error
+	imported := make(chan struct{})
 	go func() {
-		if err := wait(node.RuntimeReady(), "container runtime ready"); err != nil {
-			imported <- err
+		defer close(imported)
+		if importErr = wait(node.RuntimeReady(), "container runtime ready"); importErr != nil {
 			return
 		}
 		g, gctx := errgroup.WithContext(bootCtx)
 		for _, im := range b.Config.Images {
 			g.Go(func() error { return node.ImportImage(gctx, im.Ref, b.Path(im.File)) })
 		}
-		err := g.Wait()
-		if err == nil {
+		if importErr = g.Wait(); importErr == nil {
 			a.step("images imported")
 		}
-		imported <- err
 	}()
 
 	if err := wait(node.APIReady(), "API server ready"); err != nil {
@@ -367,21 +367,14 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b image.Bundle, objs
 	a.dyn = dyn
 	a.mu.Unlock()
 
-	select {
-	case err := <-imported:
-		if err != nil {
-			if bootCtx.Err() != nil && ctx.Err() != nil {
-				return errStop
-			}
-			return err
-		}
-	case <-node.Failed():
-		return node.Err()
-	case <-bootCtx.Done():
+	if err := wait(imported, "images imported"); err != nil {
+		return err
+	}
+	if importErr != nil {
 		if ctx.Err() != nil {
-			return errStop
+			return errStop // an import cut short by the stop
 		}
-		return fmt.Errorf("images not imported within --ready-timeout %s", a.cfg.ReadyTimeout)
+		return importErr
 	}
 
 	ap, err := newApplier(rc, dyn)
@@ -463,11 +456,7 @@ func (a *agent) monitor(ctx context.Context, node distro.Node) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if r.ready {
-			a.setLive(true, "")
-		} else {
-			a.setLive(false, r.reason)
-		}
+		a.setLive(r.ready, r.reason)
 	}
 }
 
@@ -504,7 +493,7 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 		if v.ready {
 			continue
 		}
-		why := w.String() + ": " + v.why
+		why := v.why
 		if withPods && selector != "" {
 			list, err := dyn.Resource(podsGVR).Namespace(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 			if err == nil {
@@ -519,11 +508,12 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 				}
 			}
 		}
+		sep := ": "
 		if v.terminal {
 			r.terminal = true
-			why = w.String() + " can never become available: " + strings.TrimPrefix(why, w.String()+": ")
+			sep = " can never become available: "
 		}
-		reasons = append(reasons, why)
+		reasons = append(reasons, w.String()+sep+why)
 	}
 	r.ready = len(reasons) == 0
 	r.reason = strings.Join(reasons, "; ")
@@ -605,7 +595,8 @@ func (a *agent) stop(node distro.Node) error {
 }
 
 // teardown stops the node's components, kills whatever is left in the cgroup root but the
-// agent, and removes what the agent can of the cgroups and the kubelet's log symlinks.
+// agent, and removes what the agent can of the cgroups. Host directories such as the kubelet's
+// /var/log/containers are the distribution's to keep clean (see distro.Node's Stop).
 func (a *agent) teardown(node distro.Node) {
 	if node != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -623,5 +614,4 @@ func (a *agent) teardown(node distro.Node) {
 			a.log.Debug("removing cgroups", "err", err)
 		}
 	}
-	removeLogSymlinks("/var/log/containers", a.cfg.StateDir)
 }

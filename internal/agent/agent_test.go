@@ -334,33 +334,3 @@ func TestConfigValidation(t *testing.T) {
 		})
 	}
 }
-
-func TestRemoveLogSymlinks(t *testing.T) {
-	logs := t.TempDir()
-	state := filepath.Join(t.TempDir(), "agent")
-	other := t.TempDir()
-	links := map[string]string{
-		"ours.log":         filepath.Join(state, "pod-logs", "a", "0.log"),
-		"theirs.log":       filepath.Join(other, "0.log"),
-		"prefix-lookalike": state + "-other/0.log",
-	}
-	for name, target := range links {
-		if err := os.Symlink(target, filepath.Join(logs, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(logs, "plain.log"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if n := removeLogSymlinks(logs, state); n != 1 {
-		t.Errorf("removed %d, want 1", n)
-	}
-	entries, _ := os.ReadDir(logs)
-	var left []string
-	for _, e := range entries {
-		left = append(left, e.Name())
-	}
-	if strings.Join(left, ",") != "plain.log,prefix-lookalike,theirs.log" {
-		t.Errorf("left = %v", left)
-	}
-}

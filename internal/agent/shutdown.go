@@ -2,9 +2,6 @@ package agent
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -102,29 +99,4 @@ func containersRunning(p unstructured.Unstructured) bool {
 		}
 	}
 	return false
-}
-
-// removeLogSymlinks removes the symlinks in dir (the kubelet's /var/log/containers) that point
-// into stateDir, and returns how many it removed.
-func removeLogSymlinks(dir, stateDir string) int {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return 0
-	}
-	prefix := filepath.Clean(stateDir) + string(filepath.Separator)
-	n := 0
-	for _, e := range entries {
-		if e.Type()&os.ModeSymlink == 0 {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		target, err := os.Readlink(p)
-		if err != nil || !strings.HasPrefix(filepath.Clean(target), prefix) {
-			continue
-		}
-		if os.Remove(p) == nil {
-			n++
-		}
-	}
-	return n
 }

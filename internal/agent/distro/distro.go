@@ -70,7 +70,9 @@ type Node interface {
 	Err() error
 	// Stop stops every component of the node, the workload's containers' runtime included, in
 	// the reverse order of starting, each within a bound, and returns when all have exited. The
-	// agent deletes the workload's pods through the API before calling it.
+	// agent deletes the workload's pods through the API before calling it. Nothing of the node may
+	// be left in the host's shared directories then (e.g. the kubelet's /var/log/containers
+	// symlinks): the agent does not clean them.
 	Stop(ctx context.Context) error
 }
 
