@@ -5,18 +5,19 @@
 package cgroups
 
 import (
-	"herd.dev/herd/internal/mountinfo"
-
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"herd.dev/herd/internal/mountinfo"
 )
 
 // Hierarchy is one mounted cgroup hierarchy.
@@ -30,14 +31,7 @@ type Hierarchy struct {
 }
 
 // Has reports whether the hierarchy carries controller c (e.g. "cpuset", "name=systemd").
-func (h Hierarchy) Has(c string) bool {
-	for _, x := range h.Controllers {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
+func (h Hierarchy) Has(c string) bool { return slices.Contains(h.Controllers, c) }
 
 // Path returns the directory of cgroup path p in this hierarchy.
 func (h Hierarchy) Path(p string) string {

@@ -3,6 +3,7 @@ package upstream
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,15 +140,6 @@ func TestKubeProxyConfig(t *testing.T) {
 	}
 }
 
-func hasArg(args []string, want string) bool {
-	for _, a := range args {
-		if a == want {
-			return true
-		}
-	}
-	return false
-}
-
 func TestComponentArgs(t *testing.T) {
 	n := testNode()
 	checks := []struct {
@@ -169,7 +161,7 @@ func TestComponentArgs(t *testing.T) {
 	}
 	for _, c := range checks {
 		for _, w := range c.want {
-			if !hasArg(c.args, w) {
+			if !slices.Contains(c.args, w) {
 				t.Errorf("%s args lack %s: %v", c.name, w, c.args)
 			}
 		}

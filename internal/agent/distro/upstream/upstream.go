@@ -115,7 +115,6 @@ type node struct {
 	bins  binaries
 	cfg   nodeConfig
 	adm   distro.Access
-	env   []string
 	admin *http.Client
 
 	runtimeReady chan struct{}
@@ -179,7 +178,6 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n := &node{
 		spec: spec, log: log, bins: bins, cfg: cfg, adm: adm, admin: admin,
-		env:          []string{"GOGC=" + componentGOGC},
 		runtimeReady: make(chan struct{}),
 		apiReady:     make(chan struct{}),
 		failed:       make(chan struct{}),
@@ -233,7 +231,7 @@ func (n *node) start(s proc.Spec) error {
 		return errors.New("upstream: node is stopping")
 	}
 	s.LogDir = n.cfg.l.logs()
-	s.Env = append(s.Env, n.env...)
+	s.Env = append(s.Env, "GOGC="+componentGOGC)
 	p, err := proc.Start(s)
 	if err != nil {
 		return fmt.Errorf("upstream: %w", err)
@@ -527,11 +525,12 @@ func writeCredentials(c nodeConfig) (distro.Access, error) {
 		}
 	}
 	caPEM := ca.CertPEM()
-	files := []struct {
+	type file struct {
 		path string
 		data []byte
 		perm os.FileMode
-	}{
+	}
+	files := []file{
 		{c.l.pki("ca.crt"), caPEM, 0o644},
 		{c.l.pki("ca.key"), caKey, 0o600},
 		{c.l.pki("apiserver.crt"), apiserver.CertPEM, 0o644},
@@ -556,11 +555,7 @@ func writeCredentials(c nodeConfig) (distro.Access, error) {
 		if err != nil {
 			return fail(err)
 		}
-		files = append(files, struct {
-			path string
-			data []byte
-			perm os.FileMode
-		}{c.l.kubeconfig(u.component), kc, 0o600})
+		files = append(files, file{c.l.kubeconfig(u.component), kc, 0o600})
 	}
 	for _, f := range files {
 		if err := pki.WriteFile(f.path, f.data, f.perm); err != nil {
