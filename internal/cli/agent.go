@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"net/netip"
 	"runtime/debug"
 
@@ -12,7 +11,6 @@ import (
 
 func newAgentCmd(g *globals) *cobra.Command {
 	cfg := agent.Config{}
-	var address string
 	cmd := &cobra.Command{
 		Use:   "agent --name NAME --bundle DIR --state-dir DIR --address IP",
 		Short: "Internal: boot and run one instance's Kubernetes (providers start it; not for use by hand)",
@@ -32,11 +30,6 @@ kubeconfig), and serves GET /readyz, /livez and /metrics on <address>:<port>. On
 it stops the workload gracefully, then the cluster, and exits 0; a failed instance exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			addr, err := netip.ParseAddr(address)
-			if address != "" && err != nil {
-				return fmt.Errorf("--address %q: %w", address, err)
-			}
-			cfg.Address = addr
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -51,7 +44,7 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 	f.StringVar(&cfg.Name, "name", "", "the instance's name, also its node name (a DNS label)")
 	f.StringVar(&cfg.BundleDir, "bundle", "", "the node image bundle directory to boot from")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for everything the agent and the cluster write")
-	f.StringVar(&address, "address", "", "the instance's IP address: the API server, the kubelet and the agent listen on it")
+	f.TextVar(&cfg.Address, "address", netip.Addr{}, "the instance's `IP` address: the API server, the kubelet and the agent listen on it")
 	f.StringVar(&cfg.CgroupRoot, "cgroup-root", "", "cgroup to confine the instance to (e.g. /herd-NAME); pods go under <root>/kubepods. Default: none")
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "fail the instance if it is not Ready this long after the agent starts")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", agent.DefaultStopTimeout, "on SIGTERM, how long the workload's pods get to stop before the cluster is stopped")
