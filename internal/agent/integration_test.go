@@ -253,14 +253,21 @@ func rssSumMB(root string) (float64, int) {
 	return float64(kb) / 1024, n
 }
 
-func TestIntegrationAgentBoots(t *testing.T) {
-	requireIntegration(t)
+// buildHello builds the herd binary and the examples/hello node image.
+func buildHello(t *testing.T) (herd string, bundle image.Bundle) {
+	t.Helper()
 	tmp := t.TempDir()
-	herd := buildHerd(t, tmp)
+	herd = buildHerd(t, tmp)
 	bundle, err := image.Build(context.Background(), "../../examples/hello/image.yaml", image.NewStore(filepath.Join(tmp, "images")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return herd, bundle
+}
+
+func TestIntegrationAgentBoots(t *testing.T) {
+	requireIntegration(t)
+	herd, bundle := buildHello(t)
 
 	in := startInstance(t, herd, bundle)
 	st := in.waitPhase(t, PhaseReady, 2*time.Minute)
@@ -407,12 +414,7 @@ spec:
 
 func TestIntegrationAgentFailsWhenAComponentExits(t *testing.T) {
 	requireIntegration(t)
-	tmp := t.TempDir()
-	herd := buildHerd(t, tmp)
-	bundle, err := image.Build(context.Background(), "../../examples/hello/image.yaml", image.NewStore(filepath.Join(tmp, "images")), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	herd, bundle := buildHello(t)
 	in := startInstance(t, herd, bundle)
 	in.waitPhase(t, PhaseReady, 2*time.Minute)
 

@@ -48,13 +48,18 @@ metadata: {name: web, namespace: shop}
 		t.Errorf("decoded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
-	var order []string
-	for _, o := range applyOrder(objs) {
-		order = append(order, o.obj.GetKind())
-	}
-	if strings.Join(order, ",") != "Namespace,Deployment,Service,ConfigMap" {
+	if order := kinds(applyOrder(objs)); order != "Namespace,Deployment,Service,ConfigMap" {
 		t.Errorf("apply order = %v", order)
 	}
+}
+
+// kinds lists the objects' kinds, comma-separated.
+func kinds(objs []object) string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.obj.GetKind())
+	}
+	return strings.Join(out, ",")
 }
 
 func TestApplyOrderPutsCRDsBeforeTheirObjects(t *testing.T) {
@@ -73,11 +78,7 @@ metadata: {name: ns1}
 	if err != nil {
 		t.Fatal(err)
 	}
-	var order []string
-	for _, o := range applyOrder(objs) {
-		order = append(order, o.obj.GetKind())
-	}
-	if strings.Join(order, ",") != "Namespace,CustomResourceDefinition,Widget" {
+	if order := kinds(applyOrder(objs)); order != "Namespace,CustomResourceDefinition,Widget" {
 		t.Errorf("apply order = %v", order)
 	}
 }

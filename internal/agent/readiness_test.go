@@ -12,6 +12,14 @@ import (
 
 func i32(n int32) *int32 { return &n }
 
+// wantVerdict fails t unless v's readiness is ready and its why contains why.
+func wantVerdict(t *testing.T, v verdict, ready bool, why string) {
+	t.Helper()
+	if v.ready != ready || !strings.Contains(v.why, why) {
+		t.Errorf("verdict = %+v, want ready=%v why containing %q", v, ready, why)
+	}
+}
+
 func TestDeploymentVerdict(t *testing.T) {
 	dep := func(gen, observed int64, replicas *int32, st appsv1.DeploymentStatus) *appsv1.Deployment {
 		st.ObservedGeneration = observed
@@ -88,12 +96,7 @@ func TestStatefulSetVerdict(t *testing.T) {
 		{"on delete ignores revisions", ss(1, i32(2), appsv1.OnDeleteStatefulSetStrategyType, func() appsv1.StatefulSetStatus { s := ok; s.UpdateRevision = "r2"; return s }()), true, ""},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := statefulSetVerdict(tt.s)
-			if v.ready != tt.ready || !strings.Contains(v.why, tt.why) {
-				t.Errorf("verdict = %+v, want ready=%v why containing %q", v, tt.ready, tt.why)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantVerdict(t, statefulSetVerdict(tt.s), tt.ready, tt.why) })
 	}
 }
 
@@ -114,12 +117,7 @@ func TestDaemonSetVerdict(t *testing.T) {
 		{"not available", ds(1, appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 1, UpdatedNumberScheduled: 1}), false, "0 of 1 pods available"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := daemonSetVerdict(tt.d)
-			if v.ready != tt.ready || !strings.Contains(v.why, tt.why) {
-				t.Errorf("verdict = %+v, want ready=%v why containing %q", v, tt.ready, tt.why)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantVerdict(t, daemonSetVerdict(tt.d), tt.ready, tt.why) })
 	}
 }
 
@@ -138,12 +136,7 @@ func TestNodeVerdict(t *testing.T) {
 		{"no condition yet", node(), false, "has not reported Ready yet"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := nodeVerdict(tt.n)
-			if v.ready != tt.ready || !strings.Contains(v.why, tt.why) {
-				t.Errorf("verdict = %+v, want ready=%v why containing %q", v, tt.ready, tt.why)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { wantVerdict(t, nodeVerdict(tt.n), tt.ready, tt.why) })
 	}
 }
 

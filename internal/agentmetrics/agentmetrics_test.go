@@ -103,11 +103,7 @@ func newAgents(t *testing.T, n int) (port int, agents []*fakeAgent) {
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(
 				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herd_agent_ready", Help: "Ready."}, func() float64 { return 1 }),
-				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: cpuMetric, Help: "CPU time."}, func() float64 {
-					a.mu.Lock()
-					defer a.mu.Unlock()
-					return a.cpu
-				}),
+				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: cpuMetric, Help: "CPU time."}, a.get),
 			)
 			a.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 			mux := http.NewServeMux()
