@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -56,6 +57,19 @@ func Parse(data []byte) []Mount {
 		}
 		out = append(out, Mount{Root: fields[3], Point: Unescape(fields[4]), FSType: fields[sep+1], SuperOptions: fields[sep+3]})
 	}
+	return out
+}
+
+// CgroupPoints returns the mount points of the cgroup file systems among mounts (every v1
+// hierarchy, the named systemd one, and the v2 one), sorted.
+func CgroupPoints(mounts []Mount) []string {
+	var out []string
+	for _, m := range mounts {
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			out = append(out, m.Point)
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

@@ -22,6 +22,9 @@ short line
 			t.Errorf("line %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
+	if cg := CgroupPoints(got); len(cg) != 1 || cg[0] != "/sys/fs/cgroup/cpu,cpuacct" {
+		t.Errorf("CgroupPoints = %q, want the one cgroup mount", cg)
+	}
 }
 
 func TestUnescape(t *testing.T) {

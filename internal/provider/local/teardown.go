@@ -1,13 +1,12 @@
 package local
 
 import (
-	"herd.dev/herd/internal/mountinfo"
-
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"herd.dev/herd/internal/mountinfo"
 )
 
 // Paths of the host the teardown reads; variables so that unit tests can point them elsewhere.
@@ -75,14 +76,7 @@ func cgroupHierarchies() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, m := range mounts {
-		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
-			out = append(out, m.Point)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
+	return mountinfo.CgroupPoints(mounts), nil
 }
 
 // cgroupDirs returns every directory of the subtree root (e.g. "/herd-a") in every hierarchy,
@@ -198,18 +192,9 @@ func killAll(ctx context.Context, hierarchies []string, root string, netnsIno ui
 		return len(left) == 0
 	}, "every process of the instance to exit")
 	if err != nil {
-		return fmt.Errorf("kill processes %v: %w", pidList(left), err)
+		return fmt.Errorf("kill processes %v: %w", slices.Sorted(maps.Keys(left)), err)
 	}
 	return nil
-}
-
-func pidList(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for p := range m {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out
 }
 
 // removeCgroups removes the subtree root in every hierarchy, deepest first. A cgroup whose last

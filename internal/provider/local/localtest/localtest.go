@@ -9,11 +9,10 @@
 package localtest
 
 import (
-	"herd.dev/herd/internal/mountinfo"
-
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"herd.dev/herd/internal/mountinfo"
 )
 
 // Host paths the checks read.
@@ -257,7 +258,7 @@ func netnsNames() ([]string, error) {
 			}
 		}
 	}
-	return sortedKeys(set), nil
+	return slices.Sorted(maps.Keys(set)), nil
 }
 
 // linkNames lists the host's interfaces (`ip -o link`, names without "@peer").
@@ -288,13 +289,7 @@ func CgroupHierarchies() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, m := range mounts {
-		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
-			out = append(out, m.Point)
-		}
-	}
-	return out, nil
+	return mountinfo.CgroupPoints(mounts), nil
 }
 
 // cgroupTops lists "<hierarchy>/<top-level cgroup>" for every hierarchy.
@@ -371,15 +366,6 @@ func processesUnder(dirs []string) ([]string, error) {
 	return out, nil
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // CgroupPIDs returns the pids in the cgroup subtree root (e.g. "/herd-<instance>") of every
 // hierarchy: every process of a local instance.
 func CgroupPIDs(root string) ([]int, error) {
@@ -407,12 +393,7 @@ func CgroupPIDs(root string) ([]int, error) {
 			return nil
 		})
 	}
-	out := make([]int, 0, len(set))
-	for p := range set {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out, nil
+	return slices.Sorted(maps.Keys(set)), nil
 }
 
 // exclusiveLock is the machine-wide lock tests take before booting real instances.
