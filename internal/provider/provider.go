@@ -101,9 +101,13 @@ type Provider interface {
 
 var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 
+// ValidName reports whether name can name an instance: a DNS label of at most 63 characters.
+// Providers that build paths or host names from an instance name check it before using one.
+func ValidName(name string) bool { return len(name) <= 63 && nameRE.MatchString(name) }
+
 // ValidateSpec checks what every provider needs of a spec; providers call it first in Create.
 func ValidateSpec(spec InstanceSpec) error {
-	if !nameRE.MatchString(spec.Name) || len(spec.Name) > 63 {
+	if !ValidName(spec.Name) {
 		return fmt.Errorf("instance name %q must be a DNS label of at most 63 characters", spec.Name)
 	}
 	if spec.Image == "" {

@@ -69,7 +69,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Provider{opts: opts, instances: map[string]*record{}, calls: map[string]int{}, failNext: map[string][]error{}}
+	p := &Provider{opts: opts, instances: map[string]*record{}, calls: map[string]int{}, failNext: map[string][]error{}, broken: map[string]string{}}
 	if opts.StateDir == "" {
 		return p, nil
 	}
@@ -142,9 +142,6 @@ func (p *Provider) Kill(name, reason string) error {
 func (p *Provider) BreakImage(image, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.broken == nil {
-		p.broken = map[string]string{}
-	}
 	if reason == "" {
 		delete(p.broken, image)
 		return

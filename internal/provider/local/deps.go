@@ -19,9 +19,10 @@ var (
 	kubeComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
 )
 
-// checkDeps returns an error naming everything missing to run an instance, with the command that
-// installs each, or nil.
-func checkDeps(herdBinary string) error {
+// CheckHost returns an error naming everything this host lacks to run local instances with the
+// given herd binary (root, the Debian packages, the Kubernetes binaries), with the command that
+// installs each; nil when nothing is missing. Create runs the same check.
+func CheckHost(herdBinary string) error {
 	var problems []string
 	if os.Geteuid() != 0 {
 		problems = append(problems, "the local provider needs root (it creates network namespaces, a bridge and cgroups): run herd up as root")
@@ -69,8 +70,3 @@ func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir() && fi.Mode().Perm()&0o111 != 0
 }
-
-// CheckHost returns an error naming everything this host lacks to run local instances with the
-// given herd binary (root, the Debian packages, the Kubernetes binaries), with the command that
-// installs each; nil when nothing is missing. Create runs the same check.
-func CheckHost(herdBinary string) error { return checkDeps(herdBinary) }

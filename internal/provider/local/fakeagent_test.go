@@ -144,8 +144,7 @@ func fakeAgent(mode string, args []string) int {
 func waitStatus(t *testing.T, dir, phase string) {
 	t.Helper()
 	err := waitFor(context.Background(), 10*time.Second, func() bool {
-		st, _ := readStatus(dir)
-		return st.Phase == phase
+		return readStatus(dir).Phase == phase
 	}, "agent status "+phase)
 	if err != nil {
 		t.Fatal(err)
@@ -193,23 +192,40 @@ func uniqueName(prefix string) string {
 	return fmt.Sprintf("%s-%s", prefix, randomHex(3))
 }
 
+// testRegion is the region of the fake agent tests' instances.
+const testRegion = "ut"
+
+// newFakeAgentProvider skips unless the test may make namespaces and cgroups, and returns a
+// provider on a fresh data directory that starts this test binary as its agent, with the digest
+// of its bundle. When the test ends it deletes the instances named and checks that nothing of
+// them is left on the host; assertClean runs that check on demand.
+func newFakeAgentProvider(t *testing.T, names ...string) (p *Provider, digest string, assertClean func()) {
+	t.Helper()
+	requireRoot(t)
+	before := localtest.Take(t)
+	p, digest = newTestProvider(t, testExecutable(t))
+	assertClean = func() {
+		t.Helper()
+		localtest.AssertClean(t, before, owned(p, testRegion, names...))
+	}
+	t.Cleanup(func() {
+		for _, n := range names {
+			_ = p.Delete(context.Background(), n)
+		}
+		assertClean()
+	})
+	return p, digest, assertClean
+}
+
 // TestFakeAgentLifecycle runs the provider's whole process and network handling against the fake
 // agent: create, ready, reachable at its address, failed when killed, clean after Delete.
 func TestFakeAgentLifecycle(t *testing.T) {
-	requireRoot(t)
 	t.Setenv(fakeAgentEnv, "ok")
-	before := localtest.Take(t)
-	p, digest := newTestProvider(t, testExecutable(t))
-	ctx := context.Background()
-	region := "ut"
 	a, b := uniqueName("ut-a"), uniqueName("ut-b")
-	t.Cleanup(func() {
-		_ = p.Delete(context.Background(), a)
-		_ = p.Delete(context.Background(), b)
-		localtest.AssertClean(t, before, owned(p, region, a, b))
-	})
+	p, digest, assertClean := newFakeAgentProvider(t, a, b)
+	ctx := context.Background()
 	spec := func(name string) provider.InstanceSpec {
-		return provider.InstanceSpec{Name: name, Image: "fake", Region: region, Labels: map[string]string{"herd.dev/fleet": "ut"}}
+		return provider.InstanceSpec{Name: name, Image: "fake", Region: testRegion, Labels: map[string]string{"herd.dev/fleet": "ut"}}
 	}
 	inA, err := p.Create(ctx, spec(a))
 	if err != nil {
@@ -272,7 +288,7 @@ func TestFakeAgentLifecycle(t *testing.T) {
 	if err := p.Delete(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if !linkExists(p.BridgeName(region)) {
+	if !linkExists(p.BridgeName(testRegion)) {
 		t.Error("the bridge went while an instance of its region remains")
 	}
 	start := time.Now()
@@ -288,31 +304,23 @@ func TestFakeAgentLifecycle(t *testing.T) {
 	if _, err := p.Get(ctx, b); !errors.Is(err, provider.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v", err)
 	}
-	localtest.AssertClean(t, before, owned(p, region, a, b))
+	assertClean()
 }
 
 // TestFakeAgentStubbornAndFailing: an agent that ignores SIGTERM is killed after StopTimeout; an
 // agent that fails reports its reason.
 func TestFakeAgentStubbornAndFailing(t *testing.T) {
-	requireRoot(t)
-	before := localtest.Take(t)
-	p, _ := newTestProvider(t, testExecutable(t))
+	a, b := uniqueName("ut-stub"), uniqueName("ut-fail")
+	p, _, assertClean := newFakeAgentProvider(t, a, b)
 	p.opts.StopTimeout = 300 * time.Millisecond
 	ctx := context.Background()
-	region := "ut"
-	a, b := uniqueName("ut-stub"), uniqueName("ut-fail")
-	t.Cleanup(func() {
-		_ = p.Delete(context.Background(), a)
-		_ = p.Delete(context.Background(), b)
-		localtest.AssertClean(t, before, owned(p, region, a, b))
-	})
 	t.Setenv(fakeAgentEnv, "ignore-term")
-	if _, err := p.Create(ctx, provider.InstanceSpec{Name: a, Image: "fake", Region: region}); err != nil {
+	if _, err := p.Create(ctx, provider.InstanceSpec{Name: a, Image: "fake", Region: testRegion}); err != nil {
 		t.Fatal(err)
 	}
 	providertest.WaitForState(t, p, a, provider.StateReady, 10*time.Second)
 	t.Setenv(fakeAgentEnv, "fail")
-	if _, err := p.Create(ctx, provider.InstanceSpec{Name: b, Image: "fake", Region: region}); err != nil {
+	if _, err := p.Create(ctx, provider.InstanceSpec{Name: b, Image: "fake", Region: testRegion}); err != nil {
 		t.Fatal(err)
 	}
 	in := providertest.WaitForState(t, p, b, provider.StateFailed, 10*time.Second)
@@ -325,32 +333,24 @@ func TestFakeAgentStubbornAndFailing(t *testing.T) {
 	if err := p.Delete(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	localtest.AssertClean(t, before, owned(p, region, a, b))
+	assertClean()
 }
 
 // TestInterruptedCreate: a Create killed after it wrote the record (and set up part of the
 // instance) is reported Failed, completed by the next Create, and cleaned by Delete; a crash
 // before the record leaves a directory that a Create reuses.
 func TestInterruptedCreate(t *testing.T) {
-	requireRoot(t)
 	t.Setenv(fakeAgentEnv, "ok")
-	before := localtest.Take(t)
-	p, digest := newTestProvider(t, testExecutable(t))
-	ctx := context.Background()
-	region := "ut"
 	a, b := uniqueName("ut-int-a"), uniqueName("ut-int-b")
-	t.Cleanup(func() {
-		_ = p.Delete(context.Background(), a)
-		_ = p.Delete(context.Background(), b)
-		localtest.AssertClean(t, before, owned(p, region, a, b))
-	})
+	p, digest, assertClean := newFakeAgentProvider(t, a, b)
+	ctx := context.Background()
 	// What a Create does up to the crash: the record with its address, the bridge, the network.
 	half := func(name string) *record {
 		dir := p.InstanceDir(name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		r := &record{Spec: provider.InstanceSpec{Name: name, Image: digest, Region: region}, ID: "local-x", Phase: phaseCreating,
+		r := &record{Spec: provider.InstanceSpec{Name: name, Image: digest, Region: testRegion}, ID: "local-x", Phase: phaseCreating,
 			Netns: netnsName(name), HostVeth: vethName(name), CgroupRoot: cgroupRootOf(name), BundleDir: "/nonexistent"}
 		if err := p.allocate(ctx, dir, r); err != nil {
 			t.Fatal(err)
@@ -365,7 +365,7 @@ func TestInterruptedCreate(t *testing.T) {
 	if err != nil || in.State != provider.StateFailed || !strings.Contains(in.Reason, "interrupted") {
 		t.Fatalf("an interrupted create shows %+v, %v", in, err)
 	}
-	got, err := p.Create(ctx, provider.InstanceSpec{Name: a, Image: "fake", Region: region})
+	got, err := p.Create(ctx, provider.InstanceSpec{Name: a, Image: "fake", Region: testRegion})
 	if err != nil {
 		t.Fatalf("completing the create: %v", err)
 	}
@@ -406,14 +406,14 @@ func TestInterruptedCreate(t *testing.T) {
 	if _, err := p.Get(ctx, b); !errors.Is(err, provider.ErrNotFound) {
 		t.Fatalf("Get of an empty instance dir: %v", err)
 	}
-	if _, err := p.Create(ctx, provider.InstanceSpec{Name: b, Image: "fake", Region: region}); err != nil {
+	if _, err := p.Create(ctx, provider.InstanceSpec{Name: b, Image: "fake", Region: testRegion}); err != nil {
 		t.Fatal(err)
 	}
 	providertest.WaitForState(t, p, b, provider.StateReady, 10*time.Second)
 	if err := p.Delete(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	localtest.AssertClean(t, before, owned(p, region, a, b))
+	assertClean()
 }
 
 // TestFakeAgentConformance runs the provider conformance suite with the fake agent.

@@ -192,13 +192,11 @@ func TestIntegrationInstances(t *testing.T) {
 		}
 		localtest.AssertClean(t, before, owned(p, []string{dataDir}, region, a, b))
 	})
-	labels := func(name string) map[string]string {
-		return map[string]string{"herd.dev/fleet": "itest", "herd.dev/revision": "itest-1", "herd.dev/region": region}
-	}
+	labels := map[string]string{"herd.dev/fleet": "itest", "herd.dev/revision": "itest-1", "herd.dev/region": region}
 	start := time.Now()
 	var created []provider.Instance
 	for _, n := range []string{a, b} {
-		in, err := p.Create(ctx, provider.InstanceSpec{Name: n, Image: "hello", Region: region, Labels: labels(n)})
+		in, err := p.Create(ctx, provider.InstanceSpec{Name: n, Image: "hello", Region: region, Labels: labels})
 		if err != nil {
 			t.Fatalf("Create %s: %v", n, err)
 		}

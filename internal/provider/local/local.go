@@ -148,7 +148,7 @@ func New(opts Options) (*Provider, error) {
 		dir:    filepath.Join(dataDir, "providers", Name),
 		images: image.NewStore(image.StoreDir(dataDir)),
 	}
-	p.deps = func() error { return checkDeps(p.opts.HerdBinary) }
+	p.deps = func() error { return CheckHost(p.opts.HerdBinary) }
 	if err := os.MkdirAll(p.instancesDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
@@ -217,7 +217,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
 	}
-	lk, err := lockFile(filepath.Join(dir, lockFileName), true)
+	lk, err := lockFile(filepath.Join(dir, lockFileName))
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
 	}
@@ -330,14 +330,14 @@ func (p *Provider) checkNameFree(name string) error {
 // region's bridge exists; all under the provider lock, so that addresses never collide and a
 // bridge is never removed while an instance of its region is being made.
 func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error {
-	lk, err := lockFile(filepath.Join(p.dir, lockFileName), true)
+	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
 	if err != nil {
 		return err
 	}
 	defer lk.unlock()
 	// Subnets are chosen from what the host shows. Two data directories choosing at once would
 	// both see the same /24 free, so the choice and the bridge creation also hold a host-wide lock.
-	hostLk, err := lockFile(hostLockPath, true)
+	hostLk, err := lockFile(hostLockPath)
 	if err != nil {
 		return err
 	}
@@ -467,7 +467,7 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 
 // Get implements provider.Provider.
 func (p *Provider) Get(ctx context.Context, name string) (provider.Instance, error) {
-	if !validName(name) {
+	if !provider.ValidName(name) {
 		return provider.Instance{}, fmt.Errorf("local: %s: %w", name, provider.ErrNotFound)
 	}
 	dir := p.InstanceDir(name)
@@ -510,7 +510,7 @@ func (p *Provider) records() ([]*record, error) {
 	}
 	var out []*record
 	for _, e := range entries {
-		if !e.IsDir() || !validName(e.Name()) {
+		if !e.IsDir() || !provider.ValidName(e.Name()) {
 			continue
 		}
 		r, err := readRecord(filepath.Join(p.instancesDir(), e.Name()))
@@ -529,14 +529,14 @@ func (p *Provider) records() ([]*record, error) {
 // namespace, veth, log symlinks and directory, and the region's bridge with its last instance.
 // It works on what an interrupted Create or Delete left, and on a missing instance.
 func (p *Provider) Delete(ctx context.Context, name string) error {
-	if !validName(name) {
+	if !provider.ValidName(name) {
 		return nil
 	}
 	dir := p.InstanceDir(name)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	lk, err := lockFile(filepath.Join(dir, lockFileName), true)
+	lk, err := lockFile(filepath.Join(dir, lockFileName))
 	if err != nil {
 		return fmt.Errorf("delete instance %s: %w", name, err)
 	}
@@ -626,7 +626,7 @@ func (p *Provider) teardown(ctx context.Context, name, dir string, rec *record) 
 
 // releaseBridge deletes a region's bridge when no instance of the region is left.
 func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) error {
-	lk, err := lockFile(filepath.Join(p.dir, lockFileName), true)
+	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
 	if err != nil {
 		return err
 	}
@@ -646,15 +646,11 @@ func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) err
 	return nil
 }
 
-// agentStatus is the agent's <state dir>/status.json.
+// agentStatus is what the provider reads of the agent's <state dir>/status.json (see
+// docs/local-instance.md for the whole file).
 type agentStatus struct {
-	Phase     string    `json:"phase"`
-	Reason    string    `json:"reason"`
-	UpdatedAt time.Time `json:"updatedAt"`
-	Steps     []struct {
-		Name    string  `json:"name"`
-		Seconds float64 `json:"seconds"`
-	} `json:"steps"`
+	Phase  string `json:"phase"`
+	Reason string `json:"reason"`
 }
 
 // Agent phases (status.json).
@@ -666,16 +662,14 @@ const (
 	agentStopped  = "Stopped"
 )
 
-func readStatus(dir string) (agentStatus, bool) {
+// readStatus returns the status of the agent of the instance in dir; its Phase is "" while the
+// agent has written none yet (or one that does not parse), which view reports as Booting.
+func readStatus(dir string) agentStatus {
 	var st agentStatus
-	data, err := os.ReadFile(filepath.Join(dir, agentDirName, statusFile))
-	if err != nil {
-		return st, false
+	if data, err := os.ReadFile(filepath.Join(dir, agentDirName, statusFile)); err == nil {
+		_ = json.Unmarshal(data, &st)
 	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return st, false
-	}
-	return st, true
+	return st
 }
 
 // view turns a record and the agent's status into what the provider reports.
@@ -701,7 +695,7 @@ func (p *Provider) view(dir string, r *record) provider.Instance {
 		}
 		return in
 	}
-	st, _ := readStatus(dir)
+	st := readStatus(dir)
 	running := alive(r.AgentPID, r.AgentStartTime)
 	switch {
 	case st.Phase == agentFailed:
@@ -750,10 +744,6 @@ func logTail(path string, n int) string {
 	}
 	return "last lines of " + path + ": " + strings.Join(lines, " | ")
 }
-
-var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
-
-func validName(name string) bool { return len(name) <= 63 && nameRE.MatchString(name) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -3,9 +3,7 @@ package local
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -22,19 +20,11 @@ const netnsDir = "/run/netns"
 
 // run runs a command and returns an error naming the command and its output when it fails.
 func run(ctx context.Context, name string, args ...string) error {
-	_, err := output(ctx, name, args...)
-	return err
-}
-
-func output(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
-	return out.String(), nil
+	return nil
 }
 
 // linkExists reports whether a network interface of the host has this name.
@@ -169,11 +159,4 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() bool, what 
 		}
 	}
 	return nil
-}
-
-func ignoreNotExist(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
 }

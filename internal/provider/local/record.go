@@ -123,24 +123,17 @@ func writeFileAtomic(path string, data []byte) error {
 // lockers in one process exclude each other as two processes do, and a lock dies with its holder.
 type fileLock struct{ f *os.File }
 
-// lockFile takes an exclusive lock on path, creating the file (0600) if needed. It waits for the
-// lock unless wait is false, in which case it returns errLocked when another holds it. If the file
-// was removed or replaced while waiting (its directory was deleted), it locks the new file.
-func lockFile(path string, wait bool) (*fileLock, error) {
+// lockFile takes an exclusive lock on path, creating the file (0600) if needed, and waits for it
+// while another holds it. If the file was removed or replaced while waiting (its directory was
+// deleted), it locks the new file.
+func lockFile(path string) (*fileLock, error) {
 	for {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open lock %s: %w", path, err)
 		}
-		how := syscall.LOCK_EX
-		if !wait {
-			how |= syscall.LOCK_NB
-		}
-		if err := flock(f, how); err != nil {
+		if err := flock(f, syscall.LOCK_EX); err != nil {
 			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, errLocked
-			}
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		// The holder before us may have removed the file (Delete removes the instance directory
@@ -161,8 +154,6 @@ func lockFile(path string, wait bool) (*fileLock, error) {
 		}
 	}
 }
-
-var errLocked = errors.New("locked by another operation")
 
 func flock(f *os.File, how int) error {
 	for {
