@@ -96,7 +96,7 @@ func newImageLsCmd(g *globals, store func() *image.Store) *cobra.Command {
 				}
 				created := b.Created
 				t.row(b.Config.Name, "sha256:"+b.ShortDigest(), b.Config.Kubernetes.Distribution+"/"+b.Config.Kubernetes.Version,
-					strings.Join(refs, ","), imageSize(b.Size), age(&created))
+					strings.Join(refs, ","), image.FormatSize(b.Size), age(&created))
 			}
 			return t.flush()
 		},
@@ -133,20 +133,4 @@ a full digest (sha256:...) or a unique prefix of one, as 'herd image ls' shows i
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
 	return cmd
-}
-
-// imageSize writes a byte count as docker does: 980B, 12.3MB.
-func imageSize(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
-	}
-	f := float64(n) / unit
-	for _, u := range []string{"kB", "MB", "GB"} {
-		if f < unit {
-			return fmt.Sprintf("%.3g%s", f, u)
-		}
-		f /= unit
-	}
-	return fmt.Sprintf("%.3gTB", f)
 }

@@ -139,7 +139,7 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 				return Bundle{}, fmt.Errorf("%s.tar: %s: %w", field, im.Tar, err)
 			}
 		}
-		say("image %s: %s, %s", im.Name, rec.ID[:19], formatSize(rec.Size))
+		say("image %s: %s, %s", im.Name, rec.ID[:19], FormatSize(rec.Size))
 		cfg.Images = append(cfg.Images, rec)
 	}
 
@@ -515,22 +515,12 @@ func goBuild(ctx context.Context, goTool, dir, out string, extraEnv []string) er
 	return nil
 }
 
-// buildPause builds the embedded pause program in a temporary module and writes its image to
-// images/pause.tar of the bundle.
+// buildPause builds the embedded pause program and writes its image to images/pause.tar of the
+// bundle.
 func buildPause(ctx context.Context, goTool, scratch, bdir string) (ImageRecord, error) {
-	src := filepath.Join(scratch, "pause-src")
-	if err := os.MkdirAll(src, 0o700); err != nil {
+	bin, err := buildPauseBinary(ctx, goTool, scratch)
+	if err != nil {
 		return ImageRecord{}, err
-	}
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte(pauseGoMod), 0o600); err != nil {
-		return ImageRecord{}, err
-	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), pauseSource, 0o600); err != nil {
-		return ImageRecord{}, err
-	}
-	bin := filepath.Join(scratch, "pause-bin", "pause")
-	if err := goBuild(ctx, goTool, src, bin, []string{"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod"}); err != nil {
-		return ImageRecord{}, fmt.Errorf("building the pause image with %s failed:\n%w", goTool, err)
 	}
 	img, err := binaryImage(bin, "pause", nil, filepath.Join(scratch, "layer-pause.tar"), "herd image build: pause")
 	if err != nil {
@@ -542,6 +532,26 @@ func buildPause(ctx context.Context, goTool, scratch, bdir string) (ImageRecord,
 		return ImageRecord{}, fmt.Errorf("writing the pause image: %w", err)
 	}
 	return rec, nil
+}
+
+// buildPauseBinary writes the embedded pause program into a temporary module under scratch,
+// builds it and returns the binary's path.
+func buildPauseBinary(ctx context.Context, goTool, scratch string) (string, error) {
+	src := filepath.Join(scratch, "pause-src")
+	if err := os.MkdirAll(src, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte(pauseGoMod), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), pauseSource, 0o600); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(scratch, "pause-bin", "pause")
+	if err := goBuild(ctx, goTool, src, bin, []string{"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod"}); err != nil {
+		return "", fmt.Errorf("building the pause image with %s failed:\n%w", goTool, err)
+	}
+	return bin, nil
 }
 
 // copyFile copies src to dst and returns the digest and size (File left empty).
@@ -581,8 +591,8 @@ func entryName(ref string) string {
 	return n
 }
 
-// formatSize writes a byte count as docker does: 1.5kB, 12.3MB.
-func formatSize(n int64) string {
+// FormatSize writes a byte count as docker does: 999B, 1.5kB, 12.3MB.
+func FormatSize(n int64) string {
 	const unit = 1000
 	if n < unit {
 		return fmt.Sprintf("%dB", n)

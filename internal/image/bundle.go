@@ -85,15 +85,6 @@ func (b Bundle) Path(file string) string {
 	return filepath.Join(b.Dir, filepath.FromSlash(file))
 }
 
-// ManifestPaths returns the absolute paths of the bundle's manifests, in the order to apply them.
-func (b Bundle) ManifestPaths() []string {
-	out := make([]string, len(b.Config.Manifests))
-	for i, m := range b.Config.Manifests {
-		out[i] = b.Path(m.File)
-	}
-	return out
-}
-
 // AppImages returns the bundle's images other than the pause image.
 func (b Bundle) AppImages() []ImageRecord {
 	var out []ImageRecord

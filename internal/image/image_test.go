@@ -132,6 +132,23 @@ func assertEmpty(t *testing.T, s *Store) {
 	}
 }
 
+// buildFails builds the fixture with files changed and checks that the build fails with an error
+// holding every string of want and leaves nothing in the store.
+func buildFails(t *testing.T, files map[string]string, want []string) {
+	t.Helper()
+	s := newStore(t)
+	_, err := Build(context.Background(), fixture(t, files), s, nil)
+	if err == nil {
+		t.Fatal("Build succeeded")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	assertEmpty(t, s)
+}
+
 func TestBuildIsDeterministic(t *testing.T) {
 	// The same project in two places, built into two stores: the same digest, byte for byte.
 	s1, s2 := newStore(t), newStore(t)
@@ -180,7 +197,7 @@ func TestBundleLayout(t *testing.T) {
 	if want := []string{"manifests/deployment.yaml", "manifests/service.yaml"}; !slices.Equal(files, want) {
 		t.Errorf("manifests %v, want %v (sorted, README.md left out)", files, want)
 	}
-	got, err := os.ReadFile(b.ManifestPaths()[1])
+	got, err := os.ReadFile(b.Path(c.Manifests[1].File))
 	if err != nil || string(got) != fixtureService {
 		t.Errorf("service manifest not copied as it is: %q %v", got, err)
 	}
@@ -325,19 +342,7 @@ func TestBadMainPackageLeavesNothing(t *testing.T) {
 			[]string{"spec.images[0].main: ./app is not a Go main package"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newStore(t)
-			_, err := Build(context.Background(), fixture(t, tt.files), s, nil)
-			if err == nil {
-				t.Fatal("Build succeeded")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-			assertEmpty(t, s)
-		})
+		t.Run(tt.name, func(t *testing.T) { buildFails(t, tt.files, tt.want) })
 	}
 }
 
@@ -373,19 +378,7 @@ func TestInvalidInputsNameTheField(t *testing.T) {
 		}, []string{"spec.manifests:", "spec.images[0].main:"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newStore(t)
-			_, err := Build(context.Background(), fixture(t, tt.files), s, nil)
-			if err == nil {
-				t.Fatal("Build succeeded")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-			assertEmpty(t, s)
-		})
+		t.Run(tt.name, func(t *testing.T) { buildFails(t, tt.files, tt.want) })
 	}
 }
 
@@ -612,7 +605,7 @@ func TestResolveGetRemove(t *testing.T) {
 func TestCorruptBundleIsDetected(t *testing.T) {
 	s := newStore(t)
 	b, _ := build(t, fixture(t, nil), s)
-	if err := os.WriteFile(b.ManifestPaths()[0], []byte("changed"), 0o644); err != nil {
+	if err := os.WriteFile(b.Path(b.Config.Manifests[0].File), []byte("changed"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Verify(); err == nil || !strings.Contains(err.Error(), "corrupt") {
@@ -676,15 +669,8 @@ func TestPauseExitsZeroOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Skip("go toolchain not on PATH")
 	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(pauseGoMod), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), pauseSource, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "bin", "pause")
-	if err := goBuild(context.Background(), goTool, dir, bin, []string{"GOWORK=off", "GOTOOLCHAIN=local"}); err != nil {
+	bin, err := buildPauseBinary(context.Background(), goTool, t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
 	// A Go program dies of a SIGTERM that arrives before it calls signal.Notify. Started with
@@ -726,7 +712,7 @@ func waitCatches(t *testing.T, pid int, sig syscall.Signal) {
 				}
 			}
 		}
-		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("process %d never caught %v", pid, sig)
 }
@@ -747,8 +733,8 @@ func TestHelpers(t *testing.T) {
 		t.Error("pullsByDefault")
 	}
 	for n, want := range map[int64]string{999: "999B", 1500: "1.5kB", 2850304: "2.85MB"} {
-		if got := formatSize(n); got != want {
-			t.Errorf("formatSize(%d) = %s, want %s", n, got, want)
+		if got := FormatSize(n); got != want {
+			t.Errorf("FormatSize(%d) = %s, want %s", n, got, want)
 		}
 	}
 }
