@@ -143,7 +143,7 @@ func (rt *routes) keyOf(r *http.Request) pickKey {
 	}
 	if rt.hashHeader != "" {
 		if v := r.Header.Get(rt.hashHeader); v != "" {
-			k.key, k.hasKey = hashString(v), true
+			k.key, k.hasKey = fnv1a(v), true
 		}
 	}
 	return k
@@ -233,8 +233,8 @@ func gcd(a, b int) int {
 	return a
 }
 
-// hashString is FNV-1a, inlined so hashing a header allocates nothing.
-func hashString(s string) uint64 {
+// fnv1a is 64-bit FNV-1a, written out so hashing a header value, string or bytes, allocates nothing.
+func fnv1a[T string | []byte](s T) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(s); i++ {
 		h ^= uint64(s[i])

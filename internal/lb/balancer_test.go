@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// appliedRoutes applies cfg without starting the load balancer (checks off, so every target is healthy)
-// and returns the routes of its first listener.
-func appliedRoutes(t *testing.T, l Listener) (*LB, *routes) {
+// appliedRoutes applies l alone without starting the load balancer (checks off, so every target is
+// healthy) and returns its routes.
+func appliedRoutes(t *testing.T, l Listener) *routes {
 	t.Helper()
 	l.HealthCheck.Disabled = true
 	lb := New(Options{Logger: testLogger(t)})
@@ -22,7 +22,7 @@ func appliedRoutes(t *testing.T, l Listener) (*LB, *routes) {
 		cancel()
 		lb.Start(ctx)
 	})
-	return lb, lb.listeners[l.Name].state.Load().routes
+	return lb.listeners[l.Name].state.Load().routes
 }
 
 func fakeTargets(prefix string, n int) []Target {
@@ -33,14 +33,11 @@ func fakeTargets(prefix string, n int) []Target {
 	return out
 }
 
-func countPicks(rt *routes, n int, req func(i int) *http.Request) map[string]int {
+// countPicks picks n times for requests without a key and counts the picks per group/target.
+func countPicks(rt *routes, n int) map[string]int {
 	got := map[string]int{}
-	for i := range n {
-		var k pickKey
-		if r := req(i); r != nil {
-			k = rt.keyOf(r)
-		}
-		t := rt.pick(&k, nil)
+	for range n {
+		t := rt.pick(&pickKey{}, nil)
 		if t == nil {
 			got["<none>"]++
 			continue
@@ -76,9 +73,9 @@ func TestGroupWeights(t *testing.T) {
 			for i, w := range tc.weights {
 				l.Groups = append(l.Groups, TargetGroup{Name: fmt.Sprintf("g%d", i), Weight: w, Targets: fakeTargets(fmt.Sprintf("g%dt", i), 3)})
 			}
-			_, rt := appliedRoutes(t, l)
+			rt := appliedRoutes(t, l)
 			const n = 100_000
-			picks := countPicks(rt, n, func(int) *http.Request { return nil })
+			picks := countPicks(rt, n)
 			groups := byGroup(picks, func(k string) string { return k[:2] })
 			for i, want := range tc.want {
 				got := float64(groups[fmt.Sprintf("g%d", i)]) / n
@@ -95,8 +92,8 @@ func TestTargetPolicies(t *testing.T) {
 	t.Run("round-robin is even", func(t *testing.T) {
 		l := Listener{Name: "w", Fleet: "f", Address: "127.0.0.1:0", Policy: Policy{Type: PolicyRoundRobin},
 			Groups: []TargetGroup{{Name: "g", Targets: fakeTargets("t", 3)}}}
-		_, rt := appliedRoutes(t, l)
-		for k, v := range countPicks(rt, n, func(int) *http.Request { return nil }) {
+		rt := appliedRoutes(t, l)
+		for k, v := range countPicks(rt, n) {
 			if v != n/3 {
 				t.Errorf("%s got %d, want %d", k, v, n/3)
 			}
@@ -109,8 +106,8 @@ func TestTargetPolicies(t *testing.T) {
 		}
 		l := Listener{Name: "w", Fleet: "f", Address: "127.0.0.1:0", Policy: Policy{Type: PolicyWeighted},
 			Groups: []TargetGroup{{Name: "g", Targets: ts}}}
-		_, rt := appliedRoutes(t, l)
-		got := countPicks(rt, n, func(int) *http.Request { return nil })
+		rt := appliedRoutes(t, l)
+		got := countPicks(rt, n)
 		for i := range ts {
 			if want := n * (i + 1) / 6; got[fmt.Sprintf("g/t%d", i)] != want {
 				t.Errorf("t%d got %d, want %d", i, got[fmt.Sprintf("g/t%d", i)], want)
@@ -119,7 +116,7 @@ func TestTargetPolicies(t *testing.T) {
 	})
 	t.Run("least outstanding avoids busy targets", func(t *testing.T) {
 		l := Listener{Name: "w", Fleet: "f", Address: "127.0.0.1:0", Groups: []TargetGroup{{Name: "g", Targets: fakeTargets("t", 3)}}}
-		_, rt := appliedRoutes(t, l)
+		rt := appliedRoutes(t, l)
 		busy := rt.groups[0].targets
 		defer func() {
 			// Nothing is really in flight: let shutdown find the targets idle.
@@ -144,11 +141,11 @@ func TestTargetPolicies(t *testing.T) {
 			{Name: "a", Weight: 99, Targets: fakeTargets("a", 2)},
 			{Name: "b", Weight: 1, Targets: fakeTargets("b", 1)},
 		}}
-		_, rt := appliedRoutes(t, l)
+		rt := appliedRoutes(t, l)
 		for _, tg := range rt.groups[0].targets {
 			tg.ejected.Store(true)
 		}
-		got := countPicks(rt, 1000, func(int) *http.Request { return nil })
+		got := countPicks(rt, 1000)
 		if got["b/b0"] != 1000 {
 			t.Fatalf("with group a all ejected, got %v, want everything on b/b0", got)
 		}
@@ -159,7 +156,7 @@ func TestTargetPolicies(t *testing.T) {
 	})
 	t.Run("retry excludes the failed target", func(t *testing.T) {
 		l := Listener{Name: "w", Fleet: "f", Address: "127.0.0.1:0", Groups: []TargetGroup{{Name: "g", Targets: fakeTargets("t", 2)}}}
-		_, rt := appliedRoutes(t, l)
+		rt := appliedRoutes(t, l)
 		first := rt.groups[0].targets[0]
 		for range 100 {
 			if got := rt.pick(&pickKey{}, first); got == first {
@@ -172,7 +169,7 @@ func TestTargetPolicies(t *testing.T) {
 func TestHeaderHashPolicy(t *testing.T) {
 	l := Listener{Name: "w", Fleet: "f", Address: "127.0.0.1:0", Policy: Policy{Type: PolicyHeaderHash, Header: "x-tenant"},
 		Groups: []TargetGroup{{Name: "g", Targets: fakeTargets("t", 5)}}}
-	_, rt := appliedRoutes(t, l)
+	rt := appliedRoutes(t, l)
 	req := func(tenant string) *http.Request {
 		r, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
 		r.Header.Set("X-Tenant", tenant)

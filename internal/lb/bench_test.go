@@ -26,7 +26,6 @@ func BenchmarkH1Proxy(b *testing.B) {
 	br := bufio.NewReader(c)
 	req := []byte("GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
 	b.ReportAllocs()
-	b.ResetTimer()
 	for b.Loop() {
 		if _, err := c.Write(req); err != nil {
 			b.Fatal(err)

@@ -59,13 +59,8 @@ func FuzzH1(f *testing.F) {
 func fuzzListener(f *testing.F) (*listener, *sync.Map) {
 	var violation sync.Map
 	b := newBackend(f, "b", func(w http.ResponseWriter, r *http.Request) {
-		for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Trailer", "Expect"} {
-			if _, ok := r.Header[h]; ok && !(h == "Connection" && r.Header.Get("Upgrade") != "") {
-				violation.Store("any", "hop-by-hop header reached the target: "+h)
-			}
-		}
-		if xff := r.Header.Get("X-Forwarded-For"); !strings.HasSuffix(xff, "192.0.2.1") {
-			violation.Store("any", "X-Forwarded-For does not end with the client: "+xff)
+		if v := forwardViolation(r, "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Trailer", "Expect"); v != "" {
+			violation.Store("any", v)
 		}
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")
@@ -100,6 +95,21 @@ func fuzzListener(f *testing.F) (*listener, *sync.Map) {
 		lb.Start(ctx)
 	})
 	return l, &violation
+}
+
+// forwardViolation tells what is wrong with a request as it reached the target, or "": one of the
+// hop-by-hop headers hop came through (Connection is allowed with an upgrade), or X-Forwarded-For does
+// not end with the fuzzed client's address.
+func forwardViolation(r *http.Request, hop ...string) string {
+	for _, h := range hop {
+		if _, ok := r.Header[h]; ok && !(h == "Connection" && r.Header.Get("Upgrade") != "") {
+			return "hop-by-hop header reached the target: " + h
+		}
+	}
+	if xff := r.Header.Get("X-Forwarded-For"); !strings.HasSuffix(xff, "192.0.2.1") {
+		return "X-Forwarded-For does not end with the client: " + xff
+	}
+	return ""
 }
 
 // fakeConn is a client connection that sends in and records what it is sent.
@@ -146,13 +156,8 @@ func FuzzServeHTTP(f *testing.F) {
 
 	var violation sync.Map // a backend-side invariant broken, by request
 	b := newBackend(f, "b", func(w http.ResponseWriter, r *http.Request) {
-		for _, h := range []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Trailer", "Transfer-Encoding"} {
-			if _, ok := r.Header[h]; ok && !(h == "Connection" && r.Header.Get("Upgrade") != "") {
-				violation.Store(r.Header.Get("X-Fuzz-ID"), "hop-by-hop header reached the target: "+h)
-			}
-		}
-		if xff := r.Header.Get("X-Forwarded-For"); !strings.HasSuffix(xff, "192.0.2.1") {
-			violation.Store(r.Header.Get("X-Fuzz-ID"), "X-Forwarded-For does not end with the client: "+xff)
+		if v := forwardViolation(r, "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Trailer", "Transfer-Encoding"); v != "" {
+			violation.Store(r.Header.Get("X-Fuzz-ID"), v)
 		}
 		io.Copy(io.Discard, r.Body)
 		io.WriteString(w, "ok")

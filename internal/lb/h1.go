@@ -289,29 +289,12 @@ func (h *h1conn) readRequest(st *listenerState) error {
 // readLine appends the next line to raw and returns its span without the line ending. Lines longer than
 // the read buffer are assembled; the whole head may not exceed limit bytes.
 func (h *h1conn) readLine(limit int) (span, error) {
-	r := &h.req
-	start := len(r.raw)
-	for {
-		frag, err := h.br.ReadSlice('\n')
-		if len(r.raw)+len(frag) > limit {
-			return span{}, errHeadTooLarge
-		}
-		r.raw = append(r.raw, frag...)
-		if err == nil {
-			break
-		}
-		if err != bufio.ErrBufferFull {
-			if err == io.EOF && len(r.raw) > start {
-				return span{}, badRequest("truncated request head")
-			}
-			return span{}, err
-		}
+	start := len(h.req.raw)
+	s, err := readLineInto(h.br, &h.req.raw, limit, errHeadTooLarge)
+	if err == io.EOF && len(h.req.raw) > start {
+		return span{}, badRequest("truncated request head")
 	}
-	end := len(r.raw) - 1
-	if end > start && r.raw[end-1] == '\r' {
-		end--
-	}
-	return span{start, end}, nil
+	return s, err
 }
 
 func (r *reqHead) parseRequestLine(s span) error {
@@ -358,22 +341,13 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 	if line[0] == ' ' || line[0] == '\t' {
 		return badRequest("obsolete line folding")
 	}
-	colon := bytes.IndexByte(line, ':')
-	if colon <= 0 || !isToken(line[:colon]) {
+	colon, vs, ve, ok := splitField(line)
+	if !ok {
 		return badRequest("malformed header line")
 	}
-	vs, ve := colon+1, len(line)
-	for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
-		vs++
-	}
-	for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
-		ve--
-	}
 	value := line[vs:ve]
-	for _, c := range value {
-		if (c < ' ' && c != '\t') || c == 0x7f {
-			return badRequest("control character in header value")
-		}
+	if !validValue(value) {
+		return badRequest("control character in header value")
 	}
 	name := line[:colon]
 	h := hdrLine{name: span{s.start, s.start + colon}, line: s}
@@ -479,18 +453,54 @@ func (r *reqHead) check(st *listenerState) error {
 	}
 	// Headers named in Connection are hop-by-hop, except the ones that frame the message: dropping
 	// those would desynchronize the target from the client.
-	for _, tok := range r.connTokens {
-		name := tok.in(r.raw)
-		if eqFold(name, "content-length") || eqFold(name, "host") || eqFold(name, "transfer-encoding") {
-			continue
+	dropNamed(r.raw, r.hdrs, r.connTokens, "content-length", "host", "transfer-encoding")
+	return nil
+}
+
+// dropNamed marks the fields named by tokens (the names listed in a Connection header) as dropped,
+// except those named in keep.
+func dropNamed(raw []byte, hdrs []hdrLine, tokens []span, keep ...string) {
+tokens:
+	for _, tok := range tokens {
+		name := tok.in(raw)
+		for _, k := range keep {
+			if eqFold(name, k) {
+				continue tokens
+			}
 		}
-		for i := range r.hdrs {
-			if bytes.EqualFold(r.hdrs[i].name.in(r.raw), name) {
-				r.hdrs[i].drop = true
+		for i := range hdrs {
+			if bytes.EqualFold(hdrs[i].name.in(raw), name) {
+				hdrs[i].drop = true
 			}
 		}
 	}
-	return nil
+}
+
+// splitField splits a "name: value" field line at its colon and bounds its value, trimmed of spaces
+// and tabs, by vs and ve; ok is false when the name is not a token.
+func splitField(line []byte) (colon, vs, ve int, ok bool) {
+	colon = bytes.IndexByte(line, ':')
+	if colon <= 0 || !isToken(line[:colon]) {
+		return 0, 0, 0, false
+	}
+	vs, ve = colon+1, len(line)
+	for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
+		vs++
+	}
+	for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
+		ve--
+	}
+	return colon, vs, ve, true
+}
+
+// validValue reports whether a field value is free of control characters (tabs aside).
+func validValue(value []byte) bool {
+	for _, c := range value {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // buildOut writes the request head for targets into h.out.
@@ -541,7 +551,7 @@ func (h *h1conn) pickKey(rt *routes) pickKey {
 	r := &h.req
 	var k pickKey
 	if r.hasHash {
-		k.key, k.hasKey = hashBytes(r.hashValue.in(r.raw)), true
+		k.key, k.hasKey = fnv1a(r.hashValue.in(r.raw)), true
 	}
 	for _, c := range r.cookies {
 		if v, ok := cookieValue(c.in(r.raw), rt.cookie); ok {
@@ -628,7 +638,6 @@ var tokenChars = func() [128]bool {
 	return t
 }()
 
-// eqFold compares ASCII case-insensitively without allocating.
 // commaToken returns the bounds of the element of a comma-separated header value that starts at
 // i, trimmed of spaces and tabs, and where the next element starts.
 func commaToken(value []byte, i int) (a, b, next int) {
@@ -646,6 +655,7 @@ func commaToken(value []byte, i int) (a, b, next int) {
 	return a, b, next
 }
 
+// eqFold compares ASCII case-insensitively without allocating.
 func eqFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
@@ -679,13 +689,4 @@ func parseLength(b []byte) (int64, bool) {
 		n = n*10 + int64(c-'0')
 	}
 	return n, true
-}
-
-func hashBytes(b []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	return h
 }

@@ -283,7 +283,7 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 		if resp.code >= 100 && resp.code < 200 && resp.code != 101 {
 			// Interim answers go to HTTP/1.1 clients as they come; 100 Continue was ours to send.
 			if resp.code != 100 && r.minor == 1 {
-				h.writeHead(resp, nil, false, false, false)
+				h.writeHead(st, resp, nil, false, false, false)
 				if h.bw.Flush() != nil {
 					bc.c.Close()
 					t.stats.inFlight.Add(-1)
@@ -316,12 +316,12 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 		closeAfter = true // the body ends when the target closes the connection
 	}
 	var cookie *target
-	if st.stickyCookie != "" && key.cookie != t.cookie {
+	if st.routes.cookie != "" && key.cookie != t.cookie {
 		cookie = t
 	}
 	now := time.Now()
 	h.writeBy(now.Add(st.cfg.Timeouts.Write.D()), st.cfg.Timeouts.Write.D())
-	h.writeHead(resp, cookie, clientChunked, closeAfter, !closeAfter && r.minor == 0)
+	h.writeHead(st, resp, cookie, clientChunked, closeAfter, !closeAfter && r.minor == 0)
 
 	var rerr, werr error
 	rd := &readDeadline{bc: bc, d: st.cfg.Timeouts.Response.D()}
@@ -372,33 +372,26 @@ func (h *h1conn) settle(t *target, code int, start time.Time) outcome {
 	return outcome{done: true, keep: keep}
 }
 
-// writeHead writes the response head for the client: the target's status and end-to-end headers, and
-// the framing and connection headers of the client's own connection.
-func (h *h1conn) writeHead(resp *respHead, cookie *target, chunked, closing, keepAlive10 bool) {
+// writeHead writes the response head for the client: the target's status and end-to-end headers, the
+// sticky cookie naming cookie (if set) under st's policy, and the framing and connection headers of the
+// client's own connection.
+func (h *h1conn) writeHead(st *listenerState, resp *respHead, cookie *target, chunked, closing, keepAlive10 bool) {
 	bw := h.bw
 	if h.req.minor == 0 {
-		bw.WriteString("HTTP/1.0 ")
+		h.writeStatus("HTTP/1.0 ", resp)
 	} else {
-		bw.WriteString("HTTP/1.1 ")
-	}
-	bw.Write(resp.status.in(resp.raw))
-	bw.WriteString("\r\n")
-	for _, hl := range resp.hdrs {
-		if !hl.drop {
-			bw.Write(hl.line.in(resp.raw))
-			bw.WriteString("\r\n")
-		}
+		h.writeStatus("HTTP/1.1 ", resp)
 	}
 	if chunked {
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
 	if cookie != nil {
 		bw.WriteString("Set-Cookie: ")
-		bw.WriteString(h.l.state.Load().stickyCookie)
+		bw.WriteString(st.routes.cookie)
 		bw.WriteByte('=')
 		bw.WriteString(cookie.cookie)
 		bw.WriteString("; Path=/; HttpOnly; SameSite=Lax")
-		if h.l.state.Load().tlsOn {
+		if st.tlsOn {
 			bw.WriteString("; Secure")
 		}
 		bw.WriteString("\r\n")
@@ -412,10 +405,24 @@ func (h *h1conn) writeHead(resp *respHead, cookie *target, chunked, closing, kee
 	bw.WriteString("\r\n")
 }
 
+// writeStatus writes the target's status line, under the given HTTP version, and the header fields
+// that pass to the client.
+func (h *h1conn) writeStatus(version string, resp *respHead) {
+	h.bw.WriteString(version)
+	h.bw.Write(resp.status.in(resp.raw))
+	h.bw.WriteString("\r\n")
+	for _, hl := range resp.hdrs {
+		if !hl.drop {
+			h.bw.Write(hl.line.in(resp.raw))
+			h.bw.WriteString("\r\n")
+		}
+	}
+}
+
 // read parses a response head from br.
 func (r *respHead) read(br *bufio.Reader) error {
 	r.reset()
-	line, err := readLineInto(br, &r.raw, maxResponseHead)
+	line, err := readLineInto(br, &r.raw, maxResponseHead, errBadResponse)
 	if err != nil {
 		return err
 	}
@@ -437,7 +444,7 @@ func (r *respHead) read(br *bufio.Reader) error {
 	r.code = code
 	r.status = span{line.start + 9, line.end}
 	for {
-		line, err := readLineInto(br, &r.raw, maxResponseHead)
+		line, err := readLineInto(br, &r.raw, maxResponseHead, errBadResponse)
 		if err != nil {
 			return err
 		}
@@ -457,38 +464,16 @@ func (r *respHead) read(br *bufio.Reader) error {
 		}
 		r.contentLength = -1
 	}
-	for _, tok := range r.connTokens {
-		name := tok.in(r.raw)
-		if eqFold(name, "content-length") || eqFold(name, "transfer-encoding") {
-			continue
-		}
-		for i := range r.hdrs {
-			if bytes.EqualFold(r.hdrs[i].name.in(r.raw), name) {
-				r.hdrs[i].drop = true
-			}
-		}
-	}
+	dropNamed(r.raw, r.hdrs, r.connTokens, "content-length", "transfer-encoding")
 	return nil
 }
 
 func (r *respHead) parseHeader(s span) error {
 	line := s.in(r.raw)
-	colon := bytes.IndexByte(line, ':')
-	if colon <= 0 || !isToken(line[:colon]) {
-		return errBadResponse
-	}
-	vs, ve := colon+1, len(line)
-	for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
-		vs++
-	}
-	for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
-		ve--
-	}
+	colon, vs, ve, ok := splitField(line)
 	value := line[vs:ve]
-	for _, c := range value {
-		if (c < ' ' && c != '\t') || c == 0x7f {
-			return errBadResponse
-		}
+	if !ok || !validValue(value) {
+		return errBadResponse
 	}
 	name := line[:colon]
 	h := hdrLine{name: span{s.start, s.start + colon}, line: s}
@@ -528,13 +513,14 @@ func (r *respHead) parseHeader(s span) error {
 	return nil
 }
 
-// readLineInto appends the next line of br to *raw and returns its span without the line ending.
-func readLineInto(br *bufio.Reader, raw *[]byte, limit int) (span, error) {
+// readLineInto appends the next line of br to *raw and returns its span without the line ending. When
+// *raw would grow past limit bytes it returns tooLarge.
+func readLineInto(br *bufio.Reader, raw *[]byte, limit int, tooLarge error) (span, error) {
 	start := len(*raw)
 	for {
 		frag, err := br.ReadSlice('\n')
 		if len(*raw)+len(frag) > limit {
-			return span{}, errBadResponse
+			return span{}, tooLarge
 		}
 		*raw = append(*raw, frag...)
 		if err == nil {
@@ -563,15 +549,7 @@ func (h *h1conn) switchProtocols(st *listenerState, t *target, bc *bconn, start 
 	defer t.stats.inFlight.Add(-1)
 	defer bc.c.Close()
 	h.writeBy(time.Now().Add(st.cfg.Timeouts.Write.D()), 0)
-	h.bw.WriteString("HTTP/1.1 ")
-	h.bw.Write(resp.status.in(resp.raw))
-	h.bw.WriteString("\r\n")
-	for _, hl := range resp.hdrs {
-		if !hl.drop {
-			h.bw.Write(hl.line.in(resp.raw))
-			h.bw.WriteString("\r\n")
-		}
-	}
+	h.writeStatus("HTTP/1.1 ", resp)
 	h.bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
 	h.bw.Write(resp.upgrade.in(resp.raw))
 	h.bw.WriteString("\r\n\r\n")
@@ -670,17 +648,13 @@ var errBadChunk = badRequest("malformed chunked body")
 // relayChunked copies a chunked body, re-chunked when chunked is set (trailers included), else as plain
 // data. limit (when not -1) bounds the data: a request body over it is answered 413.
 func relayChunked(dst *bufio.Writer, src *bufio.Reader, chunked bool, limit int64, rd *readDeadline) (rerr, werr error) {
-	var line []byte
+	var raw []byte
 	var total int64
 	for {
-		if rerr, werr = fill(dst, src, rd); rerr != nil || werr != nil {
-			return eofUnexpected(rerr), werr
+		if raw, rerr, werr = chunkLine(dst, src, rd); rerr != nil || werr != nil {
+			return rerr, werr
 		}
-		raw, err := src.ReadSlice('\n')
-		if err != nil {
-			return eofUnexpected(chunkErr(err)), nil
-		}
-		line = bytes.TrimRight(raw, "\r\n")
+		line := bytes.TrimRight(raw, "\r\n")
 		if i := bytes.IndexByte(line, ';'); i >= 0 {
 			line = line[:i] // chunk extensions are dropped
 		}
@@ -698,12 +672,8 @@ func relayChunked(dst *bufio.Writer, src *bufio.Reader, chunked bool, limit int6
 			}
 			// Trailer fields, then the final empty line.
 			for {
-				if rerr, werr = fill(dst, src, rd); rerr != nil || werr != nil {
-					return eofUnexpected(rerr), werr
-				}
-				raw, err := src.ReadSlice('\n')
-				if err != nil {
-					return eofUnexpected(chunkErr(err)), nil
+				if raw, rerr, werr = chunkLine(dst, src, rd); rerr != nil || werr != nil {
+					return rerr, werr
 				}
 				field := bytes.TrimRight(raw, "\r\n")
 				if len(field) > 0 && !validField(field) {
@@ -744,18 +714,22 @@ func relayChunked(dst *bufio.Writer, src *bufio.Reader, chunked bool, limit int6
 	}
 }
 
+// chunkLine reads the next line of a chunked body (size or trailer field), line ending included.
+func chunkLine(dst *bufio.Writer, src *bufio.Reader, rd *readDeadline) (line []byte, rerr, werr error) {
+	if rerr, werr = fill(dst, src, rd); rerr != nil || werr != nil {
+		return nil, eofUnexpected(rerr), werr
+	}
+	line, err := src.ReadSlice('\n')
+	if err != nil {
+		return nil, eofUnexpected(chunkErr(err)), nil
+	}
+	return line, nil, nil
+}
+
 // validField reports whether line is a well-formed "name: value" field line.
 func validField(line []byte) bool {
-	colon := bytes.IndexByte(line, ':')
-	if colon <= 0 || !isToken(line[:colon]) {
-		return false
-	}
-	for _, c := range line[colon+1:] {
-		if (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	_, vs, ve, ok := splitField(line)
+	return ok && validValue(line[vs:ve])
 }
 
 func chunkErr(err error) error {

@@ -81,10 +81,8 @@ func (lb *LB) Held(fleet string) int {
 	listeners := lb.allListeners()
 	lb.mu.Unlock()
 	n := 0
-	seen := map[*counters]bool{}
 	for _, l := range listeners {
-		if l.state.Load().cfg.Fleet == fleet && !seen[l.stats] {
-			seen[l.stats] = true
+		if l.state.Load().cfg.Fleet == fleet {
 			n += int(l.stats.held.Load())
 		}
 	}

@@ -25,6 +25,18 @@ func heldGet(t *testing.T, u string) <-chan [2]string {
 	return out
 }
 
+// answer waits for the outcome of a heldGet, or fails the test after 10 seconds.
+func answer(t *testing.T, got <-chan [2]string, what string) [2]string {
+	t.Helper()
+	select {
+	case r := <-got:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s not answered", what)
+		return [2]string{}
+	}
+}
+
 func TestHoldServesOnceATargetIsHealthy(t *testing.T) {
 	t.Run("target added by a config", func(t *testing.T) {
 		l := httpListener()
@@ -40,13 +52,8 @@ func TestHoldServesOnceATargetIsHealthy(t *testing.T) {
 		if err := lb.Apply(Config{Listeners: []Listener{l}}); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case r := <-got:
-			if r[0] != "200 OK" || r[1] != "b0" {
-				t.Fatalf("held request: %s from %q, want 200 from b0", r[0], r[1])
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("held request not answered")
+		if r := answer(t, got, "held request"); r[0] != "200 OK" || r[1] != "b0" {
+			t.Fatalf("held request: %s from %q, want 200 from b0", r[0], r[1])
 		}
 		if n := lb.Held("web"); n != 0 {
 			t.Fatalf("held after serving: %d", n)
@@ -70,13 +77,8 @@ func TestHoldServesOnceATargetIsHealthy(t *testing.T) {
 		got := heldGet(t, url(lb, "/"))
 		waitFor(t, 5*time.Second, "a held request", func() bool { return lb.Held("web") == 1 })
 		up.Store(true)
-		select {
-		case r := <-got:
-			if r[0] != "200 OK" || r[1] != "b0" {
-				t.Fatalf("held request: %s from %q, want 200 from b0", r[0], r[1])
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("held request not answered")
+		if r := answer(t, got, "held request"); r[0] != "200 OK" || r[1] != "b0" {
+			t.Fatalf("held request: %s from %q, want 200 from b0", r[0], r[1])
 		}
 	})
 }
@@ -96,13 +98,8 @@ func TestHoldBoundAndTimeout(t *testing.T) {
 		t.Fatalf("request over the bound answered after %s: it was held", since)
 	}
 	for _, ch := range []<-chan [2]string{a, b} {
-		select {
-		case r := <-ch:
-			if r[0] != "503 Service Unavailable" {
-				t.Fatalf("held request after the timeout: %s, want 503", r[0])
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("held request not answered after its timeout")
+		if r := answer(t, ch, "held request after its timeout"); r[0] != "503 Service Unavailable" {
+			t.Fatalf("held request after the timeout: %s, want 503", r[0])
 		}
 	}
 	if since := time.Since(start); since < time.Second {

@@ -256,7 +256,7 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 		}
 	}
 	rt.sched = smoothSchedule(weights)
-	st := &listenerState{
+	return &listenerState{
 		cfg:          lc,
 		routes:       rt,
 		maxBody:      lc.Limits.MaxBodyBytes,
@@ -267,10 +267,6 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 		drainTimeout: lc.DrainTimeout.D(),
 		h1:           lc.Protocol == ProtocolHTTP && lc.TLS == nil && lc.BackendProtocol == BackendHTTP1,
 	}
-	if lc.Policy.Type == PolicyStickyCookie {
-		st.stickyCookie = lc.Policy.Cookie
-	}
-	return st
 }
 
 // drain takes t out of service: no new requests; once those in flight finish, or at the deadline, its

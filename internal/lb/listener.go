@@ -202,7 +202,6 @@ type listenerState struct {
 	retry        bool
 	tlsOn        bool
 	drainTimeout time.Duration
-	stickyCookie string
 	h1           bool // HTTP/1.x clients are served by the engine of h1.go
 }
 

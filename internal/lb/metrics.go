@@ -255,7 +255,6 @@ func (lb *LB) Metrics() Snapshot {
 		f := fleets[name]
 		if f == nil {
 			f = &FleetStats{Fleet: name}
-			f.Latency = make([]uint64, len(LatencyBuckets)+1)
 			fleets[name] = f
 		}
 		return f
@@ -267,7 +266,6 @@ func (lb *LB) Metrics() Snapshot {
 		g := groups[k]
 		if g == nil {
 			g = &GroupStats{Listener: t.key.listener, Group: t.key.group}
-			g.Latency = make([]uint64, len(LatencyBuckets)+1)
 			groups[k] = g
 		}
 		g.Stats = g.Stats.Add(ts.Stats)

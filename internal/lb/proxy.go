@@ -202,7 +202,7 @@ func (l *listener) respond(w http.ResponseWriter, r *http.Request, t *target, re
 		}
 		h["Trailer"] = []string{strings.Join(names, ", ")}
 	}
-	if st.stickyCookie != "" {
+	if st.routes.cookie != "" {
 		l.setStickyCookie(w, r, t, st)
 	}
 	w.WriteHeader(resp.StatusCode)
@@ -320,11 +320,11 @@ func (l *listener) switchProtocols(w http.ResponseWriter, r *http.Request, t *ta
 }
 
 func (l *listener) setStickyCookie(w http.ResponseWriter, r *http.Request, t *target, st *listenerState) {
-	if c, err := r.Cookie(st.stickyCookie); err == nil && c.Value == t.cookie {
+	if c, err := r.Cookie(st.routes.cookie); err == nil && c.Value == t.cookie {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: st.stickyCookie, Value: t.cookie, Path: "/", HttpOnly: true,
+		Name: st.routes.cookie, Value: t.cookie, Path: "/", HttpOnly: true,
 		Secure: st.tlsOn, SameSite: http.SameSiteLaxMode,
 	})
 }

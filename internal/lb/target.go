@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/http"
@@ -96,12 +95,8 @@ type transportSettings struct {
 }
 
 func newTarget(key targetKey, log *slog.Logger) *target {
-	h := fnv.New64a()
-	h.Write([]byte(key.listener))
-	h.Write([]byte{0})
-	h.Write([]byte(key.id))
-	sum := h.Sum64()
-	t := &target{
+	sum := fnv1a(key.listener + "\x00" + key.id)
+	return &target{
 		key:       key,
 		log:       log.With("listener", key.listener, "group", key.group, "target", key.id, "address", key.addr),
 		cookie:    strconv.FormatUint(sum, 36),
@@ -109,7 +104,6 @@ func newTarget(key targetKey, log *slog.Logger) *target {
 		since:     time.Now(),
 		lastState: StateUnknown,
 	}
-	return t
 }
 
 // usable reports whether the target may take a new request.

@@ -24,9 +24,7 @@ func (l *listener) proxyTCP(client net.Conn) {
 			return
 		}
 		t.stats.inFlight.Add(1)
-		ctx, cancel := context.WithTimeout(context.Background(), st.cfg.Timeouts.Connect.D())
-		c, err := t.dial(ctx, st.cfg.Timeouts.Connect.D())
-		cancel()
+		c, err := t.dial(context.Background(), st.cfg.Timeouts.Connect.D())
 		if err == nil {
 			backend = c
 			break
