@@ -163,10 +163,9 @@ func (s *Sync) Drained(instance string) bool {
 
 // Health returns each instance's worst state over its listeners, for `herd get instances`.
 func (s *Sync) Health() map[string]string {
-	rank := map[lb.State]int{lb.StateHealthy: 0, lb.StateUnknown: 1, lb.StateDraining: 2, lb.StateUnhealthy: 3, lb.StateEjected: 4}
 	out := map[string]string{}
 	for _, h := range s.lb.Health() {
-		if cur, ok := out[h.ID]; !ok || rank[h.State] > rank[lb.State(cur)] {
+		if cur, ok := out[h.ID]; !ok || stateRank[h.State] > stateRank[lb.State(cur)] {
 			out[h.ID] = string(h.State)
 		}
 	}
