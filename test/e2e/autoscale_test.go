@@ -1,14 +1,11 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,18 +27,11 @@ const (
 	stepRate       = 4 * target
 )
 
+// desired is the autoscaled fleet's spec.replicas.desired, -1 when it cannot be read.
 func (e *env) desired() int32 {
-	out, err := e.herd("get", "fleets", autoscaleFleet, "-o", "json")
-	if err != nil {
+	f := e.fleet(autoscaleFleet)
+	if f == nil || f.Spec.Replicas.Desired == nil {
 		return -1
-	}
-	var f v1alpha1.Fleet
-	if json.Unmarshal([]byte(out), &f) != nil || f.Spec.Replicas.Desired == nil {
-		var list []v1alpha1.Fleet
-		if json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Spec.Replicas.Desired == nil {
-			return -1
-		}
-		f = list[0]
 	}
 	return *f.Spec.Replicas.Desired
 }
@@ -54,8 +44,7 @@ type autoscaleSpec struct {
 
 func (e *env) apply(a autoscaleSpec) {
 	e.t.Helper()
-	fleet := filepath.Join(e.dir, "fleet.yaml")
-	if err := os.WriteFile(fleet, fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
+	e.applyFleet(fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: %s}
 spec:
@@ -65,12 +54,7 @@ spec:
   healthCheck: {path: /healthz, port: %d, interval: 250ms, timeout: 200ms, unhealthyThreshold: 2, healthyThreshold: 1}
   autoscaling: {metric: requestsPerSecond, target: %d, scaleInStabilization: %s, warmPool: %d}
   regions: [{name: local, provider: local}]
-`, autoscaleFleet, a.min, a.max, a.desired, e.lbPort, helloPort, helloPort, target, a.window, a.warmPool), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	if out, err := e.herd("apply", "-f", fleet); err != nil {
-		e.t.Fatalf("herd apply: %v\n%s", err, out)
-	}
+`, autoscaleFleet, a.min, a.max, a.desired, e.lbPort, helloPort, helloPort, target, a.window, a.warmPool))
 }
 
 // settle waits for one serving instance healthy in the load balancer and warm Ready warm ones,
@@ -147,27 +131,16 @@ func startRateLoad(url string, rate int) *rateLoad {
 }
 
 func (l *rateLoad) one() {
-	resp, err := l.client.Get(l.url)
-	if err != nil {
-		l.mu.Lock()
-		l.failed++
-		l.mu.Unlock()
-		return
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var reply struct {
-		Instance string `json:"instance"`
-	}
+	r := get(l.client, l.url)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &reply) != nil || reply.Instance == "" {
+	if r.err != nil {
 		l.failed++
 		return
 	}
 	l.answered++
-	if _, ok := l.firsts[reply.Instance]; !ok {
-		l.firsts[reply.Instance] = time.Now()
+	if _, ok := l.firsts[r.instance]; !ok {
+		l.firsts[r.instance] = r.at
 	}
 }
 
@@ -184,11 +157,7 @@ func (l *rateLoad) firstOther(known []string) (string, time.Time, bool) {
 	var first time.Time
 	var firstName string
 	for name, at := range l.firsts {
-		isKnown := false
-		for _, k := range known {
-			isKnown = isKnown || k == name
-		}
-		if !isKnown && (first.IsZero() || at.Before(first)) {
+		if !slices.Contains(known, name) && (first.IsZero() || at.Before(first)) {
 			first, firstName = at, name
 		}
 	}
@@ -359,18 +328,10 @@ func (e *env) getThroughLB() (instance string, took time.Duration) {
 	e.t.Helper()
 	client := &http.Client{Timeout: bootLimit}
 	start := time.Now()
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort))
-	if err != nil {
-		e.t.Fatalf("GET through the load balancer: %v", err)
+	r := get(client, fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort))
+	took = r.at.Sub(start)
+	if r.err != nil {
+		e.t.Fatalf("GET through the load balancer: %v after %s, want 200 from an instance", r.err, took)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	took = time.Since(start)
-	var reply struct {
-		Instance string `json:"instance"`
-	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &reply) != nil || reply.Instance == "" {
-		e.t.Fatalf("GET through the load balancer: %d %q after %s, want 200 from an instance", resp.StatusCode, body, took)
-	}
-	return reply.Instance, took
+	return r.instance, took
 }

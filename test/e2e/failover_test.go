@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/agent/cgroups"
+	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
@@ -184,6 +185,53 @@ func (e *env) instances() []v1alpha1.Instance {
 	return ins
 }
 
+// fleet returns the fleet called name as herd up has it, or nil when herd get fails.
+func (e *env) fleet(name string) *v1alpha1.Fleet {
+	out, err := e.herd("get", "fleet", name, "-o", "json")
+	if err != nil {
+		return nil
+	}
+	var f v1alpha1.Fleet
+	if json.Unmarshal([]byte(out), &f) != nil {
+		return nil
+	}
+	return &f
+}
+
+// applyFleet writes a Fleet's YAML to the test's fleet file and applies it.
+func (e *env) applyFleet(yaml []byte) {
+	e.t.Helper()
+	file := filepath.Join(e.dir, "fleet.yaml")
+	if err := os.WriteFile(file, yaml, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	if out, err := e.herd("apply", "-f", file); err != nil {
+		e.t.Fatalf("herd apply: %v\n%s", err, out)
+	}
+}
+
+// waitServing waits until n instances are Ready and healthy in the load balancer, and returns
+// them.
+func (e *env) waitServing(n int) []v1alpha1.Instance {
+	e.t.Helper()
+	var ready []v1alpha1.Instance
+	e.waitFor(bootLimit, 500*time.Millisecond, func() string {
+		ready = ready[:0]
+		var states []string
+		for _, in := range e.instances() {
+			states = append(states, fmt.Sprintf("%s %s/%s", in.Metadata.Name, in.Status.Phase, in.Status.LBHealth))
+			if in.Status.Phase == v1alpha1.PhaseReady && in.Status.LBHealth == controller.HealthHealthy {
+				ready = append(ready, in)
+			}
+		}
+		if len(ready) != n {
+			return fmt.Sprintf("want %d instances Ready and healthy, have: %s", n, strings.Join(states, ", "))
+		}
+		return ""
+	})
+	return ready
+}
+
 // fleets returns the names of the fleets herd up has.
 func (e *env) fleets() []string {
 	out, err := e.herd("get", "fleets", "-o", "json")
@@ -282,8 +330,7 @@ type result struct {
 	err      error
 }
 
-// load runs clients keep-alive clients against url until stop is closed, limit passes or max
-// requests were made, and records every result.
+// load runs keep-alive clients against a URL and records every result.
 type load struct {
 	mu      sync.Mutex
 	results []result
@@ -291,14 +338,26 @@ type load struct {
 	wg      sync.WaitGroup
 }
 
-func startLoad(url string, limit time.Duration, max int) *load {
+// startLoad runs n keep-alive clients against url until stop is closed or limit passes. Each
+// client sends its next GET as soon as it has the answer to the last one or, with pace > 0, at
+// most one every pace.
+func startLoad(url string, n int, pace, limit time.Duration) *load {
 	l := &load{stop: make(chan struct{})}
 	end := time.Now().Add(limit)
-	for range clients {
+	for range n {
 		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 		l.wg.Go(func() {
 			defer client.CloseIdleConnections()
+			var tick <-chan time.Time
+			if pace > 0 {
+				t := time.NewTicker(pace)
+				defer t.Stop()
+				tick = t.C
+			}
 			for time.Now().Before(end) {
+				if tick != nil {
+					<-tick
+				}
 				select {
 				case <-l.stop:
 					return
@@ -307,11 +366,7 @@ func startLoad(url string, limit time.Duration, max int) *load {
 				r := get(client, url)
 				l.mu.Lock()
 				l.results = append(l.results, r)
-				n := len(l.results)
 				l.mu.Unlock()
-				if n >= max {
-					return
-				}
 			}
 		})
 	}
@@ -323,30 +378,68 @@ func get(client *http.Client, url string) result {
 	if err != nil {
 		return result{at: time.Now(), err: err}
 	}
+	instance, err := helloInstance(resp)
+	return result{at: time.Now(), instance: instance, err: err}
+}
+
+// helloInstance reads and closes a response of the hello app and returns the instance it names;
+// anything but a 200 naming an instance is an error.
+func helloInstance(resp *http.Response) (string, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	r := result{at: time.Now(), err: err}
 	if err != nil {
-		return r
+		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		r.err = fmt.Errorf("status %d: %q", resp.StatusCode, body)
-		return r
+		return "", fmt.Errorf("status %d: %q", resp.StatusCode, body)
 	}
 	var reply struct {
 		Instance string `json:"instance"`
 	}
 	if err := json.Unmarshal(body, &reply); err != nil || reply.Instance == "" {
-		r.err = fmt.Errorf("unexpected body %q", body)
+		return "", fmt.Errorf("unexpected body %q", body)
 	}
-	r.instance = reply.Instance
-	return r
+	return reply.Instance, nil
 }
 
-func (l *load) snapshot() []result {
+// since returns the results recorded after the first i.
+func (l *load) since(i int) []result {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]result(nil), l.results...)
+	return append([]result(nil), l.results[i:]...)
+}
+
+// unanswered names one of names that has not answered a request yet, "" when all have.
+func (l *load) unanswered(names map[string]bool) string {
+	seen := map[string]bool{}
+	for _, r := range l.since(0) {
+		seen[r.instance] = true
+	}
+	for n := range names {
+		if !seen[n] {
+			return "no response from " + n + " yet"
+		}
+	}
+	return ""
+}
+
+// waitAnswers waits until n more requests of l, from now on, are answered by instances for which
+// newSet is true, so that the checks after it also cover traffic to the new set.
+func (e *env) waitAnswers(l *load, n int, newSet func(instance string) bool) {
+	e.t.Helper()
+	from := len(l.since(0))
+	e.waitFor(10*time.Second, 50*time.Millisecond, func() string {
+		got := 0
+		for _, r := range l.since(from) {
+			if r.err == nil && newSet(r.instance) {
+				got++
+			}
+		}
+		if got < n {
+			return fmt.Sprintf("%d of %d more answers from the new set", got, n)
+		}
+		return ""
+	})
 }
 
 func (l *load) finish() []result {
@@ -356,30 +449,18 @@ func (l *load) finish() []result {
 		close(l.stop)
 	}
 	l.wg.Wait()
-	return l.snapshot()
+	return l.since(0)
 }
 
 // killInstance kills -9 every process in the instance's cgroup subtree until none is left.
 func killInstance(t *testing.T, name string) {
 	_, _, root := local.HostNames(name)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		pids, err := localtest.CgroupPIDs(root)
-		if err != nil {
-			t.Fatalf("pids of %s: %v", name, err)
-		}
-		if len(pids) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of %s still alive after kill -9: %v", name, pids)
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				t.Fatalf("kill -9 %d: %v", pid, err)
-			}
-		}
-		time.Sleep(10 * time.Millisecond) // let the kernel reap before reading the cgroup again
+	hs, err := cgroups.Hierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := cgroups.KillAll(hs, root, nil, 10*time.Second); left > 0 {
+		t.Fatalf("%d processes of %s still alive after kill -9", left, name)
 	}
 }
 
@@ -389,8 +470,7 @@ func killInstance(t *testing.T, name string) {
 // Its figures line is what make bench-failover reports.
 func TestIntegrationFailover(t *testing.T) {
 	e := startHelloEnv(t)
-	fleet := filepath.Join(e.dir, "fleet.yaml")
-	if err := os.WriteFile(fleet, fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
+	e.applyFleet(fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: %s}
 spec:
@@ -399,27 +479,8 @@ spec:
   listeners: [{name: http, port: %d, instancePort: %d, protocol: http}]
   healthCheck: {path: /healthz, port: %d, interval: 250ms, timeout: 200ms, unhealthyThreshold: 2, healthyThreshold: 1, gracePeriod: %s}
   regions: [{name: local, provider: local}]
-`, fleetName, replicas, e.lbPort, helloPort, helloPort, gracePeriod), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := e.herd("apply", "-f", fleet); err != nil {
-		t.Fatalf("herd apply: %v\n%s", err, out)
-	}
-	var ready []v1alpha1.Instance
-	e.waitFor(bootLimit, 500*time.Millisecond, func() string {
-		ready = ready[:0]
-		var states []string
-		for _, in := range e.instances() {
-			states = append(states, fmt.Sprintf("%s %s/%s", in.Metadata.Name, in.Status.Phase, in.Status.LBHealth))
-			if in.Status.Phase == v1alpha1.InstancePhase("Ready") && in.Status.LBHealth == "healthy" {
-				ready = append(ready, in)
-			}
-		}
-		if len(ready) != replicas {
-			return fmt.Sprintf("want %d instances Ready and healthy, have: %s", replicas, strings.Join(states, ", "))
-		}
-		return ""
-	})
+`, fleetName, replicas, e.lbPort, helloPort, helloPort, gracePeriod))
+	ready := e.waitServing(replicas)
 	original := map[string]bool{}
 	for _, in := range ready {
 		original[in.Metadata.Name] = true
@@ -428,19 +489,13 @@ spec:
 	name := victim.Metadata.Name
 
 	url := fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort)
-	l := startLoad(url, 3*time.Minute, 2_000_000)
+	l := startLoad(url, clients, 0, 3*time.Minute)
 	defer l.finish()
 	// Steady state: every instance serves, and the victim is out of its boot grace period (so
 	// that failing health checks count against it).
 	e.waitFor(30*time.Second, 50*time.Millisecond, func() string {
-		seen := map[string]bool{}
-		for _, r := range l.snapshot() {
-			seen[r.instance] = true
-		}
-		for n := range original {
-			if !seen[n] {
-				return "no response from " + n + " yet"
-			}
+		if msg := l.unanswered(original); msg != "" {
+			return msg
 		}
 		if victim.Status.CreatedAt != nil && time.Since(*victim.Status.CreatedAt) < gracePeriod+time.Second {
 			return "the victim is still in its boot grace period"
@@ -461,7 +516,7 @@ spec:
 			return "herd get instances failed"
 		}
 		for _, in := range ins {
-			if in.Metadata.Name == name && in.Status.LBHealth == "healthy" {
+			if in.Metadata.Name == name && in.Status.LBHealth == controller.HealthHealthy {
 				return name + " still healthy in the load balancer"
 			}
 		}
@@ -475,7 +530,7 @@ spec:
 	var newName string
 	e.waitFor(90*time.Second, 50*time.Millisecond, func() string {
 		e.instances() // record names for the leak check
-		for _, r := range l.snapshot() {
+		for _, r := range l.since(0) {
 			if r.err == nil && r.instance != "" && !original[r.instance] {
 				replacement, newName = r.at.Sub(killedAt), r.instance
 				return ""
@@ -484,13 +539,7 @@ spec:
 		return "no response from a replacement instance yet"
 	})
 	// A little more load on the new set, then stop.
-	settle := time.Now()
-	e.waitFor(10*time.Second, 50*time.Millisecond, func() string {
-		if time.Since(settle) < time.Second {
-			return "settling"
-		}
-		return ""
-	})
+	e.waitAnswers(l, 200, func(instance string) bool { return instance == newName })
 	results := l.finish()
 
 	failed := 0

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,41 +23,13 @@ const (
 	pace        = 10 * time.Millisecond
 )
 
-// startPacedLoad runs paceClients keep-alive clients against url, each sending one GET every pace,
-// until stop is closed or limit passes, and records every result.
-func startPacedLoad(url string, limit time.Duration) *load {
-	l := &load{stop: make(chan struct{})}
-	end := time.Now().Add(limit)
-	for range paceClients {
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-		l.wg.Go(func() {
-			defer client.CloseIdleConnections()
-			tick := time.NewTicker(pace)
-			defer tick.Stop()
-			for time.Now().Before(end) {
-				select {
-				case <-l.stop:
-					return
-				case <-tick.C:
-				}
-				r := get(client, url)
-				l.mu.Lock()
-				l.results = append(l.results, r)
-				l.mu.Unlock()
-			}
-		})
-	}
-	return l
-}
-
 // rolloutScenario is a herd up with the hello image and a variant of it built, serving a
 // 2-instance fleet of hello under steady load through the load balancer.
 type rolloutScenario struct {
 	*env
-	fleetFile string
-	spec      string // the fleet's YAML, with %s for the image
-	original  map[string]bool
-	load      *load
+	spec     string // the fleet's YAML, with %s for the image
+	original map[string]bool
+	load     *load
 }
 
 // buildVariant builds a node image named name from examples/hello, with the hello container's
@@ -132,7 +102,6 @@ func startRolloutScenario(t *testing.T, variant, key, value, rollout string) *ro
 		}
 	})
 	e.lbPort = freePort(t)
-	s.fleetFile = filepath.Join(e.dir, "fleet.yaml")
 	s.spec = fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: %s}
@@ -145,60 +114,17 @@ spec:
   rollout: %s
 `, rolloutFleet, e.lbPort, helloPort, helloPort, rolloutGrace, rollout)
 	s.apply("hello")
-	var ready []v1alpha1.Instance
-	e.waitFor(bootLimit, 500*time.Millisecond, func() string {
-		ready = ready[:0]
-		var states []string
-		for _, in := range e.instances() {
-			states = append(states, fmt.Sprintf("%s %s/%s", in.Metadata.Name, in.Status.Phase, in.Status.LBHealth))
-			if in.Status.Phase == v1alpha1.InstancePhase("Ready") && in.Status.LBHealth == "healthy" {
-				ready = append(ready, in)
-			}
-		}
-		if len(ready) != 2 {
-			return "want 2 instances Ready and healthy, have: " + strings.Join(states, ", ")
-		}
-		return ""
-	})
-	for _, in := range ready {
+	for _, in := range e.waitServing(2) {
 		s.original[in.Metadata.Name] = true
 	}
-	s.load = startPacedLoad(fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort), 4*time.Minute)
-	e.waitFor(30*time.Second, 50*time.Millisecond, func() string {
-		seen := map[string]bool{}
-		for _, r := range s.load.snapshot() {
-			seen[r.instance] = true
-		}
-		for n := range s.original {
-			if !seen[n] {
-				return "no response from " + n + " yet"
-			}
-		}
-		return ""
-	})
+	s.load = startLoad(fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort), paceClients, pace, 4*time.Minute)
+	e.waitFor(30*time.Second, 50*time.Millisecond, func() string { return s.load.unanswered(s.original) })
 	return s
 }
 
 func (s *rolloutScenario) apply(image string) {
 	s.t.Helper()
-	if err := os.WriteFile(s.fleetFile, fmt.Appendf(nil, s.spec, image), 0o600); err != nil {
-		s.t.Fatal(err)
-	}
-	if out, err := s.herd("apply", "-f", s.fleetFile); err != nil {
-		s.t.Fatalf("herd apply: %v\n%s", err, out)
-	}
-}
-
-func (s *rolloutScenario) fleet() *v1alpha1.Fleet {
-	out, err := s.herd("get", "fleet", rolloutFleet, "-o", "json")
-	if err != nil {
-		return nil
-	}
-	var f v1alpha1.Fleet
-	if json.Unmarshal([]byte(out), &f) != nil {
-		return nil
-	}
-	return &f
+	s.applyFleet(fmt.Appendf(nil, s.spec, image))
 }
 
 // rolloutReached waits until the fleet's rollout of its current revision reaches phase, and
@@ -208,7 +134,7 @@ func (s *rolloutScenario) rolloutReached(phase string, timeout time.Duration) *v
 	var f *v1alpha1.Fleet
 	s.waitFor(timeout, 250*time.Millisecond, func() string {
 		s.instances() // record names for the leak check
-		f = s.fleet()
+		f = s.fleet(rolloutFleet)
 		if f == nil {
 			return "herd get fleet failed"
 		}
@@ -327,7 +253,7 @@ func TestIntegrationBlueGreenSwitch(t *testing.T) {
 		n := 0
 		for _, in := range ins {
 			revOf[in.Metadata.Name] = in.Spec.Revision
-			if in.Spec.Revision == v2 && in.Status.Phase == v1alpha1.InstancePhase("Ready") {
+			if in.Spec.Revision == v2 && in.Status.Phase == v1alpha1.PhaseReady {
 				n++
 			}
 		}
@@ -337,13 +263,7 @@ func TestIntegrationBlueGreenSwitch(t *testing.T) {
 		return ""
 	})
 	// A little more load on the new set, then stop.
-	settle := time.Now()
-	s.waitFor(10*time.Second, 50*time.Millisecond, func() string {
-		if time.Since(settle) < time.Second {
-			return "settling"
-		}
-		return ""
-	})
+	s.waitAnswers(s.load, 200, func(instance string) bool { return revOf[instance] == v2 })
 	results := s.load.finish()
 	failed, after, stale, deleting, deletingFailed := 0, 0, 0, 0, 0
 	var switched time.Time
