@@ -4,7 +4,8 @@ BIN := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
-.PHONY: build test test-short lint demo bench-controller bench-lb kubernetes deps
+.PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
+	bench-autoscale kubernetes deps
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
@@ -35,21 +36,19 @@ bench-lb: build
 
 # Boot time, idle memory and idle CPU of one real local instance of examples/hello (needs root).
 # Installs what is missing first; its last line is the figure.
-.PHONY: bench-instance
 bench-instance: build deps kubernetes
 	$(GO) run ./hack/bench/instance -herd $(BIN)/herd
 
 # Kills -9 one of three real local instances of examples/hello under load through herd's load
-# balancer (the end-to-end test TestIntegrationFailover; needs root). Its last line is the figures.
-.PHONY: bench-failover
-bench-failover: build deps kubernetes
+# balancer (the end-to-end test TestIntegrationFailover, which builds its own herd; needs root). Its
+# last line is the figures.
+bench-failover: deps kubernetes
 	$(GO) run ./hack/bench/e2e -test TestIntegrationFailover -figures failover
 
 # Steps the load on a fleet of real local instances of examples/hello from about 1x to 4x its
-# autoscaling target through herd's load balancer, without and with a warm pool (needs root). Its last
-# line is the figures.
-.PHONY: bench-autoscale
-bench-autoscale: build deps kubernetes
+# autoscaling target through herd's load balancer, without and with a warm pool (the end-to-end test
+# TestIntegrationAutoscale, which builds its own herd; needs root). Its last line is the figures.
+bench-autoscale: deps kubernetes
 	$(GO) run ./hack/bench/e2e -test TestIntegrationAutoscale -figures autoscale -env HERD_BENCH_AUTOSCALE=1
 
 # Debian packages needed by real instances and benchmarks.
