@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmarks herd's load balancer against HAProxy and nginx on loopback (make bench-lb).
 #
-# Three identical Go backends (hack/bench/lb/backend, a minimal keep-alive responder) answer 1 KiB. Each proxy balances over them by least connections, with
-# keep-alive on both sides and X-Forwarded-For/Proto set, pinned to the same single core (PROXY_CPU);
-# wrk, the fixed-rate load generator and the backends share the other core (LOAD_CPU).
+# Three identical Go backends (hack/bench/lb/backend, a minimal keep-alive responder) answer 1 KiB.
+# Each proxy balances over them by least connections, with keep-alive on both sides and
+# X-Forwarded-For/Proto set, pinned to the same single core (PROXY_CPU); wrk, the fixed-rate load
+# generator and the backends share the other core (LOAD_CPU).
 #   1. saturation: wrk -t1 -c$CONNS for $DURATION s per round, proxies in rotating order, $ROUNDS rounds;
 #      the median requests/s of each proxy is reported, with the proxy's CPU time per request (user+sys,
 #      from /proc), which stays comparable when the load side, not the proxy, is what saturates.
