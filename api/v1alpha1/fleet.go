@@ -242,6 +242,12 @@ type RolloutStatus struct {
 	Requested string `json:"requested,omitempty"`
 }
 
+// InProgress reports whether the rollout still runs: it has neither succeeded, nor been rolled
+// back, nor failed.
+func (ro *RolloutStatus) InProgress() bool {
+	return ro != nil && (ro.Phase == RolloutProgressing || ro.Phase == RolloutPaused)
+}
+
 // Commands a user can give a rollout in progress.
 const (
 	// RolloutPromote skips the remaining canary steps and pauses (or a blue/green rollback window)

@@ -319,32 +319,19 @@ func refuse(code int, format string, args ...any) error {
 	return &refusal{code: code, err: fmt.Errorf(format, args...)}
 }
 
-// updateFleet reads a fleet, lets change modify it and writes it back conditional on the version
-// it read, retrying a few times when someone else wrote in between. change returns false when
-// there is nothing to write; the generation is bumped when there is.
+// updateFleet changes a fleet's spec with store.UpdateObject (read, change, conditional write,
+// again on a conflict), bumping the generation when change reports a change.
 func (s *Server) updateFleet(r *http.Request, name string, change func(*v1alpha1.Fleet) (bool, error)) (*v1alpha1.Fleet, error) {
-	for attempt := 0; ; attempt++ {
-		f, err := store.GetObject[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets, name)
-		if err != nil {
-			return nil, err
-		}
+	return store.UpdateObject(r.Context(), s.opts.Store, store.Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
 		changed, err := change(f)
-		if err != nil || !changed {
-			return f, err
+		if changed && err == nil {
+			f.Metadata.Generation++
 		}
-		f.Metadata.Generation++
-		op, err := store.PutOp(store.Fleets, f)
-		if err == nil {
-			_, err = s.opts.Store.Txn(r.Context(), op)
-		}
-		if errors.Is(err, store.ErrConflict) && attempt < 5 {
-			continue
-		}
-		return f, err
-	}
+		return changed, err
+	})
 }
 
-// updateError answers for a failed updateFleet.
+// updateError answers for a failed update of a fleet: a refusal with its code, a store error as such.
 func (s *Server) updateError(w http.ResponseWriter, r *http.Request, name string, err error) {
 	var rf *refusal
 	if errors.As(err, &rf) {

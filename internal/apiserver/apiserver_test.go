@@ -179,20 +179,16 @@ func TestRolloutUndo(t *testing.T) {
 		t.Fatalf("undo without history: %d %s", code, body)
 	}
 	ctx := t.Context()
-	f, err := store.GetObject[v1alpha1.Fleet](ctx, st, store.Fleets, "web")
+	f, err := store.UpdateObject(ctx, st, store.Fleets, "web", func(f *v1alpha1.Fleet) (bool, error) {
+		f.Spec.Image = "sha256:new"
+		f.Status.CurrentRevision = "web-new"
+		f.Status.History = []v1alpha1.RevisionHistory{{Revision: "web-new", Image: "sha256:new"}, {Revision: "web-old", Image: "sha256:old"}}
+		return true, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Spec.Image = "sha256:new"
-	f.Status.CurrentRevision = "web-new"
-	f.Status.History = []v1alpha1.RevisionHistory{{Revision: "web-new", Image: "sha256:new"}, {Revision: "web-old", Image: "sha256:old"}}
-	op, err := store.PutOp(store.Fleets, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Txn(ctx, op); err != nil {
-		t.Fatal(err)
-	}
+	gen := f.Metadata.Generation
 	if code, body := call(t, srv, token, "POST", "/v1/fleets/web/rollout/undo", ""); code != 200 {
 		t.Fatalf("undo: %d %s", code, body)
 	}
@@ -200,7 +196,7 @@ func TestRolloutUndo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Spec.Image != "sha256:old" {
-		t.Fatalf("image after undo %q, want sha256:old", f.Spec.Image)
+	if f.Spec.Image != "sha256:old" || f.Metadata.Generation != gen+1 {
+		t.Fatalf("after undo: image %q generation %d, want sha256:old and %d", f.Spec.Image, f.Metadata.Generation, gen+1)
 	}
 }

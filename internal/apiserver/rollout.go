@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"errors"
 	"net/http"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -25,40 +24,25 @@ func (s *Server) abortRollout(w http.ResponseWriter, r *http.Request) {
 // clears it. A rollout that is not in progress is refused.
 func (s *Server) commandRollout(w http.ResponseWriter, r *http.Request, cmd string) {
 	name := r.PathValue("name")
-	for attempt := 0; ; attempt++ {
-		f, err := store.GetObject[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets, name)
-		if err != nil {
-			s.updateError(w, r, name, err)
-			return
-		}
+	f, err := store.UpdateObject(r.Context(), s.opts.Store, store.Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
 		ro := f.Status.Rollout
-		if ro == nil || ro.Revision != f.Status.CurrentRevision ||
-			ro.Phase != v1alpha1.RolloutProgressing && ro.Phase != v1alpha1.RolloutPaused {
+		if ro == nil || ro.Revision != f.Status.CurrentRevision || !ro.InProgress() {
 			state := "no BlueGreen or Canary rollout"
 			if ro != nil && ro.Revision == f.Status.CurrentRevision {
 				state = "its rollout of " + ro.Revision + " is " + ro.Phase
 			}
-			s.updateError(w, r, name, refuse(http.StatusConflict, "fleet %q has no rollout in progress (%s): see herd rollout status %s", name, state, name))
-			return
+			return false, refuse(http.StatusConflict, "fleet %q has no rollout in progress (%s): see herd rollout status %s", name, state, name)
 		}
 		if ro.Requested == cmd {
-			writeJSON(w, http.StatusOK, f)
-			return
+			return false, nil
 		}
 		ro.Requested = cmd
-		op, err := store.PutOp(store.Fleets, f)
-		if err == nil {
-			_, err = s.opts.Store.Txn(r.Context(), op)
-		}
-		if errors.Is(err, store.ErrConflict) && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			s.updateError(w, r, name, err)
-			return
-		}
-		s.log.Info("rollout command recorded", "fleet", name, "revision", ro.Revision, "command", cmd)
-		writeJSON(w, http.StatusOK, f)
+		return true, nil
+	})
+	if err != nil {
+		s.updateError(w, r, name, err)
 		return
 	}
+	s.log.Info("rollout command recorded", "fleet", name, "revision", f.Status.Rollout.Revision, "command", cmd)
+	writeJSON(w, http.StatusOK, f)
 }

@@ -22,20 +22,15 @@ func TestRolloutPromoteAbort(t *testing.T) {
 		}
 	}
 	ctx := t.Context()
-	f, err := store.GetObject[v1alpha1.Fleet](ctx, st, store.Fleets, "web")
+	f, err := store.UpdateObject(ctx, st, store.Fleets, "web", func(f *v1alpha1.Fleet) (bool, error) {
+		f.Status.CurrentRevision = "web-new"
+		f.Status.Rollout = &v1alpha1.RolloutStatus{Revision: "web-new", PreviousRevision: "web-old", Strategy: v1alpha1.StrategyCanary, Phase: v1alpha1.RolloutProgressing}
+		return true, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	gen := f.Metadata.Generation
-	f.Status.CurrentRevision = "web-new"
-	f.Status.Rollout = &v1alpha1.RolloutStatus{Revision: "web-new", PreviousRevision: "web-old", Strategy: v1alpha1.StrategyCanary, Phase: v1alpha1.RolloutProgressing}
-	op, err := store.PutOp(store.Fleets, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Txn(ctx, op); err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct{ path, want string }{{"promote", v1alpha1.RolloutPromote}, {"abort", v1alpha1.RolloutAbort}} {
 		if code, body := call(t, srv, token, "POST", "/v1/fleets/web/rollout/"+c.path, ""); code != 200 {
 			t.Fatalf("%s: %d %s", c.path, code, body)

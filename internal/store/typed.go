@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -85,4 +86,38 @@ func PutOp(kind string, obj Object) (Op, error) {
 		return Op{Type: OpCreate, Kind: kind, Name: m.Name, Value: data}, nil
 	}
 	return Op{Type: OpUpdate, Kind: kind, Name: m.Name, Value: data, ResourceVersion: m.ResourceVersion}, nil
+}
+
+// updateAttempts bounds how often UpdateObject reads again after a conflicting write.
+const updateAttempts = 6
+
+// UpdateObject reads an object, lets change modify it and writes it back conditional on the
+// version it read, reading and changing it again when another writer got in between (a few times,
+// then the ErrConflict is returned). change reports false when there is nothing to write, and an
+// error from it ends the update unwritten. It returns the object as last changed, with its new
+// resource version when it was written.
+func UpdateObject[T any, P ptrObject[T]](ctx context.Context, s Store, kind, name string, change func(P) (bool, error)) (P, error) {
+	for attempt := 1; ; attempt++ {
+		obj, err := GetObject[T, P](ctx, s, kind, name)
+		if err != nil {
+			return nil, err
+		}
+		changed, err := change(obj)
+		if err != nil || !changed {
+			return obj, err
+		}
+		op, err := PutOp(kind, obj)
+		if err != nil {
+			return nil, err
+		}
+		recs, err := s.Txn(ctx, op)
+		if errors.Is(err, ErrConflict) && attempt < updateAttempts {
+			continue
+		}
+		if err != nil {
+			return obj, err
+		}
+		obj.GetMeta().ResourceVersion = recs[0].ResourceVersion
+		return obj, nil
+	}
 }

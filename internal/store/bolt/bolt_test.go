@@ -216,8 +216,8 @@ func TestRefusedWriteFailsOnlyItsTxn(t *testing.T) {
 
 // The crash test's child writes in a loop until the parent kills it. Each group transaction
 // creates groupSize objects and moves the progress marker to the group's number in one Txn, while
-// other goroutines overwrite single objects (bbolt batches) with values that carry their own
-// checksum.
+// other goroutines overwrite single objects (Txns the committer groups) with values that carry
+// their own checksum.
 const (
 	crashChildEnv = "HERD_STORE_CRASH_CHILD"
 	groupSize     = 5
@@ -447,7 +447,8 @@ func BenchmarkTxn5000Ops(b *testing.B) {
 }
 
 // BenchmarkTxn5000ConcurrentUpdates measures 5,000 goroutines each updating one instance's status
-// with a single-op Txn at the version it read, as 5,000 reconcilers would: bbolt batches them.
+// with a single-op Txn at the version it read, as 5,000 reconcilers would: the committer groups
+// them.
 func BenchmarkTxn5000ConcurrentUpdates(b *testing.B) {
 	const n = 5000
 	s := open(b, filepath.Join(b.TempDir(), "herd.db"))

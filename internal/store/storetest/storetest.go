@@ -762,25 +762,21 @@ func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Sto
 	}
 	// Take views back to back (up to 50 of them) and whenever writer 0 waits for one, until the
 	// writers are done.
+	now := make(chan struct{})
+	close(now)
 	for writing := true; writing; {
+		eager := now // ready at once: take a view without waiting
+		if len(views) >= 50 {
+			eager = nil // never ready: wait for writer 0 or the end
+		}
 		select {
 		case <-finished:
 			writing = false
 		case viewTaken := <-handover:
 			takeView()
 			close(viewTaken)
-		default:
-			if len(views) < 50 {
-				takeView()
-				continue
-			}
-			select {
-			case <-finished:
-				writing = false
-			case viewTaken := <-handover:
-				takeView()
-				close(viewTaken)
-			}
+		case <-eager:
+			takeView()
 		}
 	}
 	close(errs)
