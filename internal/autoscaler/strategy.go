@@ -138,12 +138,12 @@ func (s *Strategy) Decide(in Sample) Decision {
 	if in.Queued > 0 {
 		// Held requests are demand that no instance serves yet: never plan fewer than one for them.
 		want = clamp(max(want, 1))
-	}
-	if in.Queued > 0 && in.Desired == 0 {
-		// Requests wait for a first instance: boot one now, whatever the history says.
-		s.recent = nil
-		s.breachSince = time.Time{}
-		return Decision{Desired: clamp(max(1, want)), Reason: fmt.Sprintf("%d requests waiting and no instance: scaling from zero", in.Queued)}
+		if in.Desired == 0 {
+			// Requests wait for a first instance: boot one now, whatever the history says.
+			s.recent = nil
+			s.breachSince = time.Time{}
+			return Decision{Desired: want, Reason: fmt.Sprintf("%d requests waiting and no instance: scaling from zero", in.Queued)}
+		}
 	}
 
 	if s.started.IsZero() {

@@ -91,15 +91,9 @@ func (c *Controller) NewAutoscaler(opts AutoscalerOptions) (*Autoscaler, error) 
 	if opts.Load == nil {
 		return nil, errors.New("autoscaler: a load source is required")
 	}
-	if opts.Interval <= 0 {
-		opts.Interval = 500 * time.Millisecond
-	}
-	if opts.Window <= 0 {
-		opts.Window = time.Second
-	}
-	if opts.ScaleOutSustain <= 0 {
-		opts.ScaleOutSustain = opts.Interval / 2
-	}
+	orDefault(&opts.Interval, 500*time.Millisecond)
+	orDefault(&opts.Window, time.Second)
+	orDefault(&opts.ScaleOutSustain, opts.Interval/2)
 	log := opts.Logger
 	if log == nil {
 		log = c.opts.Logger
@@ -158,11 +152,11 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 		a.mu.Unlock()
 	}()
 	for _, f := range fleets {
-		v1alpha1.SetFleetDefaults(f, "")
-		name := f.Metadata.Name
 		if f.Spec.Autoscaling == nil {
 			continue
 		}
+		v1alpha1.SetFleetDefaults(f, "")
+		name := f.Metadata.Name
 		seen[name] = true
 		cfg := configOf(f, a.opts.ScaleOutSustain)
 		if cfg.Metric == autoscaler.CPU {
@@ -231,16 +225,14 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 // setDesired writes spec.replicas.desired, read-modify-write on the fleet's resource version,
 // retried on conflicts. The count is clamped to the fleet's current min and max.
 func (a *Autoscaler) setDesired(ctx context.Context, name string, desired int32) error {
-	for attempt := 0; ; attempt++ {
-		f, err := store.GetObject[v1alpha1.Fleet](ctx, a.c.opts.Store, store.Fleets, name)
-		if err != nil {
-			return fmt.Errorf("fleet %s: %w", name, err)
-		}
+	d, written := desired, false
+	_, err := store.UpdateObject(ctx, a.c.opts.Store, store.Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
+		written = false
 		if f.Spec.Autoscaling == nil {
-			return nil // autoscaling was switched off meanwhile
+			return false, nil // autoscaling was switched off meanwhile
 		}
 		rp := f.Spec.Replicas
-		d := desired
+		d = desired
 		if rp.Min != nil {
 			d = max(d, *rp.Min)
 		}
@@ -248,23 +240,20 @@ func (a *Autoscaler) setDesired(ctx context.Context, name string, desired int32)
 			d = min(d, *rp.Max)
 		}
 		if rp.Desired != nil && *rp.Desired == d {
-			return nil
+			return false, nil
 		}
-		f.Spec.Replicas.Desired = &d
+		f.Spec.Replicas.Desired = new(d)
 		f.Metadata.Generation++
-		op, err := store.PutOp(store.Fleets, f)
-		if err == nil {
-			_, err = a.c.opts.Store.Txn(ctx, op)
-		}
-		if errors.Is(err, store.ErrConflict) && attempt < 5 {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("set desired of fleet %s to %d: %w", name, d, err)
-		}
-		a.log.Info("fleet autoscaled", "fleet", name, "desired", d)
-		return nil
+		written = true
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("set desired of fleet %s to %d: %w", name, d, err)
 	}
+	if written {
+		a.log.Info("fleet autoscaled", "fleet", name, "desired", d)
+	}
+	return nil
 }
 
 // CPUTargets returns the serving instances of the fleets autoscaled on cpu: those whose agents a

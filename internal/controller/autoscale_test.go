@@ -9,7 +9,6 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
-	"herd.dev/herd/internal/store"
 )
 
 // fakeLoad is a LoadSource whose requests per second the test sets. It remembers when it last
@@ -43,13 +42,7 @@ func (f *fakeLoad) askedTimes() int {
 	return f.asked
 }
 
-func (e *env) desired(fleet string) int32 {
-	f, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, fleet)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return *f.Spec.Replicas.Desired
-}
+func (e *env) desired(fleet string) int32 { return *e.fleet(fleet).Spec.Replicas.Desired }
 
 // startAutoscaler runs an autoscaler of e's controller until the test ends.
 func (e *env) startAutoscaler(opts AutoscalerOptions) *Autoscaler {
@@ -124,6 +117,8 @@ func TestAutoscalerLoop(t *testing.T) {
 		}
 		return ""
 	})
+	// The event is recorded just after the write of desired.
+	waitFor(t, 5*time.Second, e.eventsAtLeast(ReasonScaledIn, 1))
 	in := e.events(ReasonScaledIn)
 	if len(in) != 1 {
 		t.Fatalf("%d ScaledIn events, want 1", len(in))

@@ -114,33 +114,15 @@ func New(opts Options) (*Controller, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Workers <= 0 {
-		opts.Workers = 4
-	}
-	if opts.ResyncPeriod <= 0 {
-		opts.ResyncPeriod = 10 * time.Second
-	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = time.Second
-	}
-	if opts.RetryBase <= 0 {
-		opts.RetryBase = 200 * time.Millisecond
-	}
-	if opts.RetryMax <= 0 {
-		opts.RetryMax = 30 * time.Second
-	}
-	if opts.HealthPollInterval <= 0 {
-		opts.HealthPollInterval = time.Second
-	}
-	if opts.HealBackoffBase <= 0 {
-		opts.HealBackoffBase = 10 * time.Second
-	}
-	if opts.HealBackoffMax <= 0 {
-		opts.HealBackoffMax = 5 * time.Minute
-	}
-	if opts.MaxConcurrentCreates <= 0 {
-		opts.MaxConcurrentCreates = 100
-	}
+	orDefault(&opts.Workers, 4)
+	orDefault(&opts.ResyncPeriod, 10*time.Second)
+	orDefault(&opts.PollInterval, time.Second)
+	orDefault(&opts.RetryBase, 200*time.Millisecond)
+	orDefault(&opts.RetryMax, 30*time.Second)
+	orDefault(&opts.HealthPollInterval, time.Second)
+	orDefault(&opts.HealBackoffBase, 10*time.Second)
+	orDefault(&opts.HealBackoffMax, 5*time.Minute)
+	orDefault(&opts.MaxConcurrentCreates, 100)
 	log := opts.Logger.With("component", "controller")
 	return &Controller{
 		opts:      opts,
@@ -149,6 +131,13 @@ func New(opts Options) (*Controller, error) {
 		events:    NewRecorder(opts.Store, log),
 		instances: map[string]map[string]*v1alpha1.Instance{},
 	}, nil
+}
+
+// orDefault sets an option left at zero (or below) to its default.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Synced reports whether the controller has loaded its state and reconciled every fleet once.

@@ -37,18 +37,28 @@ type env struct {
 	stats StatsSource
 }
 
+// newEnv starts a controller on st and p; nil stands for a memory store and a fake provider whose
+// instances boot in 50ms.
 func newEnv(t *testing.T, st store.Store, p *fake.Provider) *env {
 	t.Helper()
-	if st == nil {
-		st = memory.New()
+	return startEnv(t, &env{store: st, fake: p})
+}
+
+// startEnv fills in the store and provider e leaves unset as newEnv does, starts e's controller and
+// stops it when the test ends.
+func startEnv(t *testing.T, e *env) *env {
+	t.Helper()
+	e.t = t
+	if e.store == nil {
+		e.store = memory.New()
 	}
-	if p == nil {
-		var err error
-		if p, err = fake.New(fake.Options{BootDelay: 50 * time.Millisecond}); err != nil {
+	if e.fake == nil {
+		p, err := fake.New(fake.Options{BootDelay: 50 * time.Millisecond})
+		if err != nil {
 			t.Fatal(err)
 		}
+		e.fake = p
 	}
-	e := &env{t: t, store: st, fake: p}
 	e.start()
 	t.Cleanup(func() { e.stop() })
 	return e
@@ -109,6 +119,15 @@ func (e *env) put(f *v1alpha1.Fleet) {
 	if _, err := e.store.Txn(context.Background(), op); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+func (e *env) fleet(name string) *v1alpha1.Fleet {
+	e.t.Helper()
+	f, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return f
 }
 
 func (e *env) records(fleet string) []*v1alpha1.Instance {
@@ -259,17 +278,7 @@ func TestFailedInstanceIsReplaced(t *testing.T) {
 	if err := e.fake.Kill(victim, "kernel panic"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() string {
-		if msg := e.converged("web", 3, "")(); msg != "" {
-			return msg
-		}
-		for _, o := range e.observed("web") {
-			if o.Name == victim {
-				return "failed instance still there"
-			}
-		}
-		return ""
-	})
+	waitFor(t, 5*time.Second, e.replaced("web", victim, 3))
 }
 
 func TestRollingUpdateKeepsCapacity(t *testing.T) {
@@ -408,15 +417,12 @@ func TestImageNameResolvesToDigest(t *testing.T) {
 	digest.Store("sha256:one")
 	st := memory.New()
 	p, _ := fake.New(fake.Options{})
-	e := &env{t: t, store: st, fake: p}
-	e.resolve = func(ref string) (string, error) {
+	e := startEnv(t, &env{store: st, fake: p, resolve: func(ref string) (string, error) {
 		if ref == "hello" {
 			return digest.Load().(string), nil
 		}
 		return ref, nil
-	}
-	e.start()
-	t.Cleanup(func() { e.stop() })
+	}})
 	f := fleetSpec("web", "hello", 2)
 	e.put(f)
 	pinned := fleetSpec("web", "sha256:one", 2)
@@ -463,9 +469,7 @@ func (d *drainSink) Drained(name string) bool {
 func TestScaleDownWaitsForDrain(t *testing.T) {
 	sink := &drainSink{released: map[string]bool{}}
 	p, _ := fake.New(fake.Options{})
-	e := &env{t: t, store: memory.New(), fake: p, targets: sink}
-	e.start()
-	t.Cleanup(func() { e.stop() })
+	e := startEnv(t, &env{fake: p, targets: sink})
 	f := fleetSpec("web", "img", 2)
 	e.put(f)
 	waitFor(t, 5*time.Second, e.converged("web", 2, ""))
@@ -483,16 +487,24 @@ func TestScaleDownWaitsForDrain(t *testing.T) {
 		}
 		return "no instance taken out of the load balancer"
 	})
-	// Not drained: the instance must survive several reconciles.
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if len(e.observed("web")) != 2 {
-			t.Fatal("instance deleted before it was drained")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Not drained: the instance must survive several reconciles (once deleted, it would not
+	// come back at desired 1).
+	e.waitReconciles(10)
+	if len(e.observed("web")) != 2 {
+		t.Fatal("instance deleted before it was drained")
 	}
 	sink.mu.Lock()
 	sink.released[victim] = true
 	sink.mu.Unlock()
 	waitFor(t, 5*time.Second, e.converged("web", 1, ""))
+}
+
+func TestSooner(t *testing.T) {
+	for _, tt := range []struct{ a, b, want time.Duration }{
+		{0, 0, 0}, {0, 3, 3}, {3, 0, 3}, {2, 3, 2}, {3, 2, 2}, {-1, 2, 2},
+	} {
+		if got := sooner(tt.a, tt.b); got != tt.want {
+			t.Errorf("sooner(%d, %d) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
 }

@@ -108,11 +108,7 @@ type healPlan struct {
 // backoffUntil, when in the future, holds every replacement back. It is a pure function.
 func planHealing(now time.Time, p healPolicy, insts []healInput, inProgress int, backoffUntil time.Time) healPlan {
 	var plan healPlan
-	recheck := func(d time.Duration) {
-		if d > 0 && (plan.Recheck == 0 || d < plan.Recheck) {
-			plan.Recheck = d
-		}
-	}
+	recheck := func(d time.Duration) { plan.Recheck = sooner(plan.Recheck, d) }
 	bad := map[string]bool{}
 	for _, in := range insts {
 		if in.Failed != "" {

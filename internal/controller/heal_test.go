@@ -11,7 +11,6 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store"
-	"herd.dev/herd/internal/store/memory"
 )
 
 func TestPlanHealing(t *testing.T) {
@@ -161,10 +160,7 @@ func newHealEnv(t *testing.T, h *fakeHealth, backoff time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: memory.New(), fake: p, health: h, healBackoff: backoff}
-	e.start()
-	t.Cleanup(func() { e.stop() })
-	return e
+	return startEnv(t, &env{fake: p, health: h, healBackoff: backoff})
 }
 
 func (e *env) events(reason string) []*v1alpha1.Event {
@@ -181,6 +177,16 @@ func (e *env) events(reason string) []*v1alpha1.Event {
 	return out
 }
 
+// eventsAtLeast says what keeps the store from holding at least n events of reason.
+func (e *env) eventsAtLeast(reason string, n int) func() string {
+	return func() string {
+		if got := len(e.events(reason)); got < n {
+			return fmt.Sprintf("%d %s events, want %d", got, reason, n)
+		}
+		return ""
+	}
+}
+
 func (e *env) exists(fleet, name string) bool {
 	for _, o := range e.observed(fleet) {
 		if o.Name == name {
@@ -188,6 +194,16 @@ func (e *env) exists(fleet, name string) bool {
 		}
 	}
 	return false
+}
+
+// replaced says what keeps fleet from having replaced victim and converged back to n instances.
+func (e *env) replaced(fleet, victim string, n int) func() string {
+	return func() string {
+		if e.exists(fleet, victim) {
+			return victim + " still there"
+		}
+		return e.converged(fleet, n, "")()
+	}
 }
 
 // waitReconciles waits until the controller has done n more reconciles.
@@ -214,12 +230,7 @@ func TestUnhealthyInstanceReplacedAfterGrace(t *testing.T) {
 	victim, spared := e.observed("web")[0].Name, e.observed("slow")[0].Name
 	h.set(victim, HealthUnhealthy)
 	h.set(spared, HealthUnhealthy)
-	waitFor(t, 5*time.Second, func() string {
-		if e.exists("web", victim) {
-			return "unhealthy instance still there"
-		}
-		return e.converged("web", 3, "")()
-	})
+	waitFor(t, 5*time.Second, e.replaced("web", victim, 3))
 	if len(e.events(ReasonInstanceUnhealthy)) == 0 {
 		t.Fatal("no InstanceUnhealthy event")
 	}
@@ -242,12 +253,7 @@ func TestOutlierInstanceReplaced(t *testing.T) {
 	h.stats[obs[1].Name] = [2]uint64{200, 1}
 	h.stats[victim] = [2]uint64{200, 60}
 	h.mu.Unlock()
-	waitFor(t, 5*time.Second, func() string {
-		if e.exists("web", victim) {
-			return "outlier still there"
-		}
-		return e.converged("web", 3, "")()
-	})
+	waitFor(t, 5*time.Second, e.replaced("web", victim, 3))
 	evs := e.events(ReasonInstanceOutlier)
 	if len(evs) != 1 || evs[0].Object != "Instance/"+victim {
 		t.Fatalf("InstanceOutlier events: %+v", evs)
@@ -315,12 +321,7 @@ func TestHealingBacksOffWhenReplacementsFail(t *testing.T) {
 	h.set(obs[0].Name, HealthHealthy)
 	h.setDefault(HealthUnhealthy) // every new instance is unhealthy from its start
 	h.set(obs[1].Name, HealthUnhealthy)
-	waitFor(t, 15*time.Second, func() string {
-		if n := len(e.events(ReasonHealingBackoff)); n < 3 {
-			return fmt.Sprintf("%d HealingBackoff events, want 3", n)
-		}
-		return ""
-	})
+	waitFor(t, 15*time.Second, e.eventsAtLeast(ReasonHealingBackoff, 3))
 	evs := e.events(ReasonHealingBackoff)
 	for i, want := range []string{"1 in a row): pausing healing for 100ms", "2 in a row): pausing healing for 200ms", "3 in a row): pausing healing for 400ms"} {
 		if !strings.Contains(evs[i].Message, want) {
@@ -342,10 +343,7 @@ func newBrokenImageEnv(t *testing.T) (*env, *fake.Provider) {
 		t.Fatal(err)
 	}
 	p.BreakImage("img-broken", "workload crashed")
-	e := &env{t: t, store: memory.New(), fake: p, healBackoff: 100 * time.Millisecond}
-	e.start()
-	t.Cleanup(func() { e.stop() })
-	return e, p
+	return startEnv(t, &env{fake: p, healBackoff: 100 * time.Millisecond}), p
 }
 
 // A broken image (instances that boot, then fail) is not booted over and over: failed instances
@@ -357,12 +355,7 @@ func TestBrokenImageDoesNotThrash(t *testing.T) {
 	const desired = 4
 	f := fleetSpec("web", "img-broken", desired)
 	e.put(f)
-	waitFor(t, 15*time.Second, func() string {
-		if n := len(e.events(ReasonHealingBackoff)); n < 4 {
-			return fmt.Sprintf("%d HealingBackoff events, want 4", n)
-		}
-		return ""
-	})
+	waitFor(t, 15*time.Second, e.eventsAtLeast(ReasonHealingBackoff, 4))
 	// Read the creations first: events only grow, so the bound holds against the later count.
 	creates := p.Calls("Create")
 	backoffs := e.events(ReasonHealingBackoff)
@@ -392,12 +385,7 @@ func TestBrokenImageDoesNotThrash(t *testing.T) {
 func TestHealingBackoffSurvivesRestart(t *testing.T) {
 	e, _ := newBrokenImageEnv(t)
 	e.put(fleetSpec("web", "img-broken", 2))
-	waitFor(t, 15*time.Second, func() string {
-		if n := len(e.events(ReasonHealingBackoff)); n < 2 {
-			return fmt.Sprintf("%d HealingBackoff events, want 2", n)
-		}
-		return ""
-	})
+	waitFor(t, 15*time.Second, e.eventsAtLeast(ReasonHealingBackoff, 2))
 	e.stop()
 	before := len(e.events(ReasonHealingBackoff))
 	h := e.fleet("web").Status.Healing
@@ -405,12 +393,7 @@ func TestHealingBackoffSurvivesRestart(t *testing.T) {
 		t.Fatalf("status.healing %+v after %d failed replacements, want them counted", h, before)
 	}
 	e.start()
-	waitFor(t, 15*time.Second, func() string {
-		if n := len(e.events(ReasonHealingBackoff)); n <= before {
-			return fmt.Sprintf("%d HealingBackoff events, want one more than %d", n, before)
-		}
-		return ""
-	})
+	waitFor(t, 15*time.Second, e.eventsAtLeast(ReasonHealingBackoff, before+1))
 	next := e.events(ReasonHealingBackoff)[before]
 	want := fmt.Sprintf("%d in a row): pausing healing for %s", before+1, healBackoff(100*time.Millisecond, 800*time.Millisecond, before+1))
 	if !strings.Contains(next.Message, want) {

@@ -64,20 +64,10 @@ func (st *healState) status(now time.Time) *v1alpha1.HealingStatus {
 // backoff keeps its place in the fleet, so that scale() does not create its replacement behind
 // healing's back: that is what keeps a broken image from being booted over and over.
 func (s *scope) heal() {
-	if s.fleet == nil {
-		return
-	}
-	src := s.c.opts.Health
-	health := func(name string) (string, time.Time) {
-		if src == nil {
-			return "", time.Time{}
-		}
-		return src.InstanceHealth(name)
-	}
+	src := s.lbHealth()
 	st := s.healState()
 	st.justHealed = 0
 	now := time.Now()
-	hasListeners := len(s.fleet.Spec.Listeners) > 0 && src != nil
 
 	failed := func(name, why string) {
 		delete(st.replacements, name)
@@ -96,12 +86,9 @@ func (s *scope) heal() {
 			delete(st.replacements, name) // gone or scaled away: neither proof nor failure
 		case in.Status.Phase == v1alpha1.PhaseFailed:
 			failed(name, "the provider reports it failed: "+in.Status.LastError)
-		default:
-			state, _ := health(name)
-			if state == HealthHealthy || (!hasListeners && in.Status.Phase == v1alpha1.PhaseReady) {
-				delete(st.replacements, name)
-				st.failures = 0
-			}
+		case s.proven(in):
+			delete(st.replacements, name)
+			st.failures = 0
 		}
 	}
 
@@ -145,12 +132,29 @@ func (s *scope) heal() {
 	s.healRecheck = plan.Recheck
 }
 
+// lbHealth is the load balancer's view of the fleet's instances: nil without a health source, and
+// for a fleet without listeners, whose instances the load balancer has no target for and never
+// judges.
+func (s *scope) lbHealth() HealthSource {
+	if len(s.fleet.Spec.Listeners) == 0 {
+		return nil
+	}
+	return s.c.opts.Health
+}
+
+// proven reports whether an instance serves: healthy in the load balancer, or, when the load
+// balancer does not judge the fleet, ready.
+func (s *scope) proven(in *v1alpha1.Instance) bool {
+	if h := s.lbHealth(); h != nil {
+		state, _ := h.InstanceHealth(in.Metadata.Name)
+		return state == HealthHealthy
+	}
+	return in.Status.Phase == v1alpha1.PhaseReady
+}
+
 // noteReplacements runs after scale(): the instances it just created stand in for this
 // reconcile's healed ones, and are watched until they prove healthy.
 func (s *scope) noteReplacements() {
-	if s.fleet == nil {
-		return
-	}
 	st := s.healState()
 	if st.justHealed == 0 {
 		return
@@ -172,14 +176,11 @@ func (s *scope) noteReplacements() {
 // become due or a backoff ends, and at least every HealthPollInterval while the load balancer
 // judges its instances.
 func (s *scope) healRequeue() time.Duration {
-	if s.fleet == nil || len(s.records) == 0 {
+	if len(s.records) == 0 {
 		return 0
 	}
-	d := s.healRecheck
-	if s.c.opts.Health != nil && len(s.fleet.Spec.Listeners) > 0 {
-		if p := s.c.opts.HealthPollInterval; d == 0 || p < d {
-			d = p
-		}
+	if s.lbHealth() != nil {
+		return sooner(s.healRecheck, s.c.opts.HealthPollInterval)
 	}
-	return d
+	return s.healRecheck
 }

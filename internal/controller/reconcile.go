@@ -85,13 +85,16 @@ func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error)
 	if s.busy() {
 		res.RequeueAfter = c.opts.PollInterval
 	}
-	if d := s.requeue; d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
-		res.RequeueAfter = d
-	}
-	if d := s.healRequeue(); d > 0 && (res.RequeueAfter == 0 || d < res.RequeueAfter) {
-		res.RequeueAfter = d
-	}
+	res.RequeueAfter = sooner(sooner(res.RequeueAfter, s.requeue), s.healRequeue())
 	return res, errors.Join(s.errs...)
+}
+
+// sooner returns the shorter of two delays, where one of 0 (or less) stands for none.
+func sooner(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // reconcileDeleted removes every instance of a fleet that no longer exists.
@@ -341,16 +344,6 @@ func (s *scope) scale() {
 			old = append(old, in)
 		}
 	}
-	// Prefer to remove instances that are not ready, then the newest.
-	byRemovalOrder := func(list []*v1alpha1.Instance) {
-		sort.Slice(list, func(i, j int) bool {
-			if ready(list[i]) != ready(list[j]) {
-				return !ready(list[i])
-			}
-			return created(list[i]).After(created(list[j]))
-		})
-	}
-
 	// The warm pool stands apart: a shortfall is first made up from it, and it is refilled after.
 	cur, warm := splitWarm(cur)
 	if need := desired - len(cur); need > 0 && len(warm) > 0 {
@@ -373,7 +366,7 @@ func (s *scope) scale() {
 	}
 
 	if extra := len(cur) - desired; extra > 0 {
-		byRemovalOrder(cur)
+		sortForRemoval(cur)
 		for _, in := range cur[:extra] {
 			s.terminate(in, "")
 		}
@@ -398,7 +391,7 @@ func (s *scope) scale() {
 			}
 		}
 		budget := readyCount - (desired - maxUnavailable)
-		byRemovalOrder(old)
+		sortForRemoval(old)
 		removed := 0
 		for _, in := range old {
 			if ready(in) {
@@ -414,6 +407,17 @@ func (s *scope) scale() {
 			s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "RollingUpdate", "deleting %d instances of older revisions for %s", removed, s.revision)
 		}
 	}
+}
+
+// sortForRemoval orders instances the way they are best removed: those not ready first, then the
+// newest.
+func sortForRemoval(list []*v1alpha1.Instance) {
+	sort.Slice(list, func(i, j int) bool {
+		if ready(list[i]) != ready(list[j]) {
+			return !ready(list[i])
+		}
+		return created(list[i]).After(created(list[j]))
+	})
 }
 
 func created(in *v1alpha1.Instance) time.Time {

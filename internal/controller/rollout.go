@@ -3,7 +3,7 @@ package controller
 import (
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -98,13 +98,12 @@ func (s *scope) rollout() bool {
 		s.ro = &cp
 	}
 	strategy := s.fleet.Spec.Rollout.Strategy
-	byRev := s.activeByRevision()
 	now := time.Now().UTC()
 	if s.ro == nil || s.ro.Revision != s.revision {
 		if strategy != v1alpha1.StrategyBlueGreen && strategy != v1alpha1.StrategyCanary {
 			return false
 		}
-		stable := s.stableRevision(byRev)
+		stable := s.stableRevision()
 		if stable == "" {
 			return false // nothing serves yet: the first instances are simply created
 		}
@@ -137,7 +136,7 @@ func (s *scope) rollout() bool {
 // command carries out a user's promote or abort of a rollout in progress; on a rollout that has
 // ended it does nothing (the API refuses those, but the rollout may have ended meanwhile).
 func (s *scope) command(ro *v1alpha1.RolloutStatus, cmd string, now time.Time) {
-	if ro.Phase != v1alpha1.RolloutProgressing && ro.Phase != v1alpha1.RolloutPaused {
+	if !ro.InProgress() {
 		return
 	}
 	switch cmd {
@@ -165,60 +164,36 @@ func (s *scope) command(ro *v1alpha1.RolloutStatus, cmd string, now time.Time) {
 
 // stableRevision picks the revision a new rollout starts from: the one that was serving, if it
 // still has ready instances, else the older revision with the most ready instances.
-func (s *scope) stableRevision(byRev map[string][]*v1alpha1.Instance) string {
-	readyOf := func(rev string) int {
-		n := 0
-		for _, in := range byRev[rev] {
-			if ready(in) {
-				n++
-			}
+func (s *scope) stableRevision() string {
+	readyOf := map[string]int{}
+	for _, in := range s.records {
+		if ready(in) {
+			readyOf[in.Spec.Revision]++
 		}
-		return n
 	}
-	if r := servingRevision(s.stored.Status.Rollout); r != "" && r != s.revision && readyOf(r) > 0 {
+	if r := servingRevision(s.stored.Status.Rollout); r != "" && r != s.revision && readyOf[r] > 0 {
 		return r
 	}
-	if r := s.stored.Status.CurrentRevision; r != "" && r != s.revision && readyOf(r) > 0 {
+	if r := s.stored.Status.CurrentRevision; r != "" && r != s.revision && readyOf[r] > 0 {
 		return r
 	}
 	best, bestN := "", 0
-	revs := make([]string, 0, len(byRev))
-	for r := range byRev {
-		revs = append(revs, r)
-	}
-	sort.Strings(revs)
-	for _, r := range revs {
-		if n := readyOf(r); r != s.revision && n > bestN {
+	for _, r := range slices.Sorted(maps.Keys(readyOf)) {
+		if n := readyOf[r]; r != s.revision && n > bestN {
 			best, bestN = r, n
 		}
 	}
 	return best
 }
 
-func (s *scope) activeByRevision() map[string][]*v1alpha1.Instance {
-	out := map[string][]*v1alpha1.Instance{}
-	for _, in := range s.records {
-		if active(in) {
-			out[in.Spec.Revision] = append(out[in.Spec.Revision], in)
-		}
-	}
-	return out
-}
-
-// serving counts a revision's instances that are ready and, when the load balancer's view is
-// known, healthy in it.
+// serving counts a revision's instances that are ready and, when the load balancer judges the
+// fleet, healthy in it.
 func (s *scope) serving(rev string) int {
 	n := 0
 	for _, in := range s.records {
-		if in.Spec.Revision != rev || !active(in) || !ready(in) {
-			continue
+		if in.Spec.Revision == rev && ready(in) && s.proven(in) {
+			n++
 		}
-		if h := s.c.opts.Health; h != nil {
-			if state, _ := h.InstanceHealth(in.Metadata.Name); state != HealthHealthy {
-				continue
-			}
-		}
-		n++
 	}
 	return n
 }
@@ -262,22 +237,17 @@ func (s *scope) scaleRevision(rev string, n int) {
 		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s (want %d)", create, rev, n)
 	}
 	if extra := len(list) - n; extra > 0 {
-		sort.Slice(list, func(i, j int) bool {
-			if ready(list[i]) != ready(list[j]) {
-				return !ready(list[i])
-			}
-			return created(list[i]).After(created(list[j]))
-		})
+		sortForRemoval(list)
 		for _, in := range list[:extra] {
 			s.terminate(in, "")
 		}
 	}
 }
 
-// terminateOthers deletes every instance not of keep.
+// terminateOthers deletes every instance not of one of the revisions keep.
 func (s *scope) terminateOthers(keep ...string) {
 	for _, in := range s.records {
-		if holdsSlot(in) && in.Spec.Revision != keep[0] && (len(keep) < 2 || in.Spec.Revision != keep[1]) {
+		if holdsSlot(in) && !slices.Contains(keep, in.Spec.Revision) {
 			s.terminate(in, "")
 		}
 	}
@@ -292,8 +262,8 @@ func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
 		s.scaleRevision(ro.PreviousRevision, desired)
 		s.terminateOthers(ro.Revision, ro.PreviousRevision)
 		ro.Weights = map[string]int32{ro.PreviousRevision: 100, ro.Revision: 0}
-		ro.Message = fmt.Sprintf("%d/%d instances of %s serving", s.serving(ro.Revision), desired, ro.Revision)
-		if s.serving(ro.Revision) < desired {
+		if n := s.serving(ro.Revision); n < desired {
+			ro.Message = fmt.Sprintf("%d/%d instances of %s serving", n, desired, ro.Revision)
 			return
 		}
 		ro.Step, ro.StepStartedAt = 1, &now
@@ -404,14 +374,12 @@ func (s *scope) requeueAt(d time.Duration) {
 	if d <= 0 {
 		d = time.Millisecond
 	}
-	if s.requeue == 0 || d < s.requeue {
-		s.requeue = d
-	}
+	s.requeue = sooner(s.requeue, d)
 }
 
 // weights returns the revision weights the load balancer should apply, nil for proportional.
 func (s *scope) weights() map[string]int32 {
-	if s.ro == nil || s.ro.Phase != v1alpha1.RolloutProgressing && s.ro.Phase != v1alpha1.RolloutPaused {
+	if !s.ro.InProgress() {
 		return nil
 	}
 	return s.ro.Weights
@@ -421,8 +389,7 @@ func (s *scope) weights() map[string]int32 {
 func (s *scope) history(now time.Time) []v1alpha1.RevisionHistory {
 	h := append([]v1alpha1.RevisionHistory(nil), s.stored.Status.History...)
 	serving := s.revision
-	switch {
-	case s.ro != nil && s.ro.Revision == s.revision && s.ro.Phase != v1alpha1.RolloutSucceeded:
+	if s.ro != nil && s.ro.Revision == s.revision && s.ro.Phase != v1alpha1.RolloutSucceeded {
 		serving = servingRevision(s.ro)
 	}
 	if serving == "" || len(h) > 0 && h[0].Revision == serving {

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"net/http"
@@ -13,9 +12,6 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/apiserver"
-	"herd.dev/herd/internal/provider/fake"
-	"herd.dev/herd/internal/store"
-	"herd.dev/herd/internal/store/memory"
 )
 
 func TestAnalyze(t *testing.T) {
@@ -92,15 +88,6 @@ func (f *fakeStats) RevisionStats(fleet, rev string, since time.Time) (RevisionS
 	return s, ok
 }
 
-func (e *env) fleet(name string) *v1alpha1.Fleet {
-	e.t.Helper()
-	f, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, name)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return f
-}
-
 // rolloutPhase waits until the fleet's rollout of rev reaches phase.
 func (e *env) rolloutPhase(name, rev, phase string) func() string {
 	return func() string {
@@ -113,24 +100,26 @@ func (e *env) rolloutPhase(name, rev, phase string) func() string {
 }
 
 func rolloutEnv(t *testing.T, stats StatsSource) (*env, *weightSink) {
+	t.Helper()
 	sink := &weightSink{}
-	e := &env{t: t}
-	e.targets, e.stats = sink, stats
-	ne := newEnvWith(t, e)
-	return ne, sink
+	return startEnv(t, &env{targets: sink, stats: stats}), sink
 }
 
-// newEnvWith starts e (targets and stats preset) on a memory store and a fake provider.
-func newEnvWith(t *testing.T, e *env) *env {
-	t.Helper()
-	p, err := fake.New(fake.Options{BootDelay: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+// rolledBack says what keeps fleet from having exactly n provider instances, none of them of
+// revision rev.
+func (e *env) rolledBack(fleet, rev string, n int) func() string {
+	return func() string {
+		obs := e.observed(fleet)
+		for _, o := range obs {
+			if o.Labels[v1alpha1.LabelRevision] == rev {
+				return "canary instance " + o.Name + " still exists"
+			}
+		}
+		if len(obs) != n {
+			return fmt.Sprintf("%d instances, want %d", len(obs), n)
+		}
+		return ""
 	}
-	e.store, e.fake = memory.New(), p
-	e.start()
-	t.Cleanup(func() { e.stop() })
-	return e
 }
 
 // BlueGreen: a full new set beside the old one, one update switching all traffic, the old set
@@ -249,17 +238,7 @@ func TestCanaryRolledBackOnErrors(t *testing.T) {
 	stats.byRev[newRev] = RevisionStats{Requests: 300, Errors5xx: 60}
 	e.put(f)
 	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutRolledBack))
-	waitFor(t, 5*time.Second, func() string {
-		for _, o := range e.observed("web") {
-			if o.Labels[v1alpha1.LabelRevision] == newRev {
-				return "canary instance " + o.Name + " still exists"
-			}
-		}
-		if n := len(e.observed("web")); n != 4 {
-			return fmt.Sprintf("%d instances, want 4", n)
-		}
-		return ""
-	})
+	waitFor(t, 5*time.Second, e.rolledBack("web", newRev, 4))
 	st := e.fleet("web").Status
 	if st.Phase != "Degraded" || !strings.Contains(st.Message, "5xx rate") {
 		t.Fatalf("fleet status %s: %s, want Degraded naming the 5xx rate", st.Phase, st.Message)
@@ -377,17 +356,7 @@ func TestCanaryAbortedByUser(t *testing.T) {
 		t.Fatalf("abort: %d, want 200", code)
 	}
 	waitFor(t, 5*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutRolledBack))
-	waitFor(t, 5*time.Second, func() string {
-		for _, o := range e.observed("web") {
-			if o.Labels[v1alpha1.LabelRevision] == newRev {
-				return "canary instance " + o.Name + " still exists"
-			}
-		}
-		if n := len(e.observed("web")); n != 4 {
-			return fmt.Sprintf("%d instances, want the 4 of %s", n, oldRev)
-		}
-		return ""
-	})
+	waitFor(t, 5*time.Second, e.rolledBack("web", newRev, 4))
 	st := e.fleet("web").Status
 	if st.Phase != "Degraded" || !strings.Contains(st.Message, "aborted by user") {
 		t.Fatalf("fleet status %s: %s, want Degraded, aborted by user", st.Phase, st.Message)
@@ -452,4 +421,22 @@ func TestCanaryStepWaitsForAnalysis(t *testing.T) {
 	if n := len(e.events(ReasonCanaryStep)); n != 2 {
 		t.Fatalf("%d canary step events, want 2", n)
 	}
+}
+
+// A fleet without listeners has no target in the load balancer for its health to judge: its
+// ready instances serve, and a rollout moves on although the health source knows none of them.
+func TestRolloutWithoutListenersServesWhenReady(t *testing.T) {
+	h := newFakeHealth()
+	h.setDefault("") // what the load balancer says of an instance it has no target for
+	e := startEnv(t, &env{targets: &weightSink{}, health: h})
+	f := fleetSpec("web", "img-1", 2)
+	f.Spec.Rollout.Strategy = v1alpha1.StrategyBlueGreen
+	f.Spec.Rollout.RollbackWindow = &v1alpha1.Duration{Duration: 50 * time.Millisecond}
+	e.put(f)
+	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(f)))
+	f.Spec.Image = "img-2"
+	newRev := RevisionName(f)
+	e.put(f)
+	waitFor(t, 5*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	waitFor(t, 5*time.Second, e.converged("web", 2, newRev))
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"sort"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -53,13 +54,9 @@ func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []
 	})
 	n = min(n, usable)
 	for _, in := range warm[:n] {
-		labels := make(map[string]string, len(in.Metadata.Labels))
-		for k, v := range in.Metadata.Labels {
-			if k != LabelWarm {
-				labels[k] = v
-			}
-		}
-		in.Metadata.Labels = labels
+		// A copy: the record's map is shared with the controller's index until the write.
+		in.Metadata.Labels = maps.Clone(in.Metadata.Labels)
+		delete(in.Metadata.Labels, LabelWarm)
 		s.mark(in)
 	}
 	if n > 0 {
@@ -68,9 +65,9 @@ func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []
 	return warm[:n], warm[n:]
 }
 
-// refillWarm creates warm instances up to the pool's size, or deletes extra ones, and returns how
-// many it created. budget bounds the creations.
-func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) int {
+// refillWarm creates warm instances up to the pool's size, or deletes extra ones. budget bounds the
+// creations.
+func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) {
 	want := s.warmPoolSize()
 	if extra := len(warm) - want; extra > 0 {
 		// Keep the ready ones.
@@ -79,11 +76,11 @@ func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) int {
 			s.terminate(in, "")
 		}
 		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolShrunk", "deleting %d warm instances (warm pool %d)", extra, want)
-		return 0
+		return
 	}
 	n := min(want-len(warm), budget)
 	if n <= 0 {
-		return 0
+		return
 	}
 	region := s.fleet.DefaultRegion()
 	for range n {
@@ -91,5 +88,4 @@ func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) int {
 		in.Metadata.Labels[LabelWarm] = "true"
 	}
 	s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolRefill", "creating %d warm instances of revision %s (warm pool %d)", n, s.revision, want)
-	return n
 }
