@@ -53,68 +53,54 @@ func newRolloutCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	undo := &cobra.Command{
+	undo := rolloutAction(g, &cobra.Command{
 		Use:   "undo FLEET",
 		Short: "Go back to the revision that served before the current one",
 		Long: `undo points the fleet back at the image of its previous revision. While that revision's
 instances still exist (a blue/green rollback window) traffic moves back by weights alone;
 otherwise the previous revision is rolled out again with the fleet's strategy.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			f, err := c.UndoRollout(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.out, "fleet/%s rolling back to image %s\n", args[0], f.Spec.Image)
-			return nil
-		},
-	}
-	promote := &cobra.Command{
+	}, (*client.Client).UndoRollout, func(f *v1alpha1.Fleet) string {
+		return fmt.Sprintf("fleet/%s rolling back to image %s", f.Metadata.Name, f.Spec.Image)
+	})
+	promote := rolloutAction(g, &cobra.Command{
 		Use:   "promote FLEET",
 		Short: "Skip the rollout's remaining canary steps and pauses: all traffic to the new revision",
 		Long: `promote ends a rollout in progress early: a canary skips its remaining steps and pauses,
 and all traffic moves to the new revision as soon as a full set of its instances serves; a
 blue/green rollout that has switched ends its rollback window and deletes the old instances.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			f, err := c.PromoteRollout(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.out, "fleet/%s rollout of %s promoted\n", args[0], f.Status.Rollout.Revision)
-			return nil
-		},
-	}
-	abort := &cobra.Command{
+	}, (*client.Client).PromoteRollout, func(f *v1alpha1.Fleet) string {
+		return fmt.Sprintf("fleet/%s rollout of %s promoted", f.Metadata.Name, f.Status.Rollout.Revision)
+	})
+	abort := rolloutAction(g, &cobra.Command{
 		Use:   "abort FLEET",
 		Short: "Roll the rollout in progress back now: all traffic to the stable revision",
 		Long: `abort rolls a rollout in progress back at once: the new revision gets no more traffic and
 its instances are deleted; the fleet is marked Degraded ("aborted by user") until its spec names
 another image (herd rollout undo, or herd apply).`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			f, err := c.AbortRollout(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			ro := f.Status.Rollout
-			fmt.Fprintf(g.out, "fleet/%s rollout of %s aborted: back to %s\n", args[0], ro.Revision, ro.PreviousRevision)
-			return nil
-		},
-	}
+	}, (*client.Client).AbortRollout, func(f *v1alpha1.Fleet) string {
+		ro := f.Status.Rollout
+		return fmt.Sprintf("fleet/%s rollout of %s aborted: back to %s", f.Metadata.Name, ro.Revision, ro.PreviousRevision)
+	})
 	cmd.AddCommand(status, history, undo, promote, abort)
+	return cmd
+}
+
+// rolloutAction completes cmd into a command on one fleet that sends one request and prints what
+// the API answered, as report words it.
+func rolloutAction(g *globals, cmd *cobra.Command, send func(*client.Client, context.Context, string) (*v1alpha1.Fleet, error), report func(*v1alpha1.Fleet) string) *cobra.Command {
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := g.client()
+		if err != nil {
+			return err
+		}
+		f, err := send(c, cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(g.out, report(f))
+		return nil
+	}
 	return cmd
 }
 

@@ -201,11 +201,7 @@ func (c *Client) WatchEvents(ctx context.Context, object string, limit int, fn f
 
 // UndoRollout sends a fleet back to the revision that served before the current one.
 func (c *Client) UndoRollout(ctx context.Context, name string) (*v1alpha1.Fleet, error) {
-	var f v1alpha1.Fleet
-	if err := c.do(ctx, http.MethodPost, "/v1/fleets/"+url.PathEscape(name)+"/rollout/undo", nil, &f); err != nil {
-		return nil, err
-	}
-	return &f, nil
+	return c.rolloutCommand(ctx, name, "undo")
 }
 
 // PromoteRollout asks for the fleet's rollout in progress to skip its remaining steps and move all
@@ -219,6 +215,7 @@ func (c *Client) AbortRollout(ctx context.Context, name string) (*v1alpha1.Fleet
 	return c.rolloutCommand(ctx, name, "abort")
 }
 
+// rolloutCommand posts /v1/fleets/NAME/rollout/CMD and returns the fleet as the API left it.
 func (c *Client) rolloutCommand(ctx context.Context, name, cmd string) (*v1alpha1.Fleet, error) {
 	var f v1alpha1.Fleet
 	if err := c.do(ctx, http.MethodPost, "/v1/fleets/"+url.PathEscape(name)+"/rollout/"+cmd, nil, &f); err != nil {
