@@ -2,9 +2,7 @@ package controlplane_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,14 +50,7 @@ func TestIntegrationAutoscaleOnLoadStep(t *testing.T) {
 			}
 			wg.Go(func() {
 				sent.Add(1)
-				resp, err := client.Get(url)
-				if err != nil {
-					failed.Add(1)
-					return
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "hello from") {
+				if getHello(client, url) != nil {
 					failed.Add(1)
 				}
 			})

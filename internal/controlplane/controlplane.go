@@ -189,31 +189,23 @@ func Run(ctx context.Context, opts Options) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 5) // one per goroutine below: none blocks on a send
+	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
+	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
+		wg.Go(func() {
+			if err := start(ctx); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
 	// The load balancer keeps serving its last configuration whatever the controller does; it
 	// stops last, after the API, letting requests in flight finish.
 	lbCtx, stopLB := context.WithCancel(context.Background())
 	defer stopLB()
 	var lbDone sync.WaitGroup
-	lbDone.Go(func() {
-		if err := balancer.Start(lbCtx); err != nil {
-			errc <- fmt.Errorf("load balancer: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := ctrl.Start(runCtx); err != nil {
-			errc <- fmt.Errorf("controller: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := scaler.Start(runCtx); err != nil {
-			errc <- fmt.Errorf("autoscaler: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := cpu.Start(runCtx); err != nil {
-			errc <- fmt.Errorf("agent metrics: %w", err)
-		}
-	})
+	run(lbCtx, &lbDone, "load balancer", balancer.Start)
+	run(runCtx, &wg, "controller", ctrl.Start)
+	run(runCtx, &wg, "autoscaler", scaler.Start)
+	run(runCtx, &wg, "agent metrics", cpu.Start)
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("api server: %w", err)

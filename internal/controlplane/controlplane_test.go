@@ -158,6 +158,15 @@ func (c *cluster) desired(fleet string) int32 {
 	return *f.Spec.Replicas.Desired
 }
 
+// apply writes manifest to fleet.yaml in the cluster's directory and applies it.
+func (c *cluster) apply(manifest string) {
+	c.t.Helper()
+	path := writeFile(c.t, c.dir, "fleet.yaml", manifest)
+	if out, err := c.herd("apply", "-f", path); err != nil {
+		c.t.Fatalf("apply: %v\n%s", err, out)
+	}
+}
+
 func writeFile(t *testing.T, dir, name, content string) string {
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -176,7 +185,7 @@ func TestIntegrationKillDuringScaleUp(t *testing.T) {
 	c := newCluster(t)
 	c.up()
 	// createDelay slows every Create so that the kill lands in the middle of the scale-up.
-	fleet := writeFile(t, c.dir, "fleet.yaml", fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
+	c.apply(fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: web}
 spec:
@@ -184,9 +193,6 @@ spec:
   replicas: {min: 1, max: 100, desired: %d}
   regions: [{name: local, options: {createDelay: 40ms, bootDelay: 200ms}}]
 `, desired))
-	if out, err := c.herd("apply", "-f", fleet); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
 	c.waitFor(10*time.Second, func() string {
 		if n := len(c.providerInstances()); n < 5 {
 			return fmt.Sprintf("%d instances created so far", n)

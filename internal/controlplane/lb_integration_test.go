@@ -54,7 +54,7 @@ func loopbackFleet(t *testing.T, n int, handle func(addr string, w http.Response
 	loopbackBackends(t, n, instancePort, handle)
 	c := newCluster(t)
 	c.up()
-	fleet := writeFile(t, c.dir, "fleet.yaml", fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
+	c.apply(fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: web}
 spec:
@@ -62,10 +62,22 @@ spec:
   listeners: [{port: %d, instancePort: %d}]
   healthCheck: {path: /healthz, interval: 200ms, timeout: 100ms, healthyThreshold: 1}
 %s`, lbPort, instancePort, spec))
-	if out, err := c.herd("apply", "-f", fleet); err != nil {
-		t.Fatalf("apply: %v\n%s", err, out)
-	}
 	return c, lbPort
+}
+
+// getHello sends GET url with client and fails unless a loopback backend answered it as
+// loopbackFleet's default handler does.
+func getHello(client *http.Client, url string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "hello from 127.1.0.") {
+		return fmt.Errorf("%d %q", resp.StatusCode, body)
+	}
+	return nil
 }
 
 // TestIntegrationLoadBalancerServesFleet runs herd up with the fake provider, whose instances get
@@ -99,18 +111,7 @@ func TestIntegrationLoadBalancerServesFleet(t *testing.T) {
 	})
 
 	url := fmt.Sprintf("http://127.0.0.1:%d/", lbPort)
-	get := func() error {
-		resp, err := http.Get(url)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "hello from 127.1.0.") {
-			return fmt.Errorf("%d %q", resp.StatusCode, body)
-		}
-		return nil
-	}
+	get := func() error { return getHello(http.DefaultClient, url) }
 	for range 60 {
 		if err := get(); err != nil {
 			t.Fatalf("request through the load balancer: %v", err)
