@@ -20,7 +20,7 @@ import (
 
 // newLBCmd is `herd lb`: the load balancer alone, configured from a file and over its admin API, for a
 // data plane that runs apart from the control plane.
-func newLBCmd() *cobra.Command {
+func newLBCmd(g *globals) *cobra.Command {
 	var configFile, adminAddr, tokenFile string
 	cmd := &cobra.Command{
 		Use:   "lb",
@@ -35,7 +35,7 @@ elsewhere replace the whole config atomically; every request must carry the bear
   curl -H "Authorization: Bearer $(cat /etc/herd/lb-token)" http://127.0.0.1:9443/health`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := lbLogger(cmd)
+			log, err := g.logger()
 			if err != nil {
 				return err
 			}
@@ -49,12 +49,7 @@ elsewhere replace the whole config atomically; every request must carry the bear
 }
 
 func runLB(cmd *cobra.Command, log *slog.Logger, configFile, adminAddr, tokenFile string) error {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := cmd.Context() // Execute cancels it on Ctrl-C and SIGTERM
 
 	var token string
 	if adminAddr != "" {
@@ -139,22 +134,11 @@ func reloadOnHangup(ctx context.Context, b *lb.LB, configFile string, log *slog.
 func readLBConfig(path string) (lb.Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return lb.Config{}, fmt.Errorf("--config: %w", err)
+		return lb.Config{}, fmt.Errorf("-f: %w", err)
 	}
 	cfg, err := lb.ParseConfig(data)
 	if err != nil {
 		return lb.Config{}, fmt.Errorf("-f %s: %w", path, err)
 	}
 	return cfg, nil
-}
-
-// lbLogger logs as text on stderr at the level of the root command's --log-level, when there is one.
-func lbLogger(cmd *cobra.Command) (*slog.Logger, error) {
-	lvl := slog.LevelInfo
-	if f := cmd.Flags().Lookup("log-level"); f != nil {
-		if err := lvl.UnmarshalText([]byte(f.Value.String())); err != nil {
-			return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", f.Value.String())
-		}
-	}
-	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl})), nil
 }

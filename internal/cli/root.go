@@ -64,7 +64,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newEventsCmd(g),
 		newVersionCmd(g),
 		newImageCmd(g),
-		newLBCmd(),
+		newLBCmd(g),
 		newAgentCmd(g),
 	)
 	return root
