@@ -25,8 +25,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/api/v1alpha1"
 )
@@ -97,6 +102,33 @@ type Provider interface {
 	Get(ctx context.Context, name string) (Instance, error)
 	List(ctx context.Context, opts ListOptions) ([]Instance, error)
 	Delete(ctx context.Context, name string) error
+}
+
+// OptionsValidator MAY be implemented by a provider to check a region's options (Region.Options)
+// before any instance is asked for: the API server calls it on apply, so that a bad option is
+// refused with its field and the fix and nothing changes, instead of failing every Create later.
+// A provider that implements it SHOULD report unknown keys, naming the keys it knows.
+type OptionsValidator interface {
+	// ValidateOptions returns one error per bad option, each at path.Key(key), where path is the
+	// region's options field (e.g. spec.regions[0].options).
+	ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList
+}
+
+// UnknownOptions returns an error for each key of opts that is not in known (in key order), naming
+// the keys provider knows, for OptionsValidator implementations.
+func UnknownOptions(path *field.Path, opts map[string]string, provider string, known ...string) field.ErrorList {
+	var errs field.ErrorList
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		if slices.Contains(known, k) {
+			continue
+		}
+		fix := fmt.Sprintf("the %s provider takes no options: remove it", provider)
+		if len(known) > 0 {
+			fix = fmt.Sprintf("unknown option: the %s provider knows %s; correct the key or remove it", provider, strings.Join(known, ", "))
+		}
+		errs = append(errs, field.Forbidden(path.Child(k), fix))
+	}
+	return errs
 }
 
 var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)

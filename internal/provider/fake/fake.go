@@ -23,13 +23,18 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"herd.dev/herd/internal/provider"
 )
 
 // Name is the provider name regions use.
 const Name = "fake"
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider         = (*Provider)(nil)
+	_ provider.OptionsValidator = (*Provider)(nil)
+)
 
 // Options configure a fake provider.
 type Options struct {
@@ -169,13 +174,36 @@ func (p *Provider) injected(method, name string) error {
 	return nil
 }
 
+// Region options the fake provider takes: durations that override Options.BootDelay and delay
+// Create itself.
+const (
+	optBootDelay   = "bootDelay"
+	optCreateDelay = "createDelay"
+)
+
+// ValidateOptions implements provider.OptionsValidator: bootDelay and createDelay, each a
+// duration of at least 0.
+func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList {
+	errs := provider.UnknownOptions(path, opts, Name, optBootDelay, optCreateDelay)
+	for _, k := range []string{optBootDelay, optCreateDelay} {
+		v, ok := opts[k]
+		if !ok {
+			continue
+		}
+		if d, err := time.ParseDuration(v); err != nil || d < 0 {
+			errs = append(errs, field.Invalid(path.Child(k), v, "must be a duration of at least 0 such as \"2s\""))
+		}
+	}
+	return errs
+}
+
 // Create implements provider.Provider.
 func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (provider.Instance, error) {
 	if err := provider.ValidateSpec(spec); err != nil {
 		return provider.Instance{}, err
 	}
 	bootDelay, createDelay := p.opts.BootDelay, time.Duration(0)
-	for key, dst := range map[string]*time.Duration{"bootDelay": &bootDelay, "createDelay": &createDelay} {
+	for key, dst := range map[string]*time.Duration{optBootDelay: &bootDelay, optCreateDelay: &createDelay} {
 		if v, ok := spec.Options[key]; ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {

@@ -3,8 +3,11 @@ package fake
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/providertest"
@@ -80,5 +83,31 @@ func TestInjectedFailures(t *testing.T) {
 	}
 	if p.Calls("Create") != 2 {
 		t.Fatalf("calls = %d", p.Calls("Create"))
+	}
+}
+
+// Unknown keys and bad durations are refused with their field path, naming the keys the provider
+// knows.
+func TestValidateOptions(t *testing.T) {
+	p, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := field.NewPath("spec", "regions").Index(1).Child("options")
+	if errs := p.ValidateOptions(path, map[string]string{"bootDelay": "2s", "createDelay": "0s"}); len(errs) != 0 {
+		t.Fatalf("valid options refused: %v", errs)
+	}
+	errs := p.ValidateOptions(path, map[string]string{"bootDelai": "2s", "createDelay": "soon"})
+	got := errs.ToAggregate().Error()
+	for _, want := range []string{
+		"spec.regions[1].options.bootDelai: Forbidden: unknown option: the fake provider knows bootDelay, createDelay",
+		`spec.regions[1].options.createDelay: Invalid value: "soon": must be a duration`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors %q lack %q", got, want)
+		}
+	}
+	if len(errs) != 2 {
+		t.Errorf("%d errors, want 2: %v", len(errs), errs)
 	}
 }

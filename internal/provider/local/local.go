@@ -50,11 +50,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
@@ -69,7 +70,10 @@ const DefaultRegion = "local"
 // DefaultSubnetPool is where regions' subnets come from.
 var DefaultSubnetPool = netip.MustParsePrefix("10.213.0.0/16")
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider         = (*Provider)(nil)
+	_ provider.OptionsValidator = (*Provider)(nil)
+)
 
 // Options configure a local provider.
 type Options struct {
@@ -182,6 +186,11 @@ func (p *Provider) regionsDir() string   { return filepath.Join(p.dir, regionsSu
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
+// ValidateOptions implements provider.OptionsValidator: the local provider takes no options.
+func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList {
+	return provider.UnknownOptions(path, opts, Name)
+}
+
 // Create implements provider.Provider. It checks the host and the image, gives the instance its
 // address and network, starts its agent and returns it Booting; the cluster boots in the
 // background. A Create that was interrupted (herd killed in the middle) is completed.
@@ -195,9 +204,8 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if !labelRE.MatchString(spec.Region) || len(spec.Region) > 63 {
 		return provider.Instance{}, fmt.Errorf("instance %s: region %q must be a DNS label", spec.Name, spec.Region)
 	}
-	if len(spec.Options) > 0 {
-		keys := slices.Sorted(maps.Keys(spec.Options))
-		return provider.Instance{}, fmt.Errorf("instance %s: region %s: the local provider takes no options (got %s)", spec.Name, spec.Region, strings.Join(keys, ", "))
+	if errs := p.ValidateOptions(field.NewPath("options"), spec.Options); len(errs) > 0 {
+		return provider.Instance{}, fmt.Errorf("instance %s: region %s: %w", spec.Name, spec.Region, errs.ToAggregate())
 	}
 	dir := p.InstanceDir(spec.Name)
 	if rec, err := readRecord(dir); err == nil && rec != nil && rec.Phase == phaseCreated {

@@ -331,7 +331,7 @@ func TestCreateRejectsBadInputAndChangesNothing(t *testing.T) {
 		{"bad name", provider.InstanceSpec{Name: "Bad_Name", Image: digest}, "DNS label"},
 		{"no image", provider.InstanceSpec{Name: "a"}, "image is required"},
 		{"bad region", provider.InstanceSpec{Name: "a", Image: digest, Region: "Not A Label"}, "region"},
-		{"options", provider.InstanceSpec{Name: "a", Image: digest, Options: map[string]string{"bootDelay": "1s"}}, "takes no options (got bootDelay)"},
+		{"options", provider.InstanceSpec{Name: "a", Image: digest, Options: map[string]string{"bootDelay": "1s"}}, "options.bootDelay: Forbidden: the local provider takes no options"},
 		{"missing image", provider.InstanceSpec{Name: "a", Image: "nope"}, "image nope not found: build it with herd image build -f"},
 	}
 	for _, tc := range cases {
