@@ -180,9 +180,10 @@ func decodeOne(raw []byte) (any, string, ErrorList) {
 		}
 		return nil, kind, ErrorList{{Field: "(document)", Message: err.Error()}}
 	}
-	// Status and read-only metadata are the control plane's; what a user writes there is dropped.
+	// Status, requests and read-only metadata are the control plane's; what a user writes there is
+	// dropped.
 	if f, ok := obj.(*Fleet); ok {
-		f.Status = FleetStatus{}
+		f.Status, f.Requests = FleetStatus{}, FleetRequests{}
 		f.Metadata.ResourceVersion, f.Metadata.Generation, f.Metadata.CreationTimestamp = 0, 0, nil
 	}
 	return obj, kind, nil

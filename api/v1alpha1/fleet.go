@@ -6,9 +6,38 @@ import "time"
 // behind a load balancer.
 type Fleet struct {
 	TypeMeta `json:",inline"`
-	Metadata ObjectMeta  `json:"metadata"`
-	Spec     FleetSpec   `json:"spec"`
-	Status   FleetStatus `json:"status,omitempty"`
+	Metadata ObjectMeta `json:"metadata"`
+	Spec     FleetSpec  `json:"spec"`
+	// Requests are commands users gave the fleet that are not part of its desired state. The API
+	// is their only writer; the controller reads them and records in the status which it acted on.
+	// Ignored on apply.
+	Requests FleetRequests `json:"requests,omitzero"`
+	Status   FleetStatus   `json:"status,omitempty"`
+}
+
+// FleetRequests holds the latest command of each kind a user gave a fleet.
+type FleetRequests struct {
+	// Rollout is the latest `herd rollout promote|abort`.
+	Rollout *RolloutRequest `json:"rollout,omitempty"`
+}
+
+// RolloutRequest is a user's command to one rollout.
+type RolloutRequest struct {
+	// Command is Promote or Abort.
+	Command string `json:"command"`
+	// Revision is the revision whose rollout the command is for; a rollout of another revision
+	// ignores it.
+	Revision string `json:"revision"`
+	// RequestedAt is when the API recorded the command; it tells two commands of the same kind apart.
+	RequestedAt time.Time `json:"requestedAt"`
+}
+
+// Equal reports whether r and o are the same request (both may be nil).
+func (r *RolloutRequest) Equal(o *RolloutRequest) bool {
+	if r == nil || o == nil {
+		return r == o
+	}
+	return r.Command == o.Command && r.Revision == o.Revision && r.RequestedAt.Equal(o.RequestedAt)
 }
 
 // FleetSpec is the desired state of a fleet.
@@ -237,9 +266,10 @@ type RolloutStatus struct {
 	Message string `json:"message,omitempty"`
 	// Weights are the percent of traffic each revision receives while the rollout runs.
 	Weights map[string]int32 `json:"weights,omitempty"`
-	// Requested is a user's command for this rollout (`herd rollout promote|abort`): Promote or
-	// Abort. The API records it; the controller carries it out and clears it.
-	Requested string `json:"requested,omitempty"`
+	// HandledRequest is the latest user command (Fleet.Requests.Rollout) the controller has dealt
+	// with for this rollout: carried out, or set aside because it was given before the rollout
+	// began. A request that differs from it is new, so a restarted controller acts on each once.
+	HandledRequest *RolloutRequest `json:"handledRequest,omitempty"`
 }
 
 // InProgress reports whether the rollout still runs: it has neither succeeded, nor been rolled

@@ -5,7 +5,6 @@
 package apiserver
 
 import (
-	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -13,13 +12,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"reflect"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/version"
 )
@@ -37,6 +34,9 @@ type Options struct {
 	DefaultProvider string
 	// Providers are the providers this control plane runs; a region naming another is refused.
 	Providers []string
+	// OptionValidators check the region options of the providers that implement
+	// provider.OptionsValidator, by provider name, on apply.
+	OptionValidators map[string]provider.OptionsValidator
 	// Status, if set, reports components' health for GET /v1/status.
 	Status func() map[string]string
 	// LBHealth, if set, returns the load balancer's view of each instance by name.
@@ -160,117 +160,6 @@ func (s *Server) getFleet(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f)
 }
 
-// ApplyRequest carries the fleets of one file; they are stored together or not at all.
-type ApplyRequest struct {
-	Fleets []v1alpha1.Fleet `json:"fleets"`
-}
-
-// ApplyResult says what happened to each fleet: created, configured or unchanged.
-type ApplyResult struct {
-	Name   string `json:"name"`
-	Result string `json:"result"`
-}
-
-func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
-	var req ApplyRequest
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("malformed apply request: %w", err))
-		return
-	}
-	if len(req.Fleets) == 0 {
-		s.fail(w, r, http.StatusBadRequest, errors.New("apply request holds no fleet"))
-		return
-	}
-	var problems []FieldProblem
-	seen := map[string]bool{}
-	for i := range req.Fleets {
-		f := &req.Fleets[i]
-		f.Status = v1alpha1.FleetStatus{}
-		v1alpha1.SetFleetDefaults(f, s.opts.DefaultProvider)
-		errs := v1alpha1.ValidateFleet(f)
-		for j, rg := range f.Spec.Regions {
-			if rg.Provider != "" && !slices.Contains(s.opts.Providers, rg.Provider) {
-				errs = append(errs, v1alpha1.FieldError{
-					Field:   fmt.Sprintf("spec.regions[%d].provider", j),
-					Message: fmt.Sprintf("provider %q is not running in this control plane (it runs %s): change the region's provider or start herd up --provider %s", rg.Provider, strings.Join(s.opts.Providers, ", "), rg.Provider),
-				})
-			}
-		}
-		if seen[f.Metadata.Name] {
-			errs = append(errs, v1alpha1.FieldError{Field: "metadata.name", Message: fmt.Sprintf("fleet %q appears twice in one apply", f.Metadata.Name)})
-		}
-		seen[f.Metadata.Name] = true
-		for _, e := range errs {
-			problems = append(problems, FieldProblem{Document: i + 1, Field: e.Field, Message: e.Message})
-		}
-	}
-	if len(problems) > 0 {
-		writeJSON(w, http.StatusUnprocessableEntity, ErrorBody{Error: "invalid fleet spec", Fields: problems})
-		return
-	}
-	// Read-modify-write of all fleets in one transaction; a concurrent writer makes it retry.
-	for attempt := 0; ; attempt++ {
-		results, ops, err := s.planApply(r.Context(), req.Fleets)
-		if err != nil {
-			s.storeError(w, r, "fleets", err)
-			return
-		}
-		if len(ops) > 0 {
-			if _, err := s.opts.Store.Txn(r.Context(), ops...); err != nil {
-				if (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrExists)) && attempt < 5 {
-					continue
-				}
-				s.storeError(w, r, "fleets", err)
-				return
-			}
-		}
-		for _, res := range results {
-			s.log.Info("fleet applied", "fleet", res.Name, "result", res.Result)
-		}
-		writeJSON(w, http.StatusOK, results)
-		return
-	}
-}
-
-func (s *Server) planApply(ctx context.Context, fleets []v1alpha1.Fleet) ([]ApplyResult, []store.Op, error) {
-	var results []ApplyResult
-	var ops []store.Op
-	now := time.Now().UTC()
-	for i := range fleets {
-		f := fleets[i]
-		cur, err := store.GetObject[v1alpha1.Fleet](ctx, s.opts.Store, store.Fleets, f.Metadata.Name)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			f.Metadata.Generation = 1
-			f.Metadata.CreationTimestamp = &now
-			f.Metadata.ResourceVersion = 0
-			results = append(results, ApplyResult{f.Metadata.Name, "created"})
-		case err != nil:
-			return nil, nil, err
-		case reflect.DeepEqual(cur.Spec, f.Spec) && reflect.DeepEqual(cur.Metadata.Labels, f.Metadata.Labels):
-			results = append(results, ApplyResult{f.Metadata.Name, "unchanged"})
-			continue
-		default:
-			f.Metadata.Generation = cur.Metadata.Generation
-			if !reflect.DeepEqual(cur.Spec, f.Spec) {
-				f.Metadata.Generation++
-			}
-			f.Metadata.CreationTimestamp = cur.Metadata.CreationTimestamp
-			f.Metadata.ResourceVersion = cur.Metadata.ResourceVersion
-			f.Status = cur.Status
-			results = append(results, ApplyResult{f.Metadata.Name, "configured"})
-		}
-		op, err := store.PutOp(store.Fleets, &f)
-		if err != nil {
-			return nil, nil, err
-		}
-		ops = append(ops, op)
-	}
-	return results, ops, nil
-}
-
 // ScaleRequest sets a fleet's desired instance count.
 type ScaleRequest struct {
 	Replicas int32 `json:"replicas"`
@@ -283,21 +172,19 @@ func (s *Server) scaleFleet(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("malformed scale request: %w", err))
 		return
 	}
-	f, err := s.updateFleet(r, name, func(f *v1alpha1.Fleet) (bool, error) {
+	f, err := store.UpdateFleetSpec(r.Context(), s.opts.Store, name, func(f *v1alpha1.Fleet) error {
 		rp := f.Spec.Replicas
 		switch {
 		case req.Replicas < 0:
-			return false, refuse(http.StatusUnprocessableEntity, "--replicas must be >= 0 (got %d)", req.Replicas)
+			return refuse(http.StatusUnprocessableEntity, "--replicas must be >= 0 (got %d)", req.Replicas)
 		case req.Replicas < *rp.Min:
-			return false, refuse(http.StatusUnprocessableEntity, "--replicas %d is below spec.replicas.min (%d): lower min in the fleet spec and apply it first", req.Replicas, *rp.Min)
+			return refuse(http.StatusUnprocessableEntity, "--replicas %d is below spec.replicas.min (%d): lower min in the fleet spec and apply it first", req.Replicas, *rp.Min)
 		case req.Replicas > *rp.Max:
-			return false, refuse(http.StatusUnprocessableEntity, "--replicas %d is above spec.replicas.max (%d): raise max in the fleet spec and apply it first", req.Replicas, *rp.Max)
-		case *rp.Desired == req.Replicas:
-			return false, nil
+			return refuse(http.StatusUnprocessableEntity, "--replicas %d is above spec.replicas.max (%d): raise max in the fleet spec and apply it first", req.Replicas, *rp.Max)
 		}
 		d := req.Replicas
 		f.Spec.Replicas.Desired = &d
-		return true, nil
+		return nil
 	})
 	if err != nil {
 		s.updateError(w, r, name, err)
@@ -317,18 +204,6 @@ func (e *refusal) Error() string { return e.err.Error() }
 
 func refuse(code int, format string, args ...any) error {
 	return &refusal{code: code, err: fmt.Errorf(format, args...)}
-}
-
-// updateFleet changes a fleet's spec with store.UpdateObject (read, change, conditional write,
-// again on a conflict), bumping the generation when change reports a change.
-func (s *Server) updateFleet(r *http.Request, name string, change func(*v1alpha1.Fleet) (bool, error)) (*v1alpha1.Fleet, error) {
-	return store.UpdateObject(r.Context(), s.opts.Store, store.Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
-		changed, err := change(f)
-		if changed && err == nil {
-			f.Metadata.Generation++
-		}
-		return changed, err
-	})
 }
 
 // updateError answers for a failed update of a fleet: a refusal with its code, a store error as such.
@@ -438,15 +313,15 @@ func flush(w io.Writer) {
 func (s *Server) undoRollout(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var target v1alpha1.RevisionHistory
-	f, err := s.updateFleet(r, name, func(f *v1alpha1.Fleet) (bool, error) {
+	f, err := store.UpdateFleetSpec(r.Context(), s.opts.Store, name, func(f *v1alpha1.Fleet) error {
 		for _, h := range f.Status.History {
 			if h.Revision != f.Status.CurrentRevision && h.Image != "" {
 				target = h
 				f.Spec.Image = h.Image
-				return true, nil
+				return nil
 			}
 		}
-		return false, refuse(http.StatusConflict, "fleet %q has no earlier revision to go back to (see herd rollout history %s)", name, name)
+		return refuse(http.StatusConflict, "fleet %q has no earlier revision to go back to (see herd rollout history %s)", name, name)
 	})
 	if err != nil {
 		s.updateError(w, r, name, err)

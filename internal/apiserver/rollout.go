@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"net/http"
+	"time"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/store"
@@ -18,13 +19,14 @@ func (s *Server) abortRollout(w http.ResponseWriter, r *http.Request) {
 	s.commandRollout(w, r, v1alpha1.RolloutAbort)
 }
 
-// commandRollout records cmd in the status of the fleet's rollout in progress, conditional on the
-// version read, so that the controller stays the one that decides and acts: it reads the command
-// with the rest of the rollout's stored state (a restarted controller too), carries it out and
-// clears it. A rollout that is not in progress is refused.
+// commandRollout records cmd as the fleet's rollout request (Fleet.Requests, of which the API is
+// the only writer), with the revision whose rollout it is for and when, conditional on the version
+// read. The controller stays the one that decides and acts: it carries out a request it has not
+// handled yet and records in the rollout's status that it did, so a restarted controller acts on
+// it once. A rollout that is not in progress is refused.
 func (s *Server) commandRollout(w http.ResponseWriter, r *http.Request, cmd string) {
 	name := r.PathValue("name")
-	f, err := store.UpdateObject(r.Context(), s.opts.Store, store.Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
+	f, err := store.UpdateFleetRequests(r.Context(), s.opts.Store, name, func(f *v1alpha1.Fleet, reqs *v1alpha1.FleetRequests) (bool, error) {
 		ro := f.Status.Rollout
 		if ro == nil || ro.Revision != f.Status.CurrentRevision || !ro.InProgress() {
 			state := "no BlueGreen or Canary rollout"
@@ -33,16 +35,16 @@ func (s *Server) commandRollout(w http.ResponseWriter, r *http.Request, cmd stri
 			}
 			return false, refuse(http.StatusConflict, "fleet %q has no rollout in progress (%s): see herd rollout status %s", name, state, name)
 		}
-		if ro.Requested == cmd {
-			return false, nil
+		if p := reqs.Rollout; p != nil && p.Command == cmd && p.Revision == ro.Revision && !p.Equal(ro.HandledRequest) {
+			return false, nil // the same command waits to be carried out
 		}
-		ro.Requested = cmd
+		reqs.Rollout = &v1alpha1.RolloutRequest{Command: cmd, Revision: ro.Revision, RequestedAt: time.Now().UTC()}
 		return true, nil
 	})
 	if err != nil {
 		s.updateError(w, r, name, err)
 		return
 	}
-	s.log.Info("rollout command recorded", "fleet", name, "revision", f.Status.Rollout.Revision, "command", cmd)
+	s.log.Info("rollout command recorded", "fleet", name, "revision", f.Requests.Rollout.Revision, "command", cmd)
 	writeJSON(w, http.StatusOK, f)
 }

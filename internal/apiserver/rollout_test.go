@@ -8,8 +8,8 @@ import (
 	"herd.dev/herd/internal/store"
 )
 
-// Promote and abort record the command in the status of a rollout in progress, without touching
-// the spec, and are refused when no rollout is in progress.
+// Promote and abort record the command, with the revision it is for, in the fleet's requests,
+// without touching the spec or the status, and are refused when no rollout is in progress.
 func TestRolloutPromoteAbort(t *testing.T) {
 	srv, st := newServer(t)
 	if code, _ := call(t, srv, token, "POST", "/v1/fleets/nope/rollout/promote", ""); code != 404 {
@@ -39,8 +39,17 @@ func TestRolloutPromoteAbort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.Status.Rollout.Requested != c.want || f.Metadata.Generation != gen {
-			t.Fatalf("after %s: requested %q generation %d, want %q and %d", c.path, f.Status.Rollout.Requested, f.Metadata.Generation, c.want, gen)
+		req := f.Requests.Rollout
+		if req == nil || req.Command != c.want || req.Revision != "web-new" || req.RequestedAt.IsZero() || f.Metadata.Generation != gen {
+			t.Fatalf("after %s: request %+v generation %d, want %s of web-new and generation %d", c.path, req, f.Metadata.Generation, c.want, gen)
 		}
+		if f.Status.Rollout.HandledRequest != nil {
+			t.Fatalf("after %s: the API wrote the status: %+v", c.path, f.Status.Rollout)
+		}
+	}
+	// A re-apply of the spec keeps the request for the controller.
+	call(t, srv, token, "POST", "/v1/apply", fleetJSON("web", func(f *v1alpha1.Fleet) { f.Spec.Image = "img-2" }))
+	if f, _ = store.GetObject[v1alpha1.Fleet](ctx, st, store.Fleets, "web"); f.Requests.Rollout == nil || f.Requests.Rollout.Command != v1alpha1.RolloutAbort {
+		t.Fatalf("requests after an apply: %+v, want the abort kept", f.Requests)
 	}
 }

@@ -57,6 +57,9 @@ problem is printed with its field; if any is invalid, nothing is applied.`,
 				return fmt.Errorf("nothing was applied:\n%w", err)
 			}
 			for _, r := range results {
+				for _, w := range r.Warnings {
+					fmt.Fprintf(g.errOut, "Warning: fleet/%s: %s\n", r.Name, w)
+				}
 				fmt.Fprintf(g.out, "fleet/%s %s\n", r.Name, r.Result)
 			}
 			return nil

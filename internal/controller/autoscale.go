@@ -226,10 +226,10 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 // retried on conflicts. The count is clamped to the fleet's current min and max.
 func (a *Autoscaler) setDesired(ctx context.Context, name string, desired int32) error {
 	d, written := desired, false
-	_, err := store.UpdateObject(ctx, a.c.opts.Store, store.Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
+	_, err := store.UpdateFleetSpec(ctx, a.c.opts.Store, name, func(f *v1alpha1.Fleet) error {
 		written = false
 		if f.Spec.Autoscaling == nil {
-			return false, nil // autoscaling was switched off meanwhile
+			return nil // autoscaling was switched off meanwhile
 		}
 		rp := f.Spec.Replicas
 		d = desired
@@ -239,13 +239,9 @@ func (a *Autoscaler) setDesired(ctx context.Context, name string, desired int32)
 		if rp.Max != nil {
 			d = min(d, *rp.Max)
 		}
-		if rp.Desired != nil && *rp.Desired == d {
-			return false, nil
-		}
+		written = rp.Desired == nil || *rp.Desired != d
 		f.Spec.Replicas.Desired = new(d)
-		f.Metadata.Generation++
-		written = true
-		return true, nil
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("set desired of fleet %s to %d: %w", name, d, err)

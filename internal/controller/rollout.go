@@ -107,13 +107,14 @@ func (s *scope) rollout() bool {
 		if stable == "" {
 			return false // nothing serves yet: the first instances are simply created
 		}
-		s.ro = &v1alpha1.RolloutStatus{Revision: s.revision, PreviousRevision: stable, Strategy: strategy, Phase: v1alpha1.RolloutProgressing}
+		// A request already recorded was given before this rollout began: it is not for this one.
+		s.ro = &v1alpha1.RolloutStatus{Revision: s.revision, PreviousRevision: stable, Strategy: strategy, Phase: v1alpha1.RolloutProgressing, HandledRequest: s.stored.Requests.Rollout}
 		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutStarted, "%s rollout from %s to %s", strategy, stable, s.revision)
 	}
 	ro := s.ro
-	if cmd := ro.Requested; cmd != "" {
-		ro.Requested = ""
-		s.command(ro, cmd, now)
+	if req := s.stored.Requests.Rollout; req != nil && req.Revision == ro.Revision && !req.Equal(ro.HandledRequest) {
+		ro.HandledRequest = req
+		s.command(ro, req.Command, now)
 	}
 	switch ro.Phase {
 	case v1alpha1.RolloutSucceeded, v1alpha1.RolloutFailed:

@@ -329,8 +329,8 @@ func TestCanaryPromotedByUser(t *testing.T) {
 			t.Fatalf("weights %v: a promoted canary goes from 25%% to all traffic, nothing between", u.weights)
 		}
 	}
-	if ro := e.fleet("web").Status.Rollout; ro.Requested != "" {
-		t.Fatalf("command %q left in the status after it was carried out", ro.Requested)
+	if f := e.fleet("web"); !f.Status.Rollout.HandledRequest.Equal(f.Requests.Rollout) {
+		t.Fatalf("request %+v not recorded as handled (%+v) after it was carried out", f.Requests.Rollout, f.Status.Rollout.HandledRequest)
 	}
 	if len(e.events(ReasonRolloutPromoted)) != 1 {
 		t.Fatalf("%d promote events, want 1", len(e.events(ReasonRolloutPromoted)))
@@ -357,12 +357,13 @@ func TestCanaryAbortedByUser(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutRolledBack))
 	waitFor(t, 5*time.Second, e.rolledBack("web", newRev, 4))
-	st := e.fleet("web").Status
+	ff := e.fleet("web")
+	st := ff.Status
 	if st.Phase != "Degraded" || !strings.Contains(st.Message, "aborted by user") {
 		t.Fatalf("fleet status %s: %s, want Degraded, aborted by user", st.Phase, st.Message)
 	}
-	if st.Rollout.Weights != nil || st.Rollout.Requested != "" {
-		t.Fatalf("rollout after abort %+v, want no weights and no pending command", st.Rollout)
+	if st.Rollout.Weights != nil || !st.Rollout.HandledRequest.Equal(ff.Requests.Rollout) {
+		t.Fatalf("rollout after abort %+v, want no weights and the request handled", st.Rollout)
 	}
 }
 

@@ -163,7 +163,8 @@ func Run(ctx context.Context, opts Options) error {
 	url := "http://" + ln.Addr().String()
 	api := apiserver.New(apiserver.Options{
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
-		LBHealth: targets.Health,
+		OptionValidators: optionValidators(providers),
+		LBHealth:         targets.Health,
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			if ctrl.Synced() {
@@ -253,4 +254,15 @@ func loadOrCreateToken(path string) (string, error) {
 		return "", fmt.Errorf("write token: %w", err)
 	}
 	return t, nil
+}
+
+// optionValidators returns the providers that check their regions' options, by name.
+func optionValidators(providers map[string]provider.Provider) map[string]provider.OptionsValidator {
+	out := map[string]provider.OptionsValidator{}
+	for name, p := range providers {
+		if v, ok := p.(provider.OptionsValidator); ok {
+			out[name] = v
+		}
+	}
+	return out
 }

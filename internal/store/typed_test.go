@@ -90,3 +90,81 @@ func TestUpdateObjectWritesOnlyChanges(t *testing.T) {
 		t.Fatalf("UpdateObject of a missing object: %v, want ErrNotFound", err)
 	}
 }
+
+// The generation moves on spec changes only: a write that changes nothing in the spec, or
+// changes the status or the requests, leaves it.
+func TestFleetGenerationOnSpecChangesOnly(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	putFleet(t, s, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web", Generation: 1}, Spec: v1alpha1.FleetSpec{Image: "img-1"}})
+	gen := func() int64 {
+		f, err := store.GetObject[v1alpha1.Fleet](ctx, s, store.Fleets, "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Metadata.Generation
+	}
+
+	steps := []struct {
+		name   string
+		update func() error
+		want   int64
+	}{
+		{"spec unchanged", func() error {
+			_, err := store.UpdateFleetSpec(ctx, s, "web", func(f *v1alpha1.Fleet) error { f.Spec.Image = "img-1"; return nil })
+			return err
+		}, 1},
+		{"nil and empty lists", func() error {
+			_, err := store.UpdateFleetSpec(ctx, s, "web", func(f *v1alpha1.Fleet) error { f.Spec.Listeners = []v1alpha1.Listener{}; return nil })
+			return err
+		}, 1},
+		{"spec changed", func() error {
+			_, err := store.UpdateFleetSpec(ctx, s, "web", func(f *v1alpha1.Fleet) error { f.Spec.Image = "img-2"; return nil })
+			return err
+		}, 2},
+		{"other fields than the spec are not written", func() error {
+			f, err := store.UpdateFleetSpec(ctx, s, "web", func(f *v1alpha1.Fleet) error {
+				f.Spec.Image, f.Metadata.Generation, f.Status.Phase = "img-3", 9, "x"
+				return nil
+			})
+			if err == nil && f.Status.Phase == "x" {
+				t.Error("a spec update wrote the status")
+			}
+			return err
+		}, 3},
+		{"refused change", func() error {
+			_, err := store.UpdateFleetSpec(ctx, s, "web", func(f *v1alpha1.Fleet) error { f.Spec.Image = "img-3"; return errors.New("no") })
+			if err == nil {
+				t.Error("the change's error was lost")
+			}
+			return nil
+		}, 3},
+		{"status", func() error {
+			_, err := store.UpdateFleetStatus(ctx, s, "web", func(st *v1alpha1.FleetStatus) (bool, error) { st.Phase = "Ready"; return true, nil })
+			return err
+		}, 3},
+		{"requests", func() error {
+			_, err := store.UpdateFleetRequests(ctx, s, "web", func(_ *v1alpha1.Fleet, r *v1alpha1.FleetRequests) (bool, error) {
+				r.Rollout = &v1alpha1.RolloutRequest{Command: v1alpha1.RolloutPromote}
+				return true, nil
+			})
+			return err
+		}, 3},
+	}
+	for _, st := range steps {
+		if err := st.update(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if g := gen(); g != st.want {
+			t.Fatalf("%s: generation %d, want %d", st.name, g, st.want)
+		}
+	}
+	f, _ := store.GetObject[v1alpha1.Fleet](ctx, s, store.Fleets, "web")
+	if f.Spec.Image != "img-3" || f.Status.Phase != "Ready" || f.Requests.Rollout == nil {
+		t.Fatalf("fleet %+v: want image img-3, status Ready and the request", f)
+	}
+	if g, _ := store.FleetGeneration(nil, &f.Spec); g != 1 {
+		t.Fatalf("generation of a new fleet %d, want 1", g)
+	}
+}
