@@ -36,6 +36,8 @@ type Sync struct {
 
 	mu     sync.Mutex
 	fleets map[string][]lb.Listener
+	// refused holds, per fleet, why the load balancer refused its latest listeners.
+	refused map[string]error
 }
 
 // New returns a Sync applying to b, with listeners bound on bindHost.
@@ -43,7 +45,7 @@ func New(b Balancer, bindHost string, log *slog.Logger) *Sync {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sync{lb: b, bindHost: bindHost, log: log.With("component", "lbsync"), fleets: map[string][]lb.Listener{}}
+	return &Sync{lb: b, bindHost: bindHost, log: log.With("component", "lbsync"), fleets: map[string][]lb.Listener{}, refused: map[string]error{}}
 }
 
 // routable reports whether an instance should be a target: it has an address and is not on its way
@@ -133,14 +135,28 @@ func (s *Sync) SetFleetTargets(f *v1alpha1.Fleet, instances []*v1alpha1.Instance
 		} else {
 			delete(s.fleets, f.Metadata.Name)
 		}
+		s.refused[f.Metadata.Name] = err
 		s.log.Error("load balancer refused the fleet's listeners", "fleet", f.Metadata.Name, "err", err)
+		return
 	}
+	delete(s.refused, f.Metadata.Name)
+}
+
+// ListenerError returns why the load balancer refused the fleet's latest listeners (an address in
+// use on the host, a port it may not bind), or nil when it serves them. What can be known before
+// (a port another fleet claims) is refused at apply; this is what only the load balancer finds.
+// The load balancer keeps serving the fleet's last listeners that it accepted, if any.
+func (s *Sync) ListenerError(fleet string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused[fleet]
 }
 
 // RemoveFleet implements controller.TargetSink.
 func (s *Sync) RemoveFleet(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.refused, name)
 	if _, ok := s.fleets[name]; !ok {
 		return
 	}

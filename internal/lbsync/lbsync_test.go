@@ -1,6 +1,8 @@
 package lbsync
 
 import (
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +127,37 @@ func TestListenersWarmPoolAndHold(t *testing.T) {
 	}
 	if ls := s.Listeners(f, nil, nil); len(ls) != 1 || len(ls[0].Groups) != 0 || ls[0].Hold == nil {
 		t.Fatalf("fleet at zero: %+v", ls)
+	}
+}
+
+// A listener the load balancer cannot bind (its port in use on the host) is reported for its fleet
+// alone, and clears once the fleet's listeners are served.
+func TestListenerErrorPerFleet(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(taken.Addr().(*net.TCPAddr).Port)
+	fleet := func(name string, port int32) *v1alpha1.Fleet {
+		return &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: name}, Spec: v1alpha1.FleetSpec{
+			Listeners: []v1alpha1.Listener{{Name: "http", Port: port, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+		}}
+	}
+	s := New(lb.New(lb.Options{}), "127.0.0.1", nil)
+	t.Cleanup(func() { s.RemoveFleet("web"); s.RemoveFleet("api") })
+
+	s.SetFleetTargets(fleet("web", port), nil, nil)
+	s.SetFleetTargets(fleet("api", 0), nil, nil)
+	err = s.ListenerError("web")
+	if err == nil || !strings.Contains(err.Error(), "web/http") || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("ListenerError(web) = %v, want the bind error naming web/http", err)
+	}
+	if err := s.ListenerError("api"); err != nil {
+		t.Fatalf("ListenerError(api) = %v, want nil: its listener is served", err)
+	}
+	taken.Close()
+	s.SetFleetTargets(fleet("web", port), nil, nil)
+	if err := s.ListenerError("web"); err != nil {
+		t.Fatalf("ListenerError(web) = %v once the port is free, want nil", err)
 	}
 }
