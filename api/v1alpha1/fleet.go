@@ -1,6 +1,10 @@
 package v1alpha1
 
-import "time"
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // Fleet is an application run as a set of identical one-node Kubernetes clusters (instances)
 // behind a load balancer.
@@ -223,9 +227,30 @@ type FleetStatus struct {
 	// Healing is self-healing's memory while replacements are under way or failing, kept here so
 	// that a restarted controller keeps the bound and the backoff.
 	Healing *HealingStatus `json:"healing,omitempty"`
+	// Conditions are the fleet's Ready, Available, Progressing, LoadBalancerReady and Degraded
+	// conditions, each with its reason, message and the time its status last changed.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// LastReconcile is when the controller last wrote this status.
 	LastReconcile *time.Time `json:"lastReconcile,omitempty"`
 }
+
+// Fleet condition types. Each is True, False or Unknown, with a reason (one CamelCase word) and a
+// message for people.
+const (
+	// ConditionReady: every desired instance runs the current revision and serves, the load
+	// balancer serves every listener, and no rollout or error is pending.
+	ConditionReady = "Ready"
+	// ConditionAvailable: at least desired minus maxUnavailable instances serve.
+	ConditionAvailable = "Available"
+	// ConditionProgressing: the controller is moving the fleet toward its spec (scaling, rolling
+	// out, replacing failed instances).
+	ConditionProgressing = "Progressing"
+	// ConditionLoadBalancerReady: the load balancer serves every listener of the fleet.
+	ConditionLoadBalancerReady = "LoadBalancerReady"
+	// ConditionDegraded: something needs a person: a failed or rolled-back rollout, replacements
+	// that keep failing, a refused listener, an error reconciling.
+	ConditionDegraded = "Degraded"
+)
 
 // HealingStatus is what self-healing remembers of a fleet between reconciles.
 type HealingStatus struct {

@@ -137,4 +137,14 @@ func describeFleet(w io.Writer, f *v1alpha1.Fleet) {
 	for _, r := range st.Revisions {
 		fmt.Fprintf(w, "  %s  image %s  %d/%d ready  weight %d%%\n", r.Name, r.Image, r.ReadyReplicas, r.Replicas, r.Weight)
 	}
+	fmt.Fprintln(w, "Conditions:")
+	if len(st.Conditions) == 0 {
+		fmt.Fprintln(w, "  <none>")
+		return
+	}
+	t := newTable(newIndent(w), "TYPE", "STATUS", "REASON", "AGE", "MESSAGE")
+	for _, c := range st.Conditions {
+		t.row(c.Type, c.Status, c.Reason, age(&c.LastTransitionTime.Time), c.Message)
+	}
+	_ = t.flush()
 }
