@@ -150,6 +150,8 @@ func (s *Server) listFleets(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, fleets)
 }
 
+// getFleet returns one fleet; with ?watch=true it streams FleetEvents as JSON lines: the fleet as
+// it is, then each change to it, until it is deleted (the last event) or the client goes.
 func (s *Server) getFleet(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	f, err := store.GetObject[v1alpha1.Fleet](r.Context(), s.opts.Store, store.Fleets, name)
@@ -157,7 +159,11 @@ func (s *Server) getFleet(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, "fleet "+strconv.Quote(name), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, f)
+	if r.URL.Query().Get("watch") != "true" {
+		writeJSON(w, http.StatusOK, f)
+		return
+	}
+	s.watchFleet(w, r, f)
 }
 
 // ScaleRequest sets a fleet's desired instance count.

@@ -179,22 +179,66 @@ func (c *Client) WatchEvents(ctx context.Context, object string, limit int, fn f
 	if limit > 0 {
 		q.Set("limit", fmt.Sprint(limit))
 	}
+	err := c.stream(ctx, "/v1/events?"+q.Encode(), func(line []byte) bool {
+		var e v1alpha1.Event
+		if json.Unmarshal(line, &e) == nil {
+			fn(e)
+		}
+		return false
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// ErrWatchEnded means a watch stream ended before the caller was done: watch again.
+var ErrWatchEnded = errors.New("watch ended")
+
+// WatchFleet calls fn with the fleet as it is, then after each change to it, until fn reports it
+// is done (WatchFleet returns nil), the fleet is deleted (fn's last event is WatchDeleted, then
+// ErrWatchEnded unless fn was done), the stream ends (ErrWatchEnded: watch again) or ctx ends
+// (ctx's error). A missing fleet is the API's 404 (IsNotFound).
+func (c *Client) WatchFleet(ctx context.Context, name string, fn func(apiserver.FleetEvent) (done bool)) error {
+	var bad error
+	done := false
+	err := c.stream(ctx, "/v1/fleets/"+url.PathEscape(name)+"?watch=true", func(line []byte) bool {
+		var ev apiserver.FleetEvent
+		if err := json.Unmarshal(line, &ev); err != nil || ev.Fleet == nil {
+			bad = fmt.Errorf("watch of fleet %s: unreadable event %q", name, line)
+			return true
+		}
+		done = fn(ev)
+		return done
+	})
+	switch {
+	case bad != nil:
+		return bad
+	case done:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return err
+	}
+	return ErrWatchEnded
+}
+
+// stream GETs path, a stream of JSON lines, and calls fn with each line until fn reports it is
+// done, the stream ends or ctx ends.
+func (c *Client) stream(ctx context.Context, path string, fn func(line []byte) (done bool)) error {
 	streaming := &Client{cfg: c.cfg, http: &http.Client{}} // no overall timeout on a stream
-	resp, err := streaming.send(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil)
+	resp, err := streaming.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
-		var e v1alpha1.Event
-		if json.Unmarshal(sc.Bytes(), &e) == nil {
-			fn(e)
+		if fn(sc.Bytes()) {
+			return nil
 		}
-	}
-	if ctx.Err() != nil {
-		return nil
 	}
 	return sc.Err()
 }
