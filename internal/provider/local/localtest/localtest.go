@@ -100,8 +100,9 @@ func (s Snapshot) Appeared(now Snapshot) []string {
 // host-wide names they were given.
 type Owned struct {
 	// Dirs are directories (a data directory, an instance directory): any mount at or under one,
-	// any process whose command line names a path under one, any /var/log/containers symlink into
-	// one, and the directory itself (if Gone is set) count as left behind.
+	// any process whose command line names a path under one or whose working directory is under
+	// one, any /var/log/containers symlink into one, and the directory itself (if Gone is set)
+	// count as left behind.
 	Dirs []string
 	// Gone lists directories that must not exist any more.
 	Gone []string
@@ -327,7 +328,8 @@ func mountPoints() ([]string, error) {
 	return out, nil
 }
 
-// processesUnder lists processes whose command line has a path under one of dirs.
+// processesUnder lists processes whose command line has a path under one of dirs, or whose
+// working directory is under one (a script's child started with a relative path names none).
 func processesUnder(dirs []string) ([]string, error) {
 	if len(dirs) == 0 {
 		return nil, nil
@@ -352,15 +354,17 @@ func processesUnder(dirs []string) ([]string, error) {
 				continue // a zombie holds nothing
 			}
 		}
+		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		named := under(cwd, dirs)
 		for _, arg := range bytes.Split(cmdline, []byte{0}) {
 			a := string(arg)
 			if i := strings.IndexByte(a, '='); i >= 0 && strings.HasPrefix(a, "-") {
 				a = a[i+1:]
 			}
-			if under(a, dirs) {
-				out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
-				break
-			}
+			named = named || under(a, dirs)
+		}
+		if named {
+			out = append(out, fmt.Sprintf("process %d (cwd %s): %s", pid, cwd, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
 		}
 	}
 	return out, nil
