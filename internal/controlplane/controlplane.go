@@ -74,7 +74,11 @@ var providerFactories = map[string]func(dataDir string, log *slog.Logger) (provi
 		if err != nil {
 			return nil, fmt.Errorf("find the herd binary that runs each instance's agent: %w", err)
 		}
-		return local.New(local.Options{DataDir: dataDir, Logger: log, HerdBinary: exe})
+		p, err := local.New(local.Options{DataDir: dataDir, Logger: log, HerdBinary: exe})
+		if err == nil {
+			p.AnnounceHostChanges()
+		}
+		return p, err
 	},
 }
 

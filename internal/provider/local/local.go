@@ -8,6 +8,7 @@
 // Everything the provider keeps is under <data dir>/providers/local/ (mode 0700):
 //
 //	lock                     flock taken to allocate subnets and addresses and to add or remove bridges
+//	host-settings.json       the host's kernel settings from before the first instance (hostsettings.go)
 //	regions/<region>.json    the region's /24 subnet (from 10.213.0.0/16), bridge and last address given
 //	instances/<name>/        one instance (mode 0700):
 //	  lock                   flock held by Create and Delete of this instance
@@ -86,6 +87,9 @@ type Options struct {
 	// StopTimeout bounds how long Delete lets the agent stop the workload and the cluster after
 	// SIGTERM before it kills every process of the instance. Default: 20s.
 	StopTimeout time.Duration
+	// SysctlRoot is where the host kernel settings instances change are recorded from and
+	// restored to (see KubeletHostSettings). Default: /proc/sys; tests give a directory of their own.
+	SysctlRoot string
 }
 
 // Provider runs instances as one-node Kubernetes clusters in network namespaces of this machine.
@@ -123,6 +127,9 @@ func New(opts Options) (*Provider, error) {
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 20 * time.Second
 	}
+	if opts.SysctlRoot == "" {
+		opts.SysctlRoot = DefaultSysctlRoot
+	}
 	if !opts.SubnetPool.Addr().Is4() || opts.SubnetPool.Bits() > subnetBits {
 		return nil, fmt.Errorf("local provider: subnet pool %s must be an IPv4 prefix of /%d or shorter", opts.SubnetPool, subnetBits)
 	}
@@ -151,6 +158,10 @@ func New(opts Options) (*Provider, error) {
 	p.deps = func() error { return CheckHost(p.opts.HerdBinary) }
 	if err := os.MkdirAll(p.instancesDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
+	}
+	// A crash between the last instance's deletion and the restore left the record behind.
+	if err := p.withProviderLock(p.restoreHostSettings); err != nil {
+		p.log.Warn("the host's kernel settings from before herd's instances could not be restored", "err", err)
 	}
 	return p, nil
 }
@@ -270,6 +281,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	}
 	if err := p.allocate(ctx, dir, rec); err != nil {
 		return fail("allocate an address", err)
+	}
+	if err := p.withProviderLock(p.recordHostSettings); err != nil {
+		return fail("record the host's kernel settings", err)
 	}
 	if err := setupInstanceNetwork(ctx, rec); err != nil {
 		return fail("network", err)
@@ -568,7 +582,14 @@ func (p *Provider) destroy(ctx context.Context, name, dir string, rec *record) e
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	if rec != nil && rec.Bridge != "" {
-		return p.releaseBridge(ctx, rec.Spec.Region, rec.Bridge)
+		if err := p.releaseBridge(ctx, rec.Spec.Region, rec.Bridge); err != nil {
+			return err
+		}
+	}
+	// The instance is gone whatever happens here: a failed restore is reported, not retried by
+	// deleting again (the next herd up, or the next last deletion, tries again).
+	if err := p.withProviderLock(p.restoreHostSettings); err != nil {
+		p.log.Warn("the host's kernel settings from before herd's instances could not be restored", "err", err)
 	}
 	return nil
 }
@@ -626,24 +647,21 @@ func (p *Provider) teardown(ctx context.Context, name, dir string, rec *record) 
 
 // releaseBridge deletes a region's bridge when no instance of the region is left.
 func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) error {
-	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
-	if err != nil {
-		return err
-	}
-	defer lk.unlock()
-	records, err := p.records()
-	if err != nil {
-		return err
-	}
-	for _, r := range records {
-		if r.Spec.Region == region || r.Bridge == bridge {
-			return nil
+	return p.withProviderLock(func() error {
+		records, err := p.records()
+		if err != nil {
+			return err
 		}
-	}
-	if err := deleteLink(context.WithoutCancel(ctx), bridge); err != nil {
-		return fmt.Errorf("remove the bridge of region %s: %w", region, err)
-	}
-	return nil
+		for _, r := range records {
+			if r.Spec.Region == region || r.Bridge == bridge {
+				return nil
+			}
+		}
+		if err := deleteLink(context.WithoutCancel(ctx), bridge); err != nil {
+			return fmt.Errorf("remove the bridge of region %s: %w", region, err)
+		}
+		return nil
+	})
 }
 
 // agentStatus is what the provider reads of the agent's <state dir>/status.json (see
