@@ -1,6 +1,6 @@
 // Package controlplane assembles what `herd up` runs in one process: the store, the providers,
-// the controller and the API server (and, as they arrive, the load balancer and the dashboard). It
-// owns their start order and their clean shutdown.
+// the controller, the load balancer and the API server (which also serves /metrics). It owns their
+// start order and their clean shutdown.
 package controlplane
 
 import (
@@ -24,6 +24,7 @@ import (
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/cpmetrics"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbsync"
@@ -168,6 +169,7 @@ func Run(ctx context.Context, opts Options) error {
 	api := apiserver.New(apiserver.Options{
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
 		LBHealth: targets.Health,
+		Metrics:  cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st)),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			if ctrl.Synced() {
