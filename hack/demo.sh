@@ -22,22 +22,34 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+# cleanup deletes the fleet through herd up, waits until every instance is gone, then stops herd
+# up. Ctrl-C reaches every process of the terminal's foreground group: herd up runs in a session
+# of its own (setsid below) so that it lives until this asks it to stop, and a second Ctrl-C only
+# interrupts the command at hand, which is retried, never the cleanup itself.
 cleanup() {
-  trap - EXIT INT TERM
-  if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
-    step "deleting the fleet and its instances"
+  trap 'echo "   still deleting the fleet: its instances would keep running otherwise" >&2' INT TERM HUP
+  trap - EXIT
+  [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null || return 0
+  step "deleting the fleet and its instances"
+  local out="" gone=""
+  for _ in $(seq 240); do
     "$herd" delete fleet hello >/dev/null 2>&1 || true
-    for _ in $(seq 120); do
-      [ -z "$("$herd" get instances 2>/dev/null)" ] && break
-      sleep 0.5
-    done
+    if out=$("$herd" get instances 2>/dev/null) && [ -z "$out" ]; then gone=1; break; fi
+    sleep 0.5 || true
+  done
+  if [ -z "$gone" ]; then
     "$herd" get instances 2>/dev/null || true
-    step "stopping the control plane"
-    kill -INT "$up_pid"; wait "$up_pid" 2>/dev/null || true
+    echo "these instances are left: herd up (data dir $dir/data) adopts and can delete them" >&2
   fi
+  step "stopping the control plane"
+  kill -INT "$up_pid" 2>/dev/null || true
+  # wait returns early when a trapped signal arrives: wait again until herd up is gone.
+  while kill -0 "$up_pid" 2>/dev/null; do wait "$up_pid" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 step "installing dependencies (hack/install-deps.sh)"
 ./hack/install-deps.sh
@@ -51,7 +63,9 @@ step "building the node image (herd image build -f examples/hello/image.yaml)"
 "$herd" image build -f examples/hello/image.yaml --data-dir "$dir/data"
 
 step "starting the control plane (herd up), log in $dir/up.log"
-"$herd" up --data-dir "$dir/data" --listen 127.0.0.1:0 >"$dir/up.log" 2>&1 &
+# Its own session: the terminal's Ctrl-C must not stop it before cleanup has deleted the fleet.
+# (Started in the background without job control, so setsid needs no fork and $! is herd up.)
+setsid "$herd" up --data-dir "$dir/data" --listen 127.0.0.1:0 >"$dir/up.log" 2>&1 </dev/null &
 up_pid=$!
 for _ in $(seq 100); do
   "$herd" get fleets >/dev/null 2>&1 && break

@@ -1,6 +1,6 @@
-// Package apiserver is the control plane's HTTP/JSON API: the CLI and the dashboard are its
-// clients. Every request must carry the bearer token written by `herd up`; anything else gets a
-// bare 401. Writes are validated with the same code the CLI uses and stored atomically, so a bad
+// Package apiserver is the control plane's HTTP/JSON API: the CLI is its client, and Prometheus
+// scrapes its /metrics. Every request must carry the bearer token written
+// by `herd up`; anything else gets a bare 401. Writes are validated with the same code the CLI uses and stored atomically, so a bad
 // request changes nothing.
 package apiserver
 
@@ -41,6 +41,8 @@ type Options struct {
 	Status func() map[string]string
 	// LBHealth, if set, returns the load balancer's view of each instance by name.
 	LBHealth func() map[string]string
+	// Metrics, if set, serves GET /metrics (Prometheus), behind the same token as the API.
+	Metrics http.Handler
 }
 
 // Server serves the API.
@@ -68,6 +70,9 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
 	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)
+	if opts.Metrics != nil {
+		s.mux.Handle("GET /metrics", opts.Metrics)
+	}
 	return s
 }
 

@@ -200,3 +200,23 @@ func TestRolloutUndo(t *testing.T) {
 		t.Fatalf("after undo: image %q generation %d, want sha256:old and %d", f.Spec.Image, f.Metadata.Generation, gen+1)
 	}
 }
+
+// /metrics is served when a handler is given, behind the same token as the rest of the API.
+func TestMetricsNeedTheToken(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "herd_up 1\n") })
+	srv := httptest.NewServer(New(Options{Store: memory.New(), Token: token, Metrics: metrics}))
+	t.Cleanup(srv.Close)
+	for _, tok := range []string{"", "nope"} {
+		if code, body := call(t, srv, tok, "GET", "/metrics", ""); code != http.StatusUnauthorized || strings.Contains(body, "herd_up") {
+			t.Errorf("GET /metrics with token %q: %d %q, want a bare 401", tok, code, body)
+		}
+	}
+	if code, body := call(t, srv, token, "GET", "/metrics", ""); code != http.StatusOK || body != "herd_up 1\n" {
+		t.Errorf("GET /metrics with the token: %d %q", code, body)
+	}
+	// Without a handler there is no route.
+	plain, _ := newServer(t)
+	if code, _ := call(t, plain, token, "GET", "/metrics", ""); code != http.StatusNotFound {
+		t.Errorf("GET /metrics without a handler: %d, want 404", code)
+	}
+}

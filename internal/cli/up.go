@@ -15,7 +15,8 @@ func newUpCmd(g *globals) *cobra.Command {
 		Short: "Run the control plane (store, API, controller, load balancer) in the foreground",
 		Long: `Run herd's control plane in the foreground until Ctrl-C: the embedded store, the API on
 localhost, the controller that keeps every fleet at its desired state, and the load balancer that
-serves every fleet's listeners from its healthy instances.
+serves every fleet's listeners from its healthy instances. The API also serves Prometheus
+metrics (the load balancer's and the controller's) at /metrics, behind the same token.
 
 On first start it generates an API token and writes the client config (server address and token,
 mode 0600) that the other commands read. Instances keep running when the control plane stops; the

@@ -1,6 +1,6 @@
 // Package controlplane assembles what `herd up` runs in one process: the store, the providers,
-// the controller and the API server (and, as they arrive, the load balancer and the dashboard). It
-// owns their start order and their clean shutdown.
+// the controller, the load balancer and the API server (which also serves /metrics). It owns their
+// start order and their clean shutdown.
 package controlplane
 
 import (
@@ -24,6 +24,7 @@ import (
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/cpmetrics"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbsync"
@@ -74,7 +75,11 @@ var providerFactories = map[string]func(dataDir string, log *slog.Logger) (provi
 		if err != nil {
 			return nil, fmt.Errorf("find the herd binary that runs each instance's agent: %w", err)
 		}
-		return local.New(local.Options{DataDir: dataDir, Logger: log, HerdBinary: exe})
+		p, err := local.New(local.Options{DataDir: dataDir, Logger: log, HerdBinary: exe})
+		if err == nil {
+			p.AnnounceHostChanges()
+		}
+		return p, err
 	},
 }
 
@@ -165,6 +170,7 @@ func Run(ctx context.Context, opts Options) error {
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
 		OptionValidators: optionValidators(providers),
 		LBHealth:         targets.Health,
+		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st)),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			if ctrl.Synced() {

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -183,4 +184,123 @@ func hostPrefixes(ignore map[string]bool) ([]netip.Prefix, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out, nil
+}
+
+// allocate gives a new record its region subnet and address and writes it, then makes sure the
+// region's bridge exists; all under the provider lock, so that addresses never collide and a
+// bridge is never removed while an instance of its region is being made.
+func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error {
+	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	// Subnets are chosen from what the host shows. Two data directories choosing at once would
+	// both see the same /24 free, so the choice and the bridge creation also hold a host-wide lock.
+	hostLk, err := lockFile(hostLockPath)
+	if err != nil {
+		return err
+	}
+	defer hostLk.unlock()
+	regions, err := readRegions(p.regionsDir())
+	if err != nil {
+		return err
+	}
+	reg := regions[rec.Spec.Region]
+	if rec.Address == "" {
+		records, err := p.records()
+		if err != nil {
+			return err
+		}
+		others := 0
+		for _, r := range records {
+			if r.Spec.Region == rec.Spec.Region && r.Spec.Name != rec.Spec.Name {
+				others++
+			}
+		}
+		own := map[string]bool{}
+		for _, r := range regions {
+			own[r.Bridge] = true
+		}
+		host, err := hostPrefixes(own)
+		if err != nil {
+			return err
+		}
+		if reg != nil && others == 0 && !linkExists(reg.Bridge) {
+			// The bridge went with the region's last instance: the subnet may have been taken
+			// on the host since.
+			if sn, err := netip.ParsePrefix(reg.Subnet); err != nil || overlapsAny(sn, host) {
+				p.log.Warn("the region's subnet is now used on the host; choosing another", "region", reg.Region, "subnet", reg.Subnet)
+				reg.Subnet = ""
+			}
+		}
+		if reg == nil || reg.Subnet == "" {
+			var taken []netip.Prefix
+			for _, r := range regions {
+				if r.Region == rec.Spec.Region {
+					continue
+				}
+				if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
+					taken = append(taken, sn)
+				}
+			}
+			sn, err := pickSubnet(p.opts.SubnetPool, taken, host)
+			if err != nil {
+				return err
+			}
+			if reg == nil {
+				reg = &regionRecord{Region: rec.Spec.Region, Bridge: bridgeName(p.opts.DataDir, rec.Spec.Region)}
+			}
+			reg.Subnet = sn.String()
+		}
+		subnet, err := netip.ParsePrefix(reg.Subnet)
+		if err != nil {
+			return fmt.Errorf("region %s: subnet %q: %w", reg.Region, reg.Subnet, err)
+		}
+		used := map[int]bool{}
+		for _, r := range records {
+			if a, err := netip.ParseAddr(r.Address); err == nil && subnet.Contains(a) {
+				used[int(a.As4()[3])] = true
+			}
+		}
+		h, err := pickHost(reg.LastHost, used)
+		if err != nil {
+			return fmt.Errorf("region %s (%s): %w", reg.Region, reg.Subnet, err)
+		}
+		reg.LastHost = h
+		if err := writeRegion(p.regionsDir(), reg); err != nil {
+			return err
+		}
+		rec.Address = hostAddr(subnet, h).String()
+		rec.PrefixLen = subnet.Bits()
+		rec.Gateway = hostAddr(subnet, gatewayHost).String()
+		rec.Bridge = reg.Bridge
+		// From here on the address is taken, whatever happens to this process.
+		if err := writeRecord(dir, rec); err != nil {
+			return err
+		}
+	}
+	if err := ensureBridge(ctx, rec.Bridge, fmt.Sprintf("%s/%d", rec.Gateway, rec.PrefixLen)); err != nil {
+		return fmt.Errorf("region %s: %w", rec.Spec.Region, err)
+	}
+	return nil
+}
+
+// releaseBridge deletes a region's bridge when no instance of the region is left.
+func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) error {
+	return p.withProviderLock(func() error {
+		records, err := p.records()
+		if err != nil {
+			return err
+		}
+		for _, r := range records {
+			if r.Spec.Region == region || r.Bridge == bridge {
+				return nil
+			}
+		}
+		if err := deleteLink(context.WithoutCancel(ctx), bridge); err != nil {
+			return fmt.Errorf("remove the bridge of region %s: %w", region, err)
+		}
+		return nil
+	})
 }

@@ -231,6 +231,10 @@ func TestFakeAgentLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat(filepath.Join(p.dir, hostSettingsFile)); err != nil {
+		t.Errorf("the host's kernel settings were not recorded before the first instance started: %v", err)
+	}
+	kubeletStarts(t, p.opts.SysctlRoot)
 	if inA.State != provider.StateBooting || inA.Address == "" || inA.Image != digest {
 		t.Fatalf("Create returned %+v", inA)
 	}
@@ -291,6 +295,7 @@ func TestFakeAgentLifecycle(t *testing.T) {
 	if !linkExists(p.BridgeName(testRegion)) {
 		t.Error("the bridge went while an instance of its region remains")
 	}
+	assertSysctls(t, p.opts.SysctlRoot, map[string]string{"kernel.panic": "10"})
 	start := time.Now()
 	if err := p.Delete(ctx, b); err != nil {
 		t.Fatal(err)
@@ -304,6 +309,7 @@ func TestFakeAgentLifecycle(t *testing.T) {
 	if _, err := p.Get(ctx, b); !errors.Is(err, provider.ErrNotFound) {
 		t.Fatalf("Get after Delete: %v", err)
 	}
+	assertSysctls(t, p.opts.SysctlRoot, hostOriginals)
 	assertClean()
 }
 

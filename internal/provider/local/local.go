@@ -8,6 +8,7 @@
 // Everything the provider keeps is under <data dir>/providers/local/ (mode 0700):
 //
 //	lock                     flock taken to allocate subnets and addresses and to add or remove bridges
+//	host-settings.json       the host's kernel settings from before the first instance (hostsettings.go)
 //	regions/<region>.json    the region's /24 subnet (from 10.213.0.0/16), bridge and last address given
 //	instances/<name>/        one instance (mode 0700):
 //	  lock                   flock held by Create and Delete of this instance
@@ -90,6 +91,9 @@ type Options struct {
 	// StopTimeout bounds how long Delete lets the agent stop the workload and the cluster after
 	// SIGTERM before it kills every process of the instance. Default: 20s.
 	StopTimeout time.Duration
+	// SysctlRoot is where the host kernel settings instances change are recorded from and
+	// restored to (see KubeletHostSettings). Default: /proc/sys; tests give a directory of their own.
+	SysctlRoot string
 }
 
 // Provider runs instances as one-node Kubernetes clusters in network namespaces of this machine.
@@ -127,6 +131,9 @@ func New(opts Options) (*Provider, error) {
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 20 * time.Second
 	}
+	if opts.SysctlRoot == "" {
+		opts.SysctlRoot = DefaultSysctlRoot
+	}
 	if !opts.SubnetPool.Addr().Is4() || opts.SubnetPool.Bits() > subnetBits {
 		return nil, fmt.Errorf("local provider: subnet pool %s must be an IPv4 prefix of /%d or shorter", opts.SubnetPool, subnetBits)
 	}
@@ -155,6 +162,10 @@ func New(opts Options) (*Provider, error) {
 	p.deps = func() error { return CheckHost(p.opts.HerdBinary) }
 	if err := os.MkdirAll(p.instancesDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
+	}
+	// A crash between the last instance's deletion and the restore left the record behind.
+	if err := p.withProviderLock(p.restoreHostSettings); err != nil {
+		p.log.Warn("the host's kernel settings from before herd's instances could not be restored", "err", err)
 	}
 	return p, nil
 }
@@ -279,6 +290,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := p.allocate(ctx, dir, rec); err != nil {
 		return fail("allocate an address", err)
 	}
+	if err := p.withProviderLock(p.recordHostSettings); err != nil {
+		return fail("record the host's kernel settings", err)
+	}
 	if err := setupInstanceNetwork(ctx, rec); err != nil {
 		return fail("network", err)
 	}
@@ -330,106 +344,6 @@ func (p *Provider) checkNameFree(name string) error {
 	}
 	if len(used) > 0 {
 		return fmt.Errorf("instance %s: the name is in use on this host by something outside %s (%s): delete that instance, or remove what is left of it, first", name, p.dir, strings.Join(used, ", "))
-	}
-	return nil
-}
-
-// allocate gives a new record its region subnet and address and writes it, then makes sure the
-// region's bridge exists; all under the provider lock, so that addresses never collide and a
-// bridge is never removed while an instance of its region is being made.
-func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error {
-	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
-	if err != nil {
-		return err
-	}
-	defer lk.unlock()
-	// Subnets are chosen from what the host shows. Two data directories choosing at once would
-	// both see the same /24 free, so the choice and the bridge creation also hold a host-wide lock.
-	hostLk, err := lockFile(hostLockPath)
-	if err != nil {
-		return err
-	}
-	defer hostLk.unlock()
-	regions, err := readRegions(p.regionsDir())
-	if err != nil {
-		return err
-	}
-	reg := regions[rec.Spec.Region]
-	if rec.Address == "" {
-		records, err := p.records()
-		if err != nil {
-			return err
-		}
-		others := 0
-		for _, r := range records {
-			if r.Spec.Region == rec.Spec.Region && r.Spec.Name != rec.Spec.Name {
-				others++
-			}
-		}
-		own := map[string]bool{}
-		for _, r := range regions {
-			own[r.Bridge] = true
-		}
-		host, err := hostPrefixes(own)
-		if err != nil {
-			return err
-		}
-		if reg != nil && others == 0 && !linkExists(reg.Bridge) {
-			// The bridge went with the region's last instance: the subnet may have been taken
-			// on the host since.
-			if sn, err := netip.ParsePrefix(reg.Subnet); err != nil || overlapsAny(sn, host) {
-				p.log.Warn("the region's subnet is now used on the host; choosing another", "region", reg.Region, "subnet", reg.Subnet)
-				reg.Subnet = ""
-			}
-		}
-		if reg == nil || reg.Subnet == "" {
-			var taken []netip.Prefix
-			for _, r := range regions {
-				if r.Region == rec.Spec.Region {
-					continue
-				}
-				if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
-					taken = append(taken, sn)
-				}
-			}
-			sn, err := pickSubnet(p.opts.SubnetPool, taken, host)
-			if err != nil {
-				return err
-			}
-			if reg == nil {
-				reg = &regionRecord{Region: rec.Spec.Region, Bridge: bridgeName(p.opts.DataDir, rec.Spec.Region)}
-			}
-			reg.Subnet = sn.String()
-		}
-		subnet, err := netip.ParsePrefix(reg.Subnet)
-		if err != nil {
-			return fmt.Errorf("region %s: subnet %q: %w", reg.Region, reg.Subnet, err)
-		}
-		used := map[int]bool{}
-		for _, r := range records {
-			if a, err := netip.ParseAddr(r.Address); err == nil && subnet.Contains(a) {
-				used[int(a.As4()[3])] = true
-			}
-		}
-		h, err := pickHost(reg.LastHost, used)
-		if err != nil {
-			return fmt.Errorf("region %s (%s): %w", reg.Region, reg.Subnet, err)
-		}
-		reg.LastHost = h
-		if err := writeRegion(p.regionsDir(), reg); err != nil {
-			return err
-		}
-		rec.Address = hostAddr(subnet, h).String()
-		rec.PrefixLen = subnet.Bits()
-		rec.Gateway = hostAddr(subnet, gatewayHost).String()
-		rec.Bridge = reg.Bridge
-		// From here on the address is taken, whatever happens to this process.
-		if err := writeRecord(dir, rec); err != nil {
-			return err
-		}
-	}
-	if err := ensureBridge(ctx, rec.Bridge, fmt.Sprintf("%s/%d", rec.Gateway, rec.PrefixLen)); err != nil {
-		return fmt.Errorf("region %s: %w", rec.Spec.Region, err)
 	}
 	return nil
 }
@@ -576,80 +490,14 @@ func (p *Provider) destroy(ctx context.Context, name, dir string, rec *record) e
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	if rec != nil && rec.Bridge != "" {
-		return p.releaseBridge(ctx, rec.Spec.Region, rec.Bridge)
-	}
-	return nil
-}
-
-// teardown stops the agent, then kills and removes everything of the instance but its directory.
-// Every step runs even when an earlier one failed, so that as much as possible goes.
-func (p *Provider) teardown(ctx context.Context, name, dir string, rec *record) error {
-	ns, veth, root := netnsName(name), vethName(name), cgroupRootOf(name)
-	if rec != nil {
-		if rec.Netns != "" {
-			ns = rec.Netns
-		}
-		if rec.HostVeth != "" {
-			veth = rec.HostVeth
-		}
-		if rec.CgroupRoot != "" {
-			root = rec.CgroupRoot
+		if err := p.releaseBridge(ctx, rec.Spec.Region, rec.Bridge); err != nil {
+			return err
 		}
 	}
-	start := time.Now()
-	if rec != nil && alive(rec.AgentPID, rec.AgentStartTime) {
-		if err := syscall.Kill(rec.AgentPID, syscall.SIGTERM); err == nil {
-			err := waitFor(ctx, p.opts.StopTimeout, func() bool { return !alive(rec.AgentPID, rec.AgentStartTime) }, "the agent to stop")
-			if err != nil {
-				p.log.Warn("the agent did not stop after SIGTERM; killing the instance", "instance", name, "err", err)
-			}
-			p.log.Debug("agent stopped", "instance", name, "seconds", time.Since(start).Seconds())
-		}
-	}
-	// Whatever the context says from here on, nothing may be left half removed.
-	ctx = context.WithoutCancel(ctx)
-	hier, err := cgroupHierarchies()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	if err := killAll(ctx, hier, root, netnsInode(ns), dir, 15*time.Second); err != nil {
-		errs = append(errs, err)
-	}
-	if err := removeCgroups(ctx, hier, root, 10*time.Second); err != nil {
-		errs = append(errs, err)
-	}
-	if err := unmountUnder(dir); err != nil {
-		errs = append(errs, err)
-	}
-	if err := deleteNetns(ctx, ns, veth); err != nil {
-		errs = append(errs, err)
-	}
-	if err := removeContainerLogLinks(dir); err != nil {
-		errs = append(errs, err)
-	}
-	p.log.Debug("instance torn down", "instance", name, "seconds", time.Since(start).Seconds(), "errors", len(errs))
-	return errors.Join(errs...)
-}
-
-// releaseBridge deletes a region's bridge when no instance of the region is left.
-func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) error {
-	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
-	if err != nil {
-		return err
-	}
-	defer lk.unlock()
-	records, err := p.records()
-	if err != nil {
-		return err
-	}
-	for _, r := range records {
-		if r.Spec.Region == region || r.Bridge == bridge {
-			return nil
-		}
-	}
-	if err := deleteLink(context.WithoutCancel(ctx), bridge); err != nil {
-		return fmt.Errorf("remove the bridge of region %s: %w", region, err)
+	// The instance is gone whatever happens here: a failed restore is reported, not retried by
+	// deleting again (the next herd up, or the next last deletion, tries again).
+	if err := p.withProviderLock(p.restoreHostSettings); err != nil {
+		p.log.Warn("the host's kernel settings from before herd's instances could not be restored", "err", err)
 	}
 	return nil
 }

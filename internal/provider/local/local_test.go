@@ -282,12 +282,12 @@ func TestLogTail(t *testing.T) {
 }
 
 // newTestProvider returns a provider on a fresh data directory with one bundle in its image store,
-// whose host checks pass.
+// whose host checks pass and whose kernel settings are a directory of the test's own.
 func newTestProvider(t *testing.T, herdBinary string) (*Provider, string) {
 	t.Helper()
 	dataDir := t.TempDir()
 	digest := writeBundle(t, dataDir)
-	p, err := New(Options{DataDir: dataDir, HerdBinary: herdBinary, StopTimeout: 5 * time.Second})
+	p, err := New(Options{DataDir: dataDir, HerdBinary: herdBinary, StopTimeout: 5 * time.Second, SysctlRoot: fakeSysctls(t, hostOriginals)})
 	if err != nil {
 		t.Fatal(err)
 	}

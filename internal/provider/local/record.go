@@ -91,7 +91,8 @@ func writeRecord(dir string, r *record) error {
 }
 
 // writeFileAtomic replaces path with data (mode 0600) so that readers and crashes see the old or
-// the new content, never a mix.
+// the new content, never a mix; the directory is synced too, so that the new content survives a
+// power loss once it returns.
 func writeFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
 	if err != nil {
@@ -115,6 +116,14 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync its directory: %w", path, err)
 	}
 	return nil
 }

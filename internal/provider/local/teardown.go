@@ -278,3 +278,54 @@ func removeContainerLogLinks(dir string) error {
 	}
 	return nil
 }
+
+// teardown stops the agent, then kills and removes everything of the instance but its directory.
+// Every step runs even when an earlier one failed, so that as much as possible goes.
+func (p *Provider) teardown(ctx context.Context, name, dir string, rec *record) error {
+	ns, veth, root := netnsName(name), vethName(name), cgroupRootOf(name)
+	if rec != nil {
+		if rec.Netns != "" {
+			ns = rec.Netns
+		}
+		if rec.HostVeth != "" {
+			veth = rec.HostVeth
+		}
+		if rec.CgroupRoot != "" {
+			root = rec.CgroupRoot
+		}
+	}
+	start := time.Now()
+	if rec != nil && alive(rec.AgentPID, rec.AgentStartTime) {
+		if err := syscall.Kill(rec.AgentPID, syscall.SIGTERM); err == nil {
+			err := waitFor(ctx, p.opts.StopTimeout, func() bool { return !alive(rec.AgentPID, rec.AgentStartTime) }, "the agent to stop")
+			if err != nil {
+				p.log.Warn("the agent did not stop after SIGTERM; killing the instance", "instance", name, "err", err)
+			}
+			p.log.Debug("agent stopped", "instance", name, "seconds", time.Since(start).Seconds())
+		}
+	}
+	// Whatever the context says from here on, nothing may be left half removed.
+	ctx = context.WithoutCancel(ctx)
+	hier, err := cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if err := killAll(ctx, hier, root, netnsInode(ns), dir, 15*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeCgroups(ctx, hier, root, 10*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmountUnder(dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := deleteNetns(ctx, ns, veth); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeContainerLogLinks(dir); err != nil {
+		errs = append(errs, err)
+	}
+	p.log.Debug("instance torn down", "instance", name, "seconds", time.Since(start).Seconds(), "errors", len(errs))
+	return errors.Join(errs...)
+}

@@ -5,7 +5,8 @@
 //
 // Other work may run on the same host at the same time, so the checks look for what belongs to
 // the test (its data directory and the names it gave) rather than for any change at all; only
-// the host's iptables rules, which herd never touches, must be exactly as they were.
+// the host's iptables rules, which herd never touches, and the kernel settings instances change
+// and herd restores, must be exactly as they were.
 package localtest
 
 import (
@@ -31,13 +32,24 @@ import (
 const (
 	netnsDir         = "/run/netns"
 	containerLogsDir = "/var/log/containers"
+	sysctlDir        = "/proc/sys"
 )
+
+// KernelSettings are the host kernel settings every local instance's kubelet sets and the local
+// provider restores after its last instance (local.KubeletHostSettings; not imported from there
+// because the local package's own tests import this one).
+var KernelSettings = []string{
+	"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
+	"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
+}
 
 // Snapshot is the host state a test compares against after it has cleaned up.
 type Snapshot struct {
 	// Iptables is iptables-save's output without comments and counters ("" when iptables-save
 	// is not installed).
 	Iptables string
+	// Sysctls are the values of KernelSettings, "name=value" lines.
+	Sysctls string
 	// Netns, Links, Cgroups and Mounts are what existed, for reporting what appeared since.
 	Netns   []string
 	Links   []string
@@ -61,6 +73,7 @@ func take() (Snapshot, error) {
 	if s.Iptables, err = iptablesSave(); err != nil {
 		return s, err
 	}
+	s.Sysctls = kernelSettings()
 	if s.Netns, err = netnsNames(); err != nil {
 		return s, err
 	}
@@ -100,8 +113,9 @@ func (s Snapshot) Appeared(now Snapshot) []string {
 // host-wide names they were given.
 type Owned struct {
 	// Dirs are directories (a data directory, an instance directory): any mount at or under one,
-	// any process whose command line names a path under one, any /var/log/containers symlink into
-	// one, and the directory itself (if Gone is set) count as left behind.
+	// any process whose command line names a path under one or whose working directory is under
+	// one, any /var/log/containers symlink into one, and the directory itself (if Gone is set)
+	// count as left behind.
 	Dirs []string
 	// Gone lists directories that must not exist any more.
 	Gone []string
@@ -185,8 +199,8 @@ func Leftovers(o Owned) ([]string, error) {
 	return out, nil
 }
 
-// AssertClean fails t if anything of o is left, or if the host's iptables rules differ from
-// before. What else appeared on the host since before is logged.
+// AssertClean fails t if anything of o is left, or if the host's iptables rules or kernel
+// settings differ from before. What else appeared on the host since before is logged.
 func AssertClean(t testing.TB, before Snapshot, o Owned) {
 	t.Helper()
 	left, err := Leftovers(o)
@@ -203,6 +217,9 @@ func AssertClean(t testing.TB, before Snapshot, o Owned) {
 	if now.Iptables != before.Iptables {
 		t.Errorf("the host's iptables rules changed:\nbefore:\n%s\nafter:\n%s", before.Iptables, now.Iptables)
 	}
+	if now.Sysctls != before.Sysctls {
+		t.Errorf("the host's kernel settings changed:\nbefore:\n%s\nafter:\n%s", before.Sysctls, now.Sysctls)
+	}
 	if extra := before.Appeared(now); len(extra) > 0 {
 		t.Logf("appeared on the host meanwhile (not this test's): %s", strings.Join(extra, ", "))
 	}
@@ -215,6 +232,18 @@ func under(p string, dirs []string) bool {
 		}
 	}
 	return false
+}
+
+// kernelSettings reads KernelSettings from the host, one "name=value" line each (a setting the
+// kernel lacks is left out).
+func kernelSettings() string {
+	var lines []string
+	for _, name := range KernelSettings {
+		if b, err := os.ReadFile(filepath.Join(sysctlDir, strings.ReplaceAll(name, ".", "/"))); err == nil {
+			lines = append(lines, name+"="+strings.TrimSpace(string(b)))
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
@@ -327,7 +356,8 @@ func mountPoints() ([]string, error) {
 	return out, nil
 }
 
-// processesUnder lists processes whose command line has a path under one of dirs.
+// processesUnder lists processes whose command line has a path under one of dirs, or whose
+// working directory is under one (a script's child started with a relative path names none).
 func processesUnder(dirs []string) ([]string, error) {
 	if len(dirs) == 0 {
 		return nil, nil
@@ -352,15 +382,17 @@ func processesUnder(dirs []string) ([]string, error) {
 				continue // a zombie holds nothing
 			}
 		}
+		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		named := under(cwd, dirs)
 		for _, arg := range bytes.Split(cmdline, []byte{0}) {
 			a := string(arg)
 			if i := strings.IndexByte(a, '='); i >= 0 && strings.HasPrefix(a, "-") {
 				a = a[i+1:]
 			}
-			if under(a, dirs) {
-				out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
-				break
-			}
+			named = named || under(a, dirs)
+		}
+		if named {
+			out = append(out, fmt.Sprintf("process %d (cwd %s): %s", pid, cwd, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
 		}
 	}
 	return out, nil
