@@ -18,10 +18,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 )
+
+// QueueName names the controller's work queue of fleet names, for workqueue metrics.
+const QueueName = "fleets"
 
 // Options configure a Controller.
 type Options struct {
@@ -61,6 +67,12 @@ type Options struct {
 	// digest instances boot from, so that a rebuilt image makes a new revision. A reference it does
 	// not know is returned unchanged.
 	ResolveImage func(ref string) (string, error)
+	// Clock is the controller's time: every timestamp it writes, its resync ticker and its work
+	// queue's delays. Default: the real clock.
+	Clock clock.WithTicker
+	// QueueMetrics, when set, receives the work queue's metrics (depth, adds, latency, retries)
+	// under the name QueueName; client_golang adapters exist for it. Default: none.
+	QueueMetrics workqueue.MetricsProvider
 }
 
 // TargetSink is told which instances of a fleet should receive traffic: the load balancer.
@@ -84,10 +96,15 @@ type Result struct {
 
 // Controller reconciles fleets. Create it with New and run it with Start.
 type Controller struct {
-	opts   Options
-	log    *slog.Logger
-	queue  *queue
-	events *Recorder
+	opts  Options
+	log   *slog.Logger
+	clock clock.WithTicker
+	// queue holds fleet names. Its rate limiter gives the backoff after errors; the queue itself
+	// guarantees that a name waiting more than once is reconciled once and never by two workers
+	// at the same time, and that a name added during its reconcile is reconciled again after.
+	queue   workqueue.TypedRateLimitingInterface[string]
+	limiter workqueue.TypedRateLimiter[string]
+	events  *Recorder
 
 	mu        sync.Mutex
 	instances map[string]map[string]*v1alpha1.Instance // fleet -> name -> instance
@@ -123,11 +140,19 @@ func New(opts Options) (*Controller, error) {
 	orDefault(&opts.HealBackoffBase, 10*time.Second)
 	orDefault(&opts.HealBackoffMax, 5*time.Minute)
 	orDefault(&opts.MaxConcurrentCreates, 100)
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	log := opts.Logger.With("component", "controller")
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBase, opts.RetryMax)
 	return &Controller{
-		opts:      opts,
-		log:       log,
-		queue:     newQueue(opts.RetryBase, opts.RetryMax),
+		opts:    opts,
+		log:     log,
+		clock:   opts.Clock,
+		limiter: limiter,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
+			Name: QueueName, Clock: opts.Clock, MetricsProvider: opts.QueueMetrics,
+		}),
 		events:    NewRecorder(opts.Store, log),
 		instances: map[string]map[string]*v1alpha1.Instance{},
 	}, nil
@@ -208,9 +233,14 @@ func (c *Controller) Start(ctx context.Context) error {
 	for range c.opts.Workers {
 		wg.Go(func() {
 			for {
-				key, ok := c.queue.Get()
-				if !ok {
+				key, shutdown := c.queue.Get()
+				if shutdown {
 					return
+				}
+				if ctx.Err() != nil {
+					// Stopping: what is still queued is not worth a reconcile that would fail.
+					c.queue.Done(key)
+					continue
 				}
 				c.process(ctx, key)
 				c.queue.Done(key)
@@ -222,7 +252,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		})
 	}
 
-	resync := time.NewTicker(c.opts.ResyncPeriod)
+	resync := c.clock.NewTicker(c.opts.ResyncPeriod)
 	defer resync.Stop()
 	defer func() {
 		c.queue.ShutDown()
@@ -248,7 +278,7 @@ func (c *Controller) Start(ctx context.Context) error {
 				continue
 			}
 			c.queue.Add(ev.Record.Name)
-		case <-resync.C:
+		case <-resync.C():
 			c.enqueueAll(ctx)
 		}
 	}
@@ -292,7 +322,9 @@ func (c *Controller) process(ctx context.Context, key string) {
 		if ctx.Err() != nil {
 			return
 		}
-		d := c.queue.Retry(key)
+		// As AddRateLimited, with the delay kept for the log.
+		d := c.limiter.When(key)
+		c.queue.AddAfter(key, d)
 		c.log.Warn("reconcile failed, retrying", "fleet", key, "retry_in", d.String(), "err", err)
 		c.lastErrors.Store(key, err.Error())
 		return

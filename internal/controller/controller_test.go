@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
@@ -374,39 +377,50 @@ func TestRestartAdoptsAndCleansUp(t *testing.T) {
 	}
 }
 
-func TestQueueBackoffAndDedup(t *testing.T) {
-	q := newQueue(10*time.Millisecond, 80*time.Millisecond)
-	q.Add("a")
-	q.Add("a")
-	q.Add("b")
-	if q.Len() != 2 {
-		t.Fatalf("Len = %d, want 2 (a deduplicated)", q.Len())
+// The work queue backs failures off from RetryBase doubling to RetryMax, on the controller's clock:
+// a retried fleet comes back only once the clock has moved by its delay.
+func TestQueueBacksOffOnTheClock(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	p, _ := fake.New(fake.Options{})
+	c, err := New(Options{Store: memory.New(), Providers: map[string]provider.Provider{fake.Name: p}, Clock: clk,
+		RetryBase: 10 * time.Millisecond, RetryMax: 80 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
-	k, _ := q.Get()
-	q.Add(k) // added while processing: must come back after Done, not before
-	k2, _ := q.Get()
-	if k2 == k {
-		t.Fatal("a key was handed out while still being processed")
-	}
-	q.Done(k)
-	q.Done(k2)
-	if q.Len() != 1 {
-		t.Fatalf("Len = %d after Done, want 1 (the re-added key)", q.Len())
-	}
+	defer c.queue.ShutDown()
 	var delays []time.Duration
 	for range 5 {
-		delays = append(delays, q.Retry("x"))
+		delays = append(delays, c.limiter.When("x"))
 	}
-	want := []time.Duration{10, 20, 40, 80, 80}
-	for i := range want {
-		if delays[i] != want[i]*time.Millisecond {
-			t.Fatalf("backoff delays %v, want %v ms", delays, want)
+	if want := []time.Duration{10, 20, 40, 80, 80}; !slices.Equal(delays, scaled(want, time.Millisecond)) {
+		t.Fatalf("backoff delays %v, want %v ms", delays, want)
+	}
+	c.queue.AddAfter("x", delays[2])
+	waitFor(t, 5*time.Second, func() string {
+		if !clk.HasWaiters() {
+			return "the queue is not waiting on the clock"
 		}
+		return ""
+	})
+	clk.Step(delays[2] - time.Millisecond)
+	if n := c.queue.Len(); n != 0 {
+		t.Fatalf("%d keys ready 1ms before their delay", n)
 	}
-	q.ShutDown()
-	if _, ok := q.Get(); ok {
-		t.Fatal("Get after ShutDown returned a key")
+	clk.Step(time.Millisecond)
+	waitFor(t, 5*time.Second, func() string {
+		if n := c.queue.Len(); n != 1 {
+			return fmt.Sprintf("%d keys ready once the delay passed, want 1", n)
+		}
+		return ""
+	})
+}
+
+func scaled(v []time.Duration, unit time.Duration) []time.Duration {
+	out := make([]time.Duration, len(v))
+	for i := range v {
+		out[i] = v[i] * unit
 	}
+	return out
 }
 
 // A fleet naming an image by name pins the digest the name resolves to; rebuilding the image (the

@@ -67,7 +67,7 @@ func (s *scope) heal() {
 	src := s.lbHealth()
 	st := s.healState()
 	st.justHealed = 0
-	now := time.Now()
+	now := s.c.clock.Now()
 
 	failed := func(name, why string) {
 		delete(st.replacements, name)

@@ -278,7 +278,7 @@ func (s *scope) apply(in *v1alpha1.Instance, o provider.Instance) bool {
 		st.Phase = v1alpha1.PhaseReady
 		st.LastError = ""
 		if st.ReadyAt == nil {
-			now := time.Now().UTC()
+			now := s.c.clock.Now().UTC()
 			st.ReadyAt = &now
 		}
 	case provider.StateFailed:
@@ -296,7 +296,7 @@ func (s *scope) terminate(in *v1alpha1.Instance, why string) {
 	if in.Status.Phase == v1alpha1.PhaseTerminating {
 		return
 	}
-	now := time.Now().UTC()
+	now := s.c.clock.Now().UTC()
 	in.Status.Phase = v1alpha1.PhaseTerminating
 	in.Status.TerminatingAt = &now
 	if why != "" && in.Status.LastError == "" {
@@ -704,7 +704,7 @@ func (s *scope) writeStatus() error {
 		}
 	}
 	st.Rollout = s.ro
-	now := time.Now().UTC()
+	now := s.c.clock.Now().UTC()
 	st.Healing = s.healState().status(now)
 	st.History = s.history(now)
 	prev := s.stored.Status

@@ -98,7 +98,7 @@ func (s *scope) rollout() bool {
 		s.ro = &cp
 	}
 	strategy := s.fleet.Spec.Rollout.Strategy
-	now := time.Now().UTC()
+	now := s.c.clock.Now().UTC()
 	if s.ro == nil || s.ro.Revision != s.revision {
 		if strategy != v1alpha1.StrategyBlueGreen && strategy != v1alpha1.StrategyCanary {
 			return false
