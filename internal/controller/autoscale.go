@@ -212,7 +212,7 @@ func (a *Autoscaler) tick(ctx context.Context) error {
 		if d.Desired < sample.Desired {
 			reason = ReasonScaledIn
 		}
-		a.c.events.Eventf(ctx, "Fleet/"+name, v1alpha1.EventNormal, reason, "%s", d.Reason)
+		a.c.events.Eventf("Fleet/"+name, v1alpha1.EventNormal, reason, "%s", d.Reason)
 	}
 	for name := range a.strategies {
 		if !seen[name] {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/events"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 )
@@ -67,6 +68,9 @@ type Options struct {
 	// digest instances boot from, so that a rebuilt image makes a new revision. A reference it does
 	// not know is returned unchanged.
 	ResolveImage func(ref string) (string, error)
+	// Events receives the events the controller records. Default: a recorder of its own
+	// (internal/events) writing to Store, run by Start.
+	Events EventRecorder
 	// Clock is the controller's time: every timestamp it writes, its resync ticker and its work
 	// queue's delays. Default: the real clock.
 	Clock clock.WithTicker
@@ -104,7 +108,9 @@ type Controller struct {
 	// at the same time, and that a name added during its reconcile is reconciled again after.
 	queue   workqueue.TypedRateLimitingInterface[string]
 	limiter workqueue.TypedRateLimiter[string]
-	events  *Recorder
+	events  EventRecorder
+	// ownEvents is the recorder the controller runs itself when Options.Events is nil.
+	ownEvents *events.Recorder
 
 	mu        sync.Mutex
 	instances map[string]map[string]*v1alpha1.Instance // fleet -> name -> instance
@@ -144,6 +150,11 @@ func New(opts Options) (*Controller, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	log := opts.Logger.With("component", "controller")
+	var own *events.Recorder
+	if opts.Events == nil {
+		own = events.New(events.Options{Store: opts.Store, Logger: opts.Logger, Clock: opts.Clock})
+		opts.Events = own
+	}
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBase, opts.RetryMax)
 	return &Controller{
 		opts:    opts,
@@ -153,7 +164,8 @@ func New(opts Options) (*Controller, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
 			Name: QueueName, Clock: opts.Clock, MetricsProvider: opts.QueueMetrics,
 		}),
-		events:    NewRecorder(opts.Store, log),
+		events:    opts.Events,
+		ownEvents: own,
 		instances: map[string]map[string]*v1alpha1.Instance{},
 	}, nil
 }
@@ -181,8 +193,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("controller: list instances: %w", err)
 	}
-	if err := c.events.Load(ctx); err != nil {
-		return fmt.Errorf("controller: %w", err)
+	if c.ownEvents != nil {
+		// Deferred first, so run last: after the workers stopped, their last events are written.
+		defer c.startEvents(ctx)()
 	}
 	c.mu.Lock()
 	for _, in := range insts {
@@ -281,6 +294,23 @@ func (c *Controller) Start(ctx context.Context) error {
 		case <-resync.C():
 			c.enqueueAll(ctx)
 		}
+	}
+}
+
+// startEvents runs the controller's own event recorder until the returned stop is called. Its
+// context outlives ctx so that the events of the last reconciles are still written.
+func (c *Controller) startEvents(ctx context.Context) (stop func()) {
+	evCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.ownEvents.Start(evCtx); err != nil {
+			c.log.Error("event recorder stopped: events are logged but not stored", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 

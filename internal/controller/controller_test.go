@@ -38,6 +38,8 @@ type env struct {
 	healBackoff time.Duration
 	// stats, when set, is the controller's source of per-revision figures for canary analysis.
 	stats StatsSource
+	// recorder, when set, receives the controller's events in place of the store.
+	recorder EventRecorder
 }
 
 // newEnv starts a controller on st and p; nil stands for a memory store and a fake provider whose
@@ -75,7 +77,7 @@ func (e *env) start() {
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,
 		Health: e.health, HealthPollInterval: 20 * time.Millisecond,
-		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff,
+		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff, Events: e.recorder,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -263,13 +265,9 @@ func TestProviderErrorsAreRetriedWithBackoff(t *testing.T) {
 	if elapsed := time.Since(start); elapsed < 70*time.Millisecond {
 		t.Fatalf("converged after %s: failures were not backed off", elapsed)
 	}
-	evs, _, _ := store.ListObjects[v1alpha1.Event](context.Background(), e.store, store.Events)
-	found := false
-	for _, ev := range evs {
-		found = found || (ev.Reason == "CreateFailed" && ev.Type == v1alpha1.EventWarning)
-	}
-	if !found {
-		t.Fatal("no CreateFailed warning event recorded")
+	waitFor(t, 5*time.Second, e.eventsAtLeast("CreateFailed", 1))
+	if ev := e.events("CreateFailed")[0]; ev.Type != v1alpha1.EventWarning {
+		t.Fatalf("CreateFailed event of type %s, want %s", ev.Type, v1alpha1.EventWarning)
 	}
 }
 

@@ -114,7 +114,7 @@ func (c *Controller) reconcileDeleted(ctx context.Context, name string) (Result,
 		}
 	}
 	if n > 0 {
-		c.events.Eventf(ctx, s.object, v1alpha1.EventNormal, "Deleting", "fleet deleted: deleting %d instances", n)
+		s.event(s.object, v1alpha1.EventNormal, "Deleting", "fleet deleted: deleting %d instances", n)
 	}
 	if err := s.commit(); err != nil {
 		return Result{}, err
@@ -178,6 +178,9 @@ type scope struct {
 	// rollout step is due.
 	ro      *v1alpha1.RolloutStatus
 	requeue time.Duration
+
+	// Events wait until what they describe is stored (events.go).
+	recordEvents, statusEvents []event
 }
 
 func (s *scope) observe(providers map[string]provider.Provider) error {
@@ -234,7 +237,7 @@ func (s *scope) adopt() {
 		n++
 	}
 	if n > 0 {
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "Adopted", "adopted %d running instances that had no record", n)
+		s.event(s.object, v1alpha1.EventNormal, "Adopted", "adopted %d running instances that had no record", n)
 	}
 }
 
@@ -259,7 +262,7 @@ func (s *scope) refresh() {
 		}
 	}
 	if lost > 0 {
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventWarning, "InstancesLost", "%d instances vanished from their provider; replacing them", lost)
+		s.event(s.object, v1alpha1.EventWarning, "InstancesLost", "%d instances vanished from their provider; replacing them", lost)
 	}
 }
 
@@ -362,7 +365,7 @@ func (s *scope) scale() {
 		for range toCreate {
 			s.newRecord(region)
 		}
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s (desired %d)", toCreate, s.revision, desired)
+		s.event(s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s (desired %d)", toCreate, s.revision, desired)
 	}
 
 	if extra := len(cur) - desired; extra > 0 {
@@ -370,7 +373,7 @@ func (s *scope) scale() {
 		for _, in := range cur[:extra] {
 			s.terminate(in, "")
 		}
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "ScalingDown", "deleting %d instances (desired %d)", extra, desired)
+		s.event(s.object, v1alpha1.EventNormal, "ScalingDown", "deleting %d instances (desired %d)", extra, desired)
 	}
 	if len(old) == 0 {
 		// Not during a rolling update: warm instances are of the current revision only.
@@ -404,7 +407,7 @@ func (s *scope) scale() {
 			removed++
 		}
 		if removed > 0 {
-			s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "RollingUpdate", "deleting %d instances of older revisions for %s", removed, s.revision)
+			s.event(s.object, v1alpha1.EventNormal, "RollingUpdate", "deleting %d instances of older revisions for %s", removed, s.revision)
 		}
 	}
 }
@@ -456,6 +459,7 @@ func (s *scope) newRecordOf(region v1alpha1.Region, rev, image string) *v1alpha1
 // controller's index. Nothing is written when nothing changed.
 func (s *scope) commit() error {
 	if len(s.dirty) == 0 && len(s.removed) == 0 {
+		s.emit(&s.recordEvents)
 		return nil
 	}
 	var ops []store.Op
@@ -496,6 +500,7 @@ func (s *scope) commit() error {
 	s.c.mu.Unlock()
 	s.dirty = nil
 	s.removed = nil
+	s.emit(&s.recordEvents)
 	return nil
 }
 
@@ -596,10 +601,10 @@ func (s *scope) callProviders() {
 	wg.Wait()
 	if createErrs > 0 {
 		s.errs = append(s.errs, fmt.Errorf("create %d instances of fleet %s: %w", createErrs, s.fleetName(), firstCreateErr))
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventWarning, "CreateFailed", "%d instances could not be created: %v", createErrs, firstCreateErr)
+		s.event(s.object, v1alpha1.EventWarning, "CreateFailed", "%d instances could not be created: %v", createErrs, firstCreateErr)
 	}
 	if deleteErrs > 0 {
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventWarning, "DeleteFailed", "%d instances could not be deleted; retrying", deleteErrs)
+		s.event(s.object, v1alpha1.EventWarning, "DeleteFailed", "%d instances could not be deleted; retrying", deleteErrs)
 	}
 }
 
@@ -710,6 +715,7 @@ func (s *scope) writeStatus() error {
 	prev := s.stored.Status
 	prev.LastReconcile = nil
 	if reflect.DeepEqual(prev, st) {
+		s.emit(&s.statusEvents)
 		return nil
 	}
 	st.LastReconcile = &now
@@ -719,15 +725,15 @@ func (s *scope) writeStatus() error {
 		return err
 	}
 	recs, err := s.c.opts.Store.Txn(s.ctx, op)
-	if err == nil {
-		s.c.statusWrites.Store(f.Metadata.Name, recs[0].ResourceVersion)
-	}
 	if err != nil {
-		// A conflict means the user changed the fleet meanwhile: the watch requeues it.
+		// A conflict means the user changed the fleet meanwhile: the watch requeues it, and the
+		// status events are noted again by that reconcile if they still hold.
 		if errors.Is(err, store.ErrConflict) {
 			return nil
 		}
 		return fmt.Errorf("write status of fleet %s: %w", f.Metadata.Name, err)
 	}
+	s.c.statusWrites.Store(f.Metadata.Name, recs[0].ResourceVersion)
+	s.emit(&s.statusEvents)
 	return nil
 }

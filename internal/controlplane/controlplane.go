@@ -24,6 +24,7 @@ import (
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/events"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbsync"
@@ -135,7 +136,8 @@ func Run(ctx context.Context, opts Options) error {
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
 	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor})
+	recorder := events.New(events.Options{Store: st, Logger: log})
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor, Events: recorder})
 	if err != nil {
 		return err
 	}
@@ -188,7 +190,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 5) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 6) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -203,6 +205,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer stopLB()
 	var lbDone sync.WaitGroup
 	run(lbCtx, &lbDone, "load balancer", balancer.Start)
+	// The event writer stops last too, so that the events of the last reconciles are stored.
+	run(lbCtx, &lbDone, "events", recorder.Start)
 	run(runCtx, &wg, "controller", ctrl.Start)
 	run(runCtx, &wg, "autoscaler", scaler.Start)
 	run(runCtx, &wg, "agent metrics", cpu.Start)
