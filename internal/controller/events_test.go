@@ -3,12 +3,11 @@ package controller
 import (
 	"context"
 	"errors"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"herd.dev/herd/internal/events/eventstest"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -28,42 +27,24 @@ func (s *failingStore) Txn(ctx context.Context, ops ...store.Op) ([]store.Record
 	return s.Store.Txn(ctx, ops...)
 }
 
-// reasons is an EventRecorder that keeps the reasons of the events it is given, at once.
-type reasons struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (r *reasons) Eventf(_, _, reason, _ string, _ ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.seen = append(r.seen, reason)
-}
-
-func (r *reasons) count(reason string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(slices.DeleteFunc(slices.Clone(r.seen), func(s string) bool { return s != reason }))
-}
-
 // An event about instances is recorded only once their records are stored: while the store
 // refuses them, no ScalingUp event claims that instances are being created.
 func TestEventsFollowTheCommit(t *testing.T) {
 	st := &failingStore{Store: memory.New()}
 	st.fail.Store(true)
-	rec := &reasons{}
+	rec := &eventstest.Recorder{}
 	e := startEnv(t, &env{store: st, recorder: rec})
 	e.put(fleetSpec("web", "img", 2))
 	e.waitReconciles(5)
 	if n := e.fake.Calls("Create"); n != 0 {
 		t.Fatalf("%d instances created although their records could not be written", n)
 	}
-	if n := rec.count("ScalingUp"); n != 0 {
+	if n := rec.Count("ScalingUp"); n != 0 {
 		t.Fatalf("%d ScalingUp events recorded while no record could be written", n)
 	}
 	st.fail.Store(false)
 	waitFor(t, 5*time.Second, e.converged("web", 2, ""))
-	if n := rec.count("ScalingUp"); n == 0 {
+	if n := rec.Count("ScalingUp"); n == 0 {
 		t.Fatal("no ScalingUp event once the records were written")
 	}
 }

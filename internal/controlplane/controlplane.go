@@ -22,6 +22,7 @@ import (
 	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/agentmetrics"
 	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/events"
@@ -142,7 +143,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	// The agents' CPU figures, for fleets autoscaled on cpu: only their serving instances are read.
-	var scaler *controller.Autoscaler
+	var scaler *autoscaler.Loop
 	cpu, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
 		var out []agentmetrics.Target
 		for _, t := range scaler.CPUTargets() {
@@ -153,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	scaler, err = ctrl.NewAutoscaler(controller.AutoscalerOptions{Load: monitor, CPU: cpu})
+	scaler, err = autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: cpu, Logger: log})
 	if err != nil {
 		return err
 	}
