@@ -14,7 +14,7 @@ type event struct {
 }
 
 // event notes an event about instance records (created, deleted, adopted): it is recorded after
-// the next commit of the records succeeds, and never if it fails.
+// the records are stored, and never if their write fails.
 func (s *scope) event(object, typ, reason, format string, args ...any) {
 	s.recordEvents = append(s.recordEvents, event{object, typ, reason, fmt.Sprintf(format, args...)})
 }
@@ -27,8 +27,13 @@ func (s *scope) statusEvent(object, typ, reason, format string, args ...any) {
 
 // emit records evs and empties the list.
 func (s *scope) emit(evs *[]event) {
-	for _, ev := range *evs {
+	s.emitAll(*evs)
+	*evs = nil
+}
+
+// emitAll records evs.
+func (s *scope) emitAll(evs []event) {
+	for _, ev := range evs {
 		s.c.events.Eventf(ev.object, ev.typ, ev.reason, "%s", ev.message)
 	}
-	*evs = nil
 }
