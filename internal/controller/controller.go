@@ -1,12 +1,20 @@
-// Package controller turns Fleets into instances. It is level-based: every reconcile of a fleet
-// compares what the store says should exist with what the providers say does exist, and moves one
-// step towards the former; nothing depends on having seen a particular change. It runs as one
-// runnable (Start) with a work queue of fleet names and a few workers.
+// Package controller is the fleet reconciler: it turns Fleets into instances. It is level-based:
+// every reconcile of a fleet compares what the store says should exist with what the providers say
+// does exist, and moves one step towards the former; nothing depends on having seen a particular
+// change. It runs as one runnable (Start): client-go's rate-limited work queue of fleet names
+// (QueueName), a few workers, a watch on fleets and a periodic resync, all on an injected clock.
+//
+// A reconcile observes (the fleet from the store, its records from the controller's index, its
+// instances from the providers), plans without I/O (plan.go: adopt, refresh, heal, roll out or
+// scale, compute the status) and executes the plan (execute.go). Events describing the plan go to
+// an EventRecorder (internal/events) only once what they describe is stored.
 //
 // The controller is the only writer of Instance records. It keeps them in memory, loaded at start
 // and updated on every write, and records an instance before asking a provider to create it (with a
 // name chosen in advance), so a crash at any point leaves either a record to finish or a labelled
-// provider instance to adopt: never an orphan or a duplicate.
+// provider instance to adopt: never an orphan or a duplicate. Other loops read the records through
+// a read-only view (view.go); the autoscaler, which writes spec.replicas.desired, lives in
+// internal/autoscaler.
 package controller
 
 import (
