@@ -1,7 +1,9 @@
-// Package autoscaler decides how many instances a fleet should have from its load. The decision
-// is a pure function of the samples it is fed and the time, so it is table-tested without clocks or
-// instances; metric sources (the load balancer, the agents) and the controller that applies the
-// decision live elsewhere.
+// Package autoscaler decides how many instances a fleet should have from its load, and applies the
+// decision. The decision (Strategy) is a pure function of the samples it is fed and the time, so it
+// is table-tested without clocks or instances. The loop (Loop) samples every autoscaled fleet on a
+// clock, through interfaces it declares: the load balancer's load, the agents' CPU, and a read-only
+// view of the instances that the controller offers. It writes only spec.replicas.desired; the
+// controller then creates or drains instances as for any change of the count.
 //
 // The strategy is target tracking, like Kubernetes' HPA and AWS target tracking: the metric per
 // instance is kept near a target by setting desired = ceil(current * metric / target). Scale-out

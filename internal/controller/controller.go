@@ -1,12 +1,20 @@
-// Package controller turns Fleets into instances. It is level-based: every reconcile of a fleet
-// compares what the store says should exist with what the providers say does exist, and moves one
-// step towards the former; nothing depends on having seen a particular change. It runs as one
-// runnable (Start) with a work queue of fleet names and a few workers.
+// Package controller is the fleet reconciler: it turns Fleets into instances. It is level-based:
+// every reconcile of a fleet compares what the store says should exist with what the providers say
+// does exist, and moves one step towards the former; nothing depends on having seen a particular
+// change. It runs as one runnable (Start): client-go's rate-limited work queue of fleet names
+// (QueueName), a few workers, a watch on fleets and a periodic resync, all on an injected clock.
+//
+// A reconcile observes (the fleet from the store, its records from the controller's index, its
+// instances from the providers), plans without I/O (plan.go: adopt, refresh, heal, roll out or
+// scale, compute the status) and executes the plan (execute.go). Events describing the plan go to
+// an EventRecorder (internal/events) only once what they describe is stored.
 //
 // The controller is the only writer of Instance records. It keeps them in memory, loaded at start
 // and updated on every write, and records an instance before asking a provider to create it (with a
 // name chosen in advance), so a crash at any point leaves either a record to finish or a labelled
-// provider instance to adopt: never an orphan or a duplicate.
+// provider instance to adopt: never an orphan or a duplicate. Other loops read the records through
+// a read-only view (view.go); the autoscaler, which writes spec.replicas.desired, lives in
+// internal/autoscaler.
 package controller
 
 import (
@@ -18,10 +26,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/events"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 )
+
+// QueueName names the controller's work queue of fleet names, for workqueue metrics.
+const QueueName = "fleets"
 
 // Options configure a Controller.
 type Options struct {
@@ -61,6 +76,15 @@ type Options struct {
 	// digest instances boot from, so that a rebuilt image makes a new revision. A reference it does
 	// not know is returned unchanged.
 	ResolveImage func(ref string) (string, error)
+	// Events receives the events the controller records. Default: a recorder of its own
+	// (internal/events) writing to Store, run by Start.
+	Events EventRecorder
+	// Clock is the controller's time: every timestamp it writes, its resync ticker and its work
+	// queue's delays. Default: the real clock.
+	Clock clock.WithTicker
+	// QueueMetrics, when set, receives the work queue's metrics (depth, adds, latency, retries)
+	// under the name QueueName; client_golang adapters exist for it. Default: none.
+	QueueMetrics workqueue.MetricsProvider
 }
 
 // TargetSink is told which instances of a fleet should receive traffic: the load balancer.
@@ -84,10 +108,17 @@ type Result struct {
 
 // Controller reconciles fleets. Create it with New and run it with Start.
 type Controller struct {
-	opts   Options
-	log    *slog.Logger
-	queue  *queue
-	events *Recorder
+	opts  Options
+	log   *slog.Logger
+	clock clock.WithTicker
+	// queue holds fleet names. Its rate limiter gives the backoff after errors; the queue itself
+	// guarantees that a name waiting more than once is reconciled once and never by two workers
+	// at the same time, and that a name added during its reconcile is reconciled again after.
+	queue   workqueue.TypedRateLimitingInterface[string]
+	limiter workqueue.TypedRateLimiter[string]
+	events  EventRecorder
+	// ownEvents is the recorder the controller runs itself when Options.Events is nil.
+	ownEvents *events.Recorder
 
 	mu        sync.Mutex
 	instances map[string]map[string]*v1alpha1.Instance // fleet -> name -> instance
@@ -123,12 +154,26 @@ func New(opts Options) (*Controller, error) {
 	orDefault(&opts.HealBackoffBase, 10*time.Second)
 	orDefault(&opts.HealBackoffMax, 5*time.Minute)
 	orDefault(&opts.MaxConcurrentCreates, 100)
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	log := opts.Logger.With("component", "controller")
+	var own *events.Recorder
+	if opts.Events == nil {
+		own = events.New(events.Options{Store: opts.Store, Logger: opts.Logger, Clock: opts.Clock})
+		opts.Events = own
+	}
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBase, opts.RetryMax)
 	return &Controller{
-		opts:      opts,
-		log:       log,
-		queue:     newQueue(opts.RetryBase, opts.RetryMax),
-		events:    NewRecorder(opts.Store, log),
+		opts:    opts,
+		log:     log,
+		clock:   opts.Clock,
+		limiter: limiter,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{
+			Name: QueueName, Clock: opts.Clock, MetricsProvider: opts.QueueMetrics,
+		}),
+		events:    opts.Events,
+		ownEvents: own,
 		instances: map[string]map[string]*v1alpha1.Instance{},
 	}, nil
 }
@@ -156,8 +201,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("controller: list instances: %w", err)
 	}
-	if err := c.events.Load(ctx); err != nil {
-		return fmt.Errorf("controller: %w", err)
+	if c.ownEvents != nil {
+		// Deferred first, so run last: after the workers stopped, their last events are written.
+		defer c.startEvents(ctx)()
 	}
 	c.mu.Lock()
 	for _, in := range insts {
@@ -208,9 +254,14 @@ func (c *Controller) Start(ctx context.Context) error {
 	for range c.opts.Workers {
 		wg.Go(func() {
 			for {
-				key, ok := c.queue.Get()
-				if !ok {
+				key, shutdown := c.queue.Get()
+				if shutdown {
 					return
+				}
+				if ctx.Err() != nil {
+					// Stopping: what is still queued is not worth a reconcile that would fail.
+					c.queue.Done(key)
+					continue
 				}
 				c.process(ctx, key)
 				c.queue.Done(key)
@@ -222,7 +273,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		})
 	}
 
-	resync := time.NewTicker(c.opts.ResyncPeriod)
+	resync := c.clock.NewTicker(c.opts.ResyncPeriod)
 	defer resync.Stop()
 	defer func() {
 		c.queue.ShutDown()
@@ -248,9 +299,26 @@ func (c *Controller) Start(ctx context.Context) error {
 				continue
 			}
 			c.queue.Add(ev.Record.Name)
-		case <-resync.C:
+		case <-resync.C():
 			c.enqueueAll(ctx)
 		}
+	}
+}
+
+// startEvents runs the controller's own event recorder until the returned stop is called. Its
+// context outlives ctx so that the events of the last reconciles are still written.
+func (c *Controller) startEvents(ctx context.Context) (stop func()) {
+	evCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.ownEvents.Start(evCtx); err != nil {
+			c.log.Error("event recorder stopped: events are logged but not stored", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
@@ -292,7 +360,9 @@ func (c *Controller) process(ctx context.Context, key string) {
 		if ctx.Err() != nil {
 			return
 		}
-		d := c.queue.Retry(key)
+		// As AddRateLimited, with the delay kept for the log.
+		d := c.limiter.When(key)
+		c.queue.AddAfter(key, d)
 		c.log.Warn("reconcile failed, retrying", "fleet", key, "retry_in", d.String(), "err", err)
 		c.lastErrors.Store(key, err.Error())
 		return

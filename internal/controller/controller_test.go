@@ -35,6 +35,8 @@ type env struct {
 	healBackoff time.Duration
 	// stats, when set, is the controller's source of per-revision figures for canary analysis.
 	stats StatsSource
+	// recorder, when set, receives the controller's events in place of the store.
+	recorder EventRecorder
 }
 
 // newEnv starts a controller on st and p; nil stands for a memory store and a fake provider whose
@@ -72,7 +74,7 @@ func (e *env) start() {
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,
 		Health: e.health, HealthPollInterval: 20 * time.Millisecond,
-		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff,
+		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff, Events: e.recorder,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -260,13 +262,9 @@ func TestProviderErrorsAreRetriedWithBackoff(t *testing.T) {
 	if elapsed := time.Since(start); elapsed < 70*time.Millisecond {
 		t.Fatalf("converged after %s: failures were not backed off", elapsed)
 	}
-	evs, _, _ := store.ListObjects[v1alpha1.Event](context.Background(), e.store, store.Events)
-	found := false
-	for _, ev := range evs {
-		found = found || (ev.Reason == "CreateFailed" && ev.Type == v1alpha1.EventWarning)
-	}
-	if !found {
-		t.Fatal("no CreateFailed warning event recorded")
+	waitFor(t, 5*time.Second, e.eventsAtLeast("CreateFailed", 1))
+	if ev := e.events("CreateFailed")[0]; ev.Type != v1alpha1.EventWarning {
+		t.Fatalf("CreateFailed event of type %s, want %s", ev.Type, v1alpha1.EventWarning)
 	}
 }
 
@@ -371,41 +369,6 @@ func TestRestartAdoptsAndCleansUp(t *testing.T) {
 		if !known[n] {
 			t.Fatalf("controller created %s although four instances already existed or were recorded: %v", n, names)
 		}
-	}
-}
-
-func TestQueueBackoffAndDedup(t *testing.T) {
-	q := newQueue(10*time.Millisecond, 80*time.Millisecond)
-	q.Add("a")
-	q.Add("a")
-	q.Add("b")
-	if q.Len() != 2 {
-		t.Fatalf("Len = %d, want 2 (a deduplicated)", q.Len())
-	}
-	k, _ := q.Get()
-	q.Add(k) // added while processing: must come back after Done, not before
-	k2, _ := q.Get()
-	if k2 == k {
-		t.Fatal("a key was handed out while still being processed")
-	}
-	q.Done(k)
-	q.Done(k2)
-	if q.Len() != 1 {
-		t.Fatalf("Len = %d after Done, want 1 (the re-added key)", q.Len())
-	}
-	var delays []time.Duration
-	for range 5 {
-		delays = append(delays, q.Retry("x"))
-	}
-	want := []time.Duration{10, 20, 40, 80, 80}
-	for i := range want {
-		if delays[i] != want[i]*time.Millisecond {
-			t.Fatalf("backoff delays %v, want %v ms", delays, want)
-		}
-	}
-	q.ShutDown()
-	if _, ok := q.Get(); ok {
-		t.Fatal("Get after ShutDown returned a key")
 	}
 }
 

@@ -67,14 +67,14 @@ func (s *scope) heal() {
 	src := s.lbHealth()
 	st := s.healState()
 	st.justHealed = 0
-	now := time.Now()
+	now := s.c.clock.Now()
 
 	failed := func(name, why string) {
 		delete(st.replacements, name)
 		st.failures++
 		d := healBackoff(s.c.opts.HealBackoffBase, s.c.opts.HealBackoffMax, st.failures)
 		st.backoffUntil = now.Add(d)
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventWarning, ReasonHealingBackoff,
+		s.statusEvent(s.object, v1alpha1.EventWarning, ReasonHealingBackoff,
 			"replacement instance %s failed too (%s; %d in a row): pausing healing for %s", name, why, st.failures, d)
 	}
 
@@ -122,7 +122,7 @@ func (s *scope) heal() {
 	}
 	for _, v := range plan.Replace {
 		in := s.records[v.Name]
-		s.c.events.Eventf(s.ctx, "Instance/"+v.Name, v1alpha1.EventWarning, v.Reason, "%s", v.Message)
+		s.event("Instance/"+v.Name, v1alpha1.EventWarning, v.Reason, "%s", v.Message)
 		s.terminate(in, v.Message)
 		st.justHealed++
 	}

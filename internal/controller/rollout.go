@@ -98,7 +98,7 @@ func (s *scope) rollout() bool {
 		s.ro = &cp
 	}
 	strategy := s.fleet.Spec.Rollout.Strategy
-	now := time.Now().UTC()
+	now := s.c.clock.Now().UTC()
 	if s.ro == nil || s.ro.Revision != s.revision {
 		if strategy != v1alpha1.StrategyBlueGreen && strategy != v1alpha1.StrategyCanary {
 			return false
@@ -109,7 +109,7 @@ func (s *scope) rollout() bool {
 		}
 		// A request already recorded was given before this rollout began: it is not for this one.
 		s.ro = &v1alpha1.RolloutStatus{Revision: s.revision, PreviousRevision: stable, Strategy: strategy, Phase: v1alpha1.RolloutProgressing, HandledRequest: s.stored.Requests.Rollout}
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutStarted, "%s rollout from %s to %s", strategy, stable, s.revision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutStarted, "%s rollout from %s to %s", strategy, stable, s.revision)
 	}
 	ro := s.ro
 	if req := s.stored.Requests.Rollout; req != nil && req.Revision == ro.Revision && !req.Equal(ro.HandledRequest) {
@@ -159,7 +159,7 @@ func (s *scope) command(ro *v1alpha1.RolloutStatus, cmd string, now time.Time) {
 			start := now.Add(-s.fleet.Spec.Rollout.RollbackWindow.Duration)
 			ro.StepStartedAt = &start
 		}
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutPromoted, "promoted by user: all traffic to %s once its instances serve", ro.Revision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutPromoted, "promoted by user: all traffic to %s once its instances serve", ro.Revision)
 	}
 }
 
@@ -235,7 +235,7 @@ func (s *scope) scaleRevision(rev string, n int) {
 		for range create {
 			s.newRecordOf(s.fleet.DefaultRegion(), rev, image)
 		}
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s (want %d)", create, rev, n)
+		s.event(s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s (want %d)", create, rev, n)
 	}
 	if extra := len(list) - n; extra > 0 {
 		sortForRemoval(list)
@@ -268,7 +268,7 @@ func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
 			return
 		}
 		ro.Step, ro.StepStartedAt = 1, &now
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutSwitched, "all traffic switched from %s to %s", ro.PreviousRevision, ro.Revision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSwitched, "all traffic switched from %s to %s", ro.PreviousRevision, ro.Revision)
 	}
 	ro.Weights = map[string]int32{ro.Revision: 100, ro.PreviousRevision: 0}
 	s.terminateOthers(ro.Revision, ro.PreviousRevision)
@@ -280,7 +280,7 @@ func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
 	}
 	s.terminateOthers(ro.Revision)
 	ro.Weights, ro.Phase, ro.Message = nil, v1alpha1.RolloutSucceeded, "rollback window over; "+ro.PreviousRevision+" deleted"
-	s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "%s rolled out; %s deleted", ro.Revision, ro.PreviousRevision)
+	s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "%s rolled out; %s deleted", ro.Revision, ro.PreviousRevision)
 }
 
 // canary moves traffic to the new revision step by step, analysing it against the stable revision
@@ -313,7 +313,7 @@ func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 		}
 		s.terminateOthers(ro.Revision)
 		ro.Weights, ro.Phase, ro.Message = nil, v1alpha1.RolloutSucceeded, "all traffic on "+ro.Revision
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "canary %s promoted; %s deleted", ro.Revision, ro.PreviousRevision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "canary %s promoted; %s deleted", ro.Revision, ro.PreviousRevision)
 		return
 	}
 	step := steps[ro.Step]
@@ -327,7 +327,7 @@ func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 			return
 		}
 		ro.StepStartedAt = &now
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, ReasonCanaryStep, "step %d/%d: %d%% of traffic to %s", ro.Step+1, len(steps), step.Weight, ro.Revision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonCanaryStep, "step %d/%d: %d%% of traffic to %s", ro.Step+1, len(steps), step.Weight, ro.Revision)
 	}
 	setWeight(step.Weight)
 	v := analysisVerdict{Reason: "no load balancer statistics"}
@@ -367,7 +367,7 @@ func (s *scope) rollback(ro *v1alpha1.RolloutStatus, reason string) {
 	ro.Weights = nil
 	ro.StepStartedAt = nil
 	s.terminateOthers(ro.PreviousRevision)
-	s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventWarning, ReasonRolloutRolledBack, "rolled back from %s to %s: %s", ro.Revision, ro.PreviousRevision, reason)
+	s.statusEvent(s.object, v1alpha1.EventWarning, ReasonRolloutRolledBack, "rolled back from %s to %s: %s", ro.Revision, ro.PreviousRevision, reason)
 }
 
 // requeueAt asks for the fleet to be looked at again within d.

@@ -219,6 +219,7 @@ func TestCanaryPromoted(t *testing.T) {
 	if !seen[25] || !seen[50] {
 		t.Fatalf("canary weights seen %v, want 25 and 50", seen)
 	}
+	waitFor(t, 5*time.Second, e.eventsAtLeast(ReasonCanaryStep, 2))
 	if len(e.events(ReasonCanaryStep)) != 2 {
 		t.Fatalf("%d canary step events, want 2", len(e.events(ReasonCanaryStep)))
 	}
@@ -243,9 +244,7 @@ func TestCanaryRolledBackOnErrors(t *testing.T) {
 	if st.Phase != "Degraded" || !strings.Contains(st.Message, "5xx rate") {
 		t.Fatalf("fleet status %s: %s, want Degraded naming the 5xx rate", st.Phase, st.Message)
 	}
-	if len(e.events(ReasonRolloutRolledBack)) == 0 {
-		t.Fatal("no rollback event")
-	}
+	waitFor(t, 5*time.Second, e.eventsAtLeast(ReasonRolloutRolledBack, 1))
 }
 
 // A controller stopped in the middle of a canary resumes it from the stored step.
@@ -268,6 +267,7 @@ func TestRolloutResumesAfterRestart(t *testing.T) {
 	stopped := e.fleet("web").Status.Rollout
 	e.start()
 	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	waitFor(t, 5*time.Second, e.eventsAtLeast(ReasonCanaryStep, 2))
 	if n := len(e.events(ReasonRolloutStarted)); n != 1 {
 		t.Fatalf("%d rollout starts, want 1 (resumed, not restarted)", n)
 	}
@@ -332,6 +332,7 @@ func TestCanaryPromotedByUser(t *testing.T) {
 	if f := e.fleet("web"); !f.Status.Rollout.HandledRequest.Equal(f.Requests.Rollout) {
 		t.Fatalf("request %+v not recorded as handled (%+v) after it was carried out", f.Requests.Rollout, f.Status.Rollout.HandledRequest)
 	}
+	waitFor(t, 5*time.Second, e.eventsAtLeast(ReasonRolloutPromoted, 1))
 	if len(e.events(ReasonRolloutPromoted)) != 1 {
 		t.Fatalf("%d promote events, want 1", len(e.events(ReasonRolloutPromoted)))
 	}
@@ -419,6 +420,7 @@ func TestCanaryStepWaitsForAnalysis(t *testing.T) {
 	stats.byRev[newRev] = RevisionStats{Requests: 300}
 	stats.mu.Unlock()
 	waitFor(t, 10*time.Second, e.rolloutPhase("web", newRev, v1alpha1.RolloutSucceeded))
+	waitFor(t, 5*time.Second, e.eventsAtLeast(ReasonCanaryStep, 2))
 	if n := len(e.events(ReasonCanaryStep)); n != 2 {
 		t.Fatalf("%d canary step events, want 2", n)
 	}

@@ -60,7 +60,7 @@ func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []
 		s.mark(in)
 	}
 	if n > 0 {
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolUsed", "%d warm instances put into rotation", n)
+		s.event(s.object, v1alpha1.EventNormal, "WarmPoolUsed", "%d warm instances put into rotation", n)
 	}
 	return warm[:n], warm[n:]
 }
@@ -75,7 +75,7 @@ func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) {
 		for _, in := range warm[:extra] {
 			s.terminate(in, "")
 		}
-		s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolShrunk", "deleting %d warm instances (warm pool %d)", extra, want)
+		s.event(s.object, v1alpha1.EventNormal, "WarmPoolShrunk", "deleting %d warm instances (warm pool %d)", extra, want)
 		return
 	}
 	n := min(want-len(warm), budget)
@@ -87,5 +87,5 @@ func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) {
 		in := s.newRecord(region)
 		in.Metadata.Labels[LabelWarm] = "true"
 	}
-	s.c.events.Eventf(s.ctx, s.object, v1alpha1.EventNormal, "WarmPoolRefill", "creating %d warm instances of revision %s (warm pool %d)", n, s.revision, want)
+	s.event(s.object, v1alpha1.EventNormal, "WarmPoolRefill", "creating %d warm instances of revision %s (warm pool %d)", n, s.revision, want)
 }

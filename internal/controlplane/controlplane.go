@@ -22,9 +22,11 @@ import (
 	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/agentmetrics"
 	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/cpmetrics"
+	"herd.dev/herd/internal/events"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbsync"
@@ -140,12 +142,13 @@ func Run(ctx context.Context, opts Options) error {
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
 	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor})
+	recorder := events.New(events.Options{Store: st, Logger: log})
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor, Events: recorder})
 	if err != nil {
 		return err
 	}
 	// The agents' CPU figures, for fleets autoscaled on cpu: only their serving instances are read.
-	var scaler *controller.Autoscaler
+	var scaler *autoscaler.Loop
 	cpu, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
 		var out []agentmetrics.Target
 		for _, t := range scaler.CPUTargets() {
@@ -156,7 +159,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	scaler, err = ctrl.NewAutoscaler(controller.AutoscalerOptions{Load: monitor, CPU: cpu})
+	scaler, err = autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: cpu, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -195,7 +198,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 5) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 6) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -210,6 +213,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer stopLB()
 	var lbDone sync.WaitGroup
 	run(lbCtx, &lbDone, "load balancer", balancer.Start)
+	// The event writer stops last too, so that the events of the last reconciles are stored.
+	run(lbCtx, &lbDone, "events", recorder.Start)
 	run(runCtx, &wg, "controller", ctrl.Start)
 	run(runCtx, &wg, "autoscaler", scaler.Start)
 	run(runCtx, &wg, "agent metrics", cpu.Start)

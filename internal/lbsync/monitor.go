@@ -4,13 +4,14 @@ import (
 	"sync"
 	"time"
 
+	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lb"
 )
 
 var (
 	_ controller.HealthSource = (*Monitor)(nil)
-	_ controller.LoadSource   = (*Monitor)(nil)
+	_ autoscaler.LoadSource   = (*Monitor)(nil)
 	_ controller.StatsSource  = (*Monitor)(nil)
 )
 
@@ -145,8 +146,8 @@ func (m *Monitor) InstanceStats(name string) (requests, errors5xx uint64) {
 	return cur.requests - prev.requests, cur.errors - prev.errors
 }
 
-// FleetLoad implements controller.LoadSource.
-func (m *Monitor) FleetLoad(fleet string, window time.Duration) (controller.Load, bool) {
+// FleetLoad implements autoscaler.LoadSource.
+func (m *Monitor) FleetLoad(fleet string, window time.Duration) (autoscaler.Load, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
@@ -154,12 +155,12 @@ func (m *Monitor) FleetLoad(fleet string, window time.Duration) (controller.Load
 		m.sampleLocked(now)
 	}
 	if len(m.fleet) < 2 {
-		return controller.Load{}, false
+		return autoscaler.Load{}, false
 	}
 	last := m.fleet[len(m.fleet)-1]
 	cur, ok := last.fleets[fleet]
 	if !ok {
-		return controller.Load{}, false
+		return autoscaler.Load{}, false
 	}
 	base := baseline(len(m.fleet), func(i int) time.Time { return m.fleet[i].at }, now.Add(-window))
 	if base >= len(m.fleet)-1 {
@@ -172,10 +173,10 @@ func (m *Monitor) FleetLoad(fleet string, window time.Duration) (controller.Load
 	}
 	elapsed := last.at.Sub(first.at).Seconds()
 	if elapsed <= 0 {
-		return controller.Load{}, false
+		return autoscaler.Load{}, false
 	}
 	d := cur.Sub(prev)
-	return controller.Load{
+	return autoscaler.Load{
 		RequestsPerSecond: float64(d.Total()) / elapsed, LatencyP95: d.Quantile(0.95),
 		Queued: int(cur.Held),
 	}, true

@@ -1,0 +1,39 @@
+package controller
+
+import "herd.dev/herd/api/v1alpha1"
+
+// The controller offers a read-only view of its instance records to other loops (the autoscaler's
+// InstanceView): figures and copies, never the records themselves.
+
+// InstanceCounts returns how many of a fleet's instances serve and how many are on their way.
+// Warm-pool instances are in neither: out of rotation, they are not capacity until taken.
+func (c *Controller) InstanceCounts(fleet string) (ready, booting int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, in := range c.instances[fleet] {
+		if IsWarm(in) {
+			continue
+		}
+		switch in.Status.Phase {
+		case v1alpha1.PhaseReady:
+			ready++
+		case v1alpha1.PhasePending, v1alpha1.PhaseBooting:
+			booting++
+		}
+	}
+	return ready, booting
+}
+
+// ServingAddresses returns the address of each ready, in-rotation instance of a fleet, by name.
+func (c *Controller) ServingAddresses(fleet string) map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]string{}
+	for name, in := range c.instances[fleet] {
+		if IsWarm(in) || in.Status.Phase != v1alpha1.PhaseReady || in.Status.Address == "" {
+			continue
+		}
+		out[name] = in.Status.Address
+	}
+	return out
+}
