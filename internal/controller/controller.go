@@ -98,6 +98,9 @@ type TargetSink interface {
 	RemoveFleet(name string)
 	// Drained reports whether an instance no longer has requests in flight, so it can be deleted.
 	Drained(instance string) bool
+	// ListenerError reports why the load balancer refused the fleet's listeners (a port in use on
+	// the host, a permission), or nil while it serves them: the LoadBalancerReady condition.
+	ListenerError(fleet string) error
 }
 
 // Result tells the worker when to look at a fleet again.

@@ -421,7 +421,8 @@ func (d *drainSink) SetFleetTargets(f *v1alpha1.Fleet, ins []*v1alpha1.Instance,
 		}
 	}
 }
-func (d *drainSink) RemoveFleet(string) {}
+func (d *drainSink) RemoveFleet(string)         {}
+func (d *drainSink) ListenerError(string) error { return nil }
 func (d *drainSink) Drained(name string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()

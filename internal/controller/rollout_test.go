@@ -47,6 +47,7 @@ func TestAnalyze(t *testing.T) {
 type weightSink struct {
 	mu      sync.Mutex
 	updates []sinkUpdate
+	refused error
 }
 
 type sinkUpdate struct {
@@ -68,6 +69,13 @@ func (w *weightSink) SetFleetTargets(f *v1alpha1.Fleet, ins []*v1alpha1.Instance
 }
 func (w *weightSink) RemoveFleet(string)  {}
 func (w *weightSink) Drained(string) bool { return true }
+
+// ListenerError reports refused, as a load balancer that cannot bind the fleet's port would.
+func (w *weightSink) ListenerError(string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.refused
+}
 
 func (w *weightSink) all() []sinkUpdate {
 	w.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/fleetcond"
 	"herd.dev/herd/internal/store"
 )
 
@@ -83,7 +84,44 @@ func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 	st.Rollout = s.ro
 	st.Healing = s.healState().status(now)
 	st.History = s.history(now)
+	st.Conditions = fleetcond.Update(s.stored.Status.Conditions, s.conditionInputs(cur, now), now)
 	return st
+}
+
+// conditionInputs gathers what the fleet's conditions are computed from; cur is the current revision's
+// status.
+func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, now time.Time) fleetcond.Observed {
+	f := s.fleet
+	o := fleetcond.Observed{
+		Generation:   f.Metadata.Generation,
+		Desired:      *f.Spec.Replicas.Desired,
+		Updated:      cur.Replicas,
+		UpdatedReady: cur.ReadyReplicas,
+		Revision:     s.revision,
+		Rollout:      s.ro,
+		Listeners:    len(f.Spec.Listeners),
+		Healing:      s.healState().status(now),
+	}
+	if f.Spec.Rollout.MaxUnavailable != nil {
+		o.MaxUnavailable = *f.Spec.Rollout.MaxUnavailable
+	}
+	for _, in := range s.records {
+		if !active(in) || IsWarm(in) {
+			continue
+		}
+		o.Replicas++
+		// An instance serves when it is Ready and the load balancer, where it judges, agrees.
+		if ready(in) && (o.Listeners == 0 || in.Status.LBHealth == "" || in.Status.LBHealth == HealthHealthy) {
+			o.Available++
+		}
+	}
+	if s.c.opts.Targets != nil {
+		o.ListenerError = s.c.opts.Targets.ListenerError(f.Metadata.Name)
+	}
+	if len(s.errs) > 0 {
+		o.ReconcileError = errors.Join(s.errs...)
+	}
+	return o
 }
 
 // writeStatus stores st as the fleet's status, stamped now, unless the stored status already says
