@@ -134,7 +134,8 @@ type Controller struct {
 
 	synced     atomic.Bool
 	reconciles atomic.Int64
-	lastErrors sync.Map // fleet -> string, for health reporting
+	failures   atomic.Int64 // reconciles that returned an error
+	lastErrors sync.Map     // fleet -> string, for health reporting
 }
 
 // New checks the options and returns a controller that is not yet running.
@@ -193,6 +194,9 @@ func (c *Controller) Synced() bool { return c.synced.Load() }
 
 // Reconciles counts reconciles done, for benchmarks and tests.
 func (c *Controller) Reconciles() int64 { return c.reconciles.Load() }
+
+// ReconcileErrors counts reconciles that failed (and were retried), for metrics.
+func (c *Controller) ReconcileErrors() int64 { return c.failures.Load() }
 
 // Start loads state, then reconciles until ctx ends. It returns nil on a clean stop.
 func (c *Controller) Start(ctx context.Context) error {
@@ -363,6 +367,7 @@ func (c *Controller) process(ctx context.Context, key string) {
 		if ctx.Err() != nil {
 			return
 		}
+		c.failures.Add(1)
 		// As AddRateLimited, with the delay kept for the log.
 		d := c.limiter.When(key)
 		c.queue.AddAfter(key, d)

@@ -143,7 +143,9 @@ func Run(ctx context.Context, opts Options) error {
 	// self-healing, load for autoscaling.
 	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
 	recorder := events.New(events.Options{Store: st, Logger: log})
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor, Events: recorder})
+	queueMetrics := cpmetrics.NewQueueMetrics()
+	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve,
+		Targets: targets, Health: monitor, Stats: monitor, Events: recorder, QueueMetrics: queueMetrics})
 	if err != nil {
 		return err
 	}
@@ -173,7 +175,7 @@ func Run(ctx context.Context, opts Options) error {
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
 		OptionValidators: optionValidators(providers),
 		LBHealth:         targets.Health,
-		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st)),
+		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st), queueMetrics),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			if ctrl.Synced() {

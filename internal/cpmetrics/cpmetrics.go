@@ -23,14 +23,10 @@ import (
 type Controller interface {
 	// Reconciles counts reconciles done.
 	Reconciles() int64
+	// ReconcileErrors counts reconciles that failed.
+	ReconcileErrors() int64
 	// Synced reports whether every fleet has been reconciled once since start.
 	Synced() bool
-}
-
-// ErrorCounter is implemented by a controller that also counts reconciles that failed; the
-// collector exports herd_controller_reconcile_errors_total only for such a controller.
-type ErrorCounter interface {
-	ReconcileErrors() int64
 }
 
 // Phases are the instance phases herd_instances reports, zero included.
@@ -79,9 +75,7 @@ func New(ctrl Controller, st store.Store) prometheus.Collector {
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descReconciles
-	if _, ok := c.ctrl.(ErrorCounter); ok {
-		ch <- descErrors
-	}
+	ch <- descErrors
 	ch <- descSynced
 	ch <- descFleets
 	ch <- descInstances
@@ -89,9 +83,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReconciles, prometheus.CounterValue, float64(c.ctrl.Reconciles()))
-	if ec, ok := c.ctrl.(ErrorCounter); ok {
-		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(ec.ReconcileErrors()))
-	}
+	ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(c.ctrl.ReconcileErrors()))
 	synced := 0.0
 	if c.ctrl.Synced() {
 		synced = 1
