@@ -11,7 +11,8 @@ import (
 
 // A fleet's metadata.generation counts changes to its spec, so that a status can say which spec it
 // describes (observedGeneration). The rule lives here, once: every writer of a fleet's spec goes
-// through FleetGeneration or UpdateFleetSpec, and writers of anything else never touch it.
+// through FleetGeneration or UpdateFleetSpec, and writers of anything else (the controller's status
+// write, UpdateFleetRequests) never touch it.
 
 // FleetGeneration returns the generation a fleet has once its spec is next: 1 for a new fleet
 // (cur nil), otherwise cur's generation, one more when the spec changed. A spec changed when its
@@ -78,15 +79,6 @@ func UpdateFleetSpec(ctx context.Context, s Store, name string, change func(*v1a
 		f.Spec = work.Spec
 		f.Metadata.Generation++
 		return true, nil
-	})
-}
-
-// UpdateFleetStatus changes a fleet's status with UpdateObject. change sees the status only, so it
-// cannot touch the spec, the requests or the generation; it reports false when there is nothing to
-// write.
-func UpdateFleetStatus(ctx context.Context, s Store, name string, change func(*v1alpha1.FleetStatus) (bool, error)) (*v1alpha1.Fleet, error) {
-	return UpdateObject(ctx, s, Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
-		return change(&f.Status)
 	})
 }
 
