@@ -1,0 +1,155 @@
+// The boot: importing the bundle's images and applying its manifests as soon as the node allows,
+// then waiting until the node is Ready and every workload available.
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"herd.dev/herd/internal/agent/distro"
+	"herd.dev/herd/internal/agent/pki"
+	"herd.dev/herd/internal/image"
+)
+
+// boot imports the images and applies the manifests as soon as the node allows, then waits
+// until the node is Ready and every workload available. It returns errStop if ctx ends first.
+func (a *agent) boot(ctx context.Context, node distro.Node, b image.Bundle, objs []object) error {
+	bootCtx, cancel := context.WithDeadline(ctx, a.start.Add(a.cfg.ReadyTimeout))
+	defer cancel()
+	// wait waits for ch, the node's failure, the stop, or the boot's deadline.
+	wait := func(ch <-chan struct{}, what string) error {
+		select {
+		case <-ch:
+			return nil
+		case <-node.Failed():
+			return node.Err()
+		case <-bootCtx.Done():
+			if ctx.Err() != nil {
+				return errStop
+			}
+			return fmt.Errorf("%s not within --ready-timeout %s", what, a.cfg.ReadyTimeout)
+		}
+	}
+
+	// importErr is set before imported is closed.
+	var importErr error
+	imported := make(chan struct{})
+	go func() {
+		defer close(imported)
+		if importErr = wait(node.RuntimeReady(), "container runtime ready"); importErr != nil {
+			return
+		}
+		g, gctx := errgroup.WithContext(bootCtx)
+		for _, im := range b.Config.Images {
+			g.Go(func() error { return node.ImportImage(gctx, im.Ref, b.Path(im.File)) })
+		}
+		if importErr = g.Wait(); importErr == nil {
+			a.step("images imported")
+		}
+	}()
+
+	if err := wait(node.APIReady(), "API server ready"); err != nil {
+		return err
+	}
+	acc := node.Access()
+	kc, err := acc.Kubeconfig("herd-admin")
+	if err != nil {
+		return err
+	}
+	if err := pki.WriteFile(filepath.Join(a.cfg.StateDir, KubeconfigFile), kc, 0o600); err != nil {
+		return fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	rc := &rest.Config{
+		Host:            acc.Server,
+		BearerToken:     acc.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: acc.CAPEM},
+		QPS:             50,
+		Burst:           100,
+		UserAgent:       "herd-agent",
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.dyn = dyn
+	a.mu.Unlock()
+
+	if err := wait(imported, "images imported"); err != nil {
+		return err
+	}
+	if importErr != nil {
+		if ctx.Err() != nil {
+			return errStop // an import cut short by the stop
+		}
+		return importErr
+	}
+
+	ap, err := newApplier(rc, dyn)
+	if err != nil {
+		return err
+	}
+	works, err := ap.apply(bootCtx, objs)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errStop
+		}
+		return err
+	}
+	a.mu.Lock()
+	a.works = works
+	a.mu.Unlock()
+	a.step("manifests applied")
+
+	return a.waitReady(ctx, bootCtx, node)
+}
+
+// waitReady polls until the node is Ready and every workload available.
+func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	var nodeReadySeen bool
+	var terminalSince time.Time
+	for i := 0; ; i++ {
+		// The pods are looked at once a second, or at every poll while one looks terminal.
+		withPods := i%5 == 4 || !terminalSince.IsZero()
+		r := a.check(bootCtx, withPods)
+		if r.nodeReady && !nodeReadySeen {
+			nodeReadySeen = true
+			a.step("node Ready")
+		}
+		if r.ready {
+			a.step("workloads available")
+			return nil
+		}
+		a.setLive(false, "booting: "+r.reason)
+		if r.terminal {
+			if terminalSince.IsZero() {
+				terminalSince = time.Now()
+			} else if time.Since(terminalSince) > 3*time.Second {
+				return errors.New(r.reason)
+			}
+		} else {
+			terminalSince = time.Time{}
+		}
+		select {
+		case <-node.Failed():
+			return node.Err()
+		case <-bootCtx.Done():
+			if ctx.Err() != nil {
+				return errStop
+			}
+			last := a.check(context.Background(), true)
+			return fmt.Errorf("not ready within --ready-timeout %s: %s", a.cfg.ReadyTimeout, last.reason)
+		case <-t.C:
+		}
+	}
+}

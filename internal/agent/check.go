@@ -1,0 +1,146 @@
+// The readiness check against the cluster's API server, run by waitReady during the boot and by
+// monitor after it; readiness.go judges each object it fetches.
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"herd.dev/herd/internal/agent/distro"
+)
+
+// monitor keeps /readyz current until ctx ends (nil) or a component fails (its error).
+func (a *agent) monitor(ctx context.Context, node distro.Node) error {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-node.Failed():
+			return node.Err()
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r := a.check(cctx, false)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		a.setLive(r.ready, r.reason)
+	}
+}
+
+// readiness is the result of one check.
+type readiness struct {
+	ready     bool
+	nodeReady bool
+	reason    string // when not ready: everything not ready, "; "-separated
+	terminal  bool   // a workload can never become available
+}
+
+// check evaluates the node and every workload. With withPods, a workload that is not available
+// is explained by its pods' states.
+func (a *agent) check(ctx context.Context, withPods bool) readiness {
+	a.mu.Lock()
+	dyn, works := a.dyn, a.works
+	a.mu.Unlock()
+	var r readiness
+	var reasons []string
+	var n corev1.Node
+	if err := getTyped(ctx, dyn.Resource(nodesGVR), a.cfg.Name, &n); err != nil {
+		if apierrors.IsNotFound(err) {
+			reasons = append(reasons, fmt.Sprintf("node %s has not registered yet", a.cfg.Name))
+		} else {
+			reasons = append(reasons, fmt.Sprintf("node %s: %v", a.cfg.Name, err))
+		}
+	} else if v := nodeVerdict(&n); v.ready {
+		r.nodeReady = true
+	} else {
+		reasons = append(reasons, v.why)
+	}
+	for _, w := range works {
+		v, selector := a.workloadVerdict(ctx, dyn, w)
+		if v.ready {
+			continue
+		}
+		why := v.why
+		if withPods && selector != "" {
+			list, err := dyn.Resource(podsGVR).Namespace(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err == nil {
+				pods := make([]corev1.Pod, len(list.Items))
+				for i := range list.Items {
+					_ = runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &pods[i])
+				}
+				rep, terminal := podsReport(pods)
+				why += "; " + rep
+				if terminal {
+					v.terminal = true
+				}
+			}
+		}
+		sep := ": "
+		if v.terminal {
+			r.terminal = true
+			sep = " can never become available: "
+		}
+		reasons = append(reasons, w.String()+sep+why)
+	}
+	r.ready = len(reasons) == 0
+	r.reason = strings.Join(reasons, "; ")
+	return r
+}
+
+// workloadVerdict fetches and evaluates one workload, and returns its pod selector.
+func (a *agent) workloadVerdict(ctx context.Context, dyn dynamic.Interface, w workloadRef) (verdict, string) {
+	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: workloadKinds[w.Kind]}
+	ri := dyn.Resource(gvr).Namespace(w.Namespace)
+	var v verdict
+	var sel *metav1.LabelSelector
+	var err error
+	switch w.Kind {
+	case "Deployment":
+		var d appsv1.Deployment
+		if err = getTyped(ctx, ri, w.Name, &d); err == nil {
+			v, sel = deploymentVerdict(&d), d.Spec.Selector
+		}
+	case "StatefulSet":
+		var s appsv1.StatefulSet
+		if err = getTyped(ctx, ri, w.Name, &s); err == nil {
+			v, sel = statefulSetVerdict(&s), s.Spec.Selector
+		}
+	case "DaemonSet":
+		var d appsv1.DaemonSet
+		if err = getTyped(ctx, ri, w.Name, &d); err == nil {
+			v, sel = daemonSetVerdict(&d), d.Spec.Selector
+		}
+	}
+	if err != nil {
+		return verdict{why: err.Error()}, ""
+	}
+	selector := ""
+	if s, err := metav1.LabelSelectorAsSelector(sel); err == nil && sel != nil {
+		selector = s.String()
+	}
+	return v, selector
+}
+
+// getTyped gets one object and converts it into out.
+func getTyped(ctx context.Context, ri dynamic.ResourceInterface, name string, out any) error {
+	u, err := ri.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out)
+}

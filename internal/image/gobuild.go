@@ -1,0 +1,115 @@
+// Building binaries with the go tool: app images' main packages and the embedded pause program,
+// reproducibly, as static linux binaries.
+
+package image
+
+import (
+	"bytes"
+	"context"
+	_ "embed" // the pause program's source
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// PauseImage is the reference of the sandbox ("pause") image every bundle carries. The agent must
+// configure containerd's CRI plugin with it (sandbox_image), as no image can be pulled.
+const PauseImage = "registry.k8s.io/pause:3.10"
+
+//go:embed pause/main.go.txt
+var pauseSource []byte
+
+// pauseGoMod is the go.mod of the temporary module the pause program is built in. Its go line is
+// old on purpose: any installed toolchain builds it without fetching another.
+const pauseGoMod = "module herd.dev/pause\n\ngo 1.20\n"
+
+// goEnv is the environment of every go command herd runs: static linux binaries for this
+// machine's architecture.
+func goEnv(extra ...string) []string {
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	return append(env, extra...)
+}
+
+// checkMainPackage asks go list whether dir holds a main package.
+func checkMainPackage(ctx context.Context, goTool, dir string) error {
+	cmd := exec.CommandContext(ctx, goTool, "list", "-f", "{{.Name}}", ".")
+	cmd.Dir = dir
+	cmd.Env = goEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return errors.New(msg)
+		}
+		return err
+	}
+	if pkg := strings.TrimSpace(stdout.String()); pkg != "main" {
+		return fmt.Errorf("it is package %s; an image's binary must be built from package main", pkg)
+	}
+	return nil
+}
+
+// goBuild builds the main package in dir into out, reproducibly: the same source and toolchain
+// give the same bytes.
+func goBuild(ctx context.Context, goTool, dir, out string, extraEnv []string) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = goEnv(extraEnv...)
+	output, err := cmd.CombinedOutput()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if msg := strings.TrimSpace(string(output)); msg != "" {
+			return errors.New(msg)
+		}
+		return err
+	}
+	return nil
+}
+
+// buildPause builds the embedded pause program and writes its image to images/pause.tar of the
+// bundle.
+func buildPause(ctx context.Context, goTool, scratch, bdir string) (ImageRecord, error) {
+	bin, err := buildPauseBinary(ctx, goTool, scratch)
+	if err != nil {
+		return ImageRecord{}, err
+	}
+	img, err := binaryImage(bin, "pause", nil, filepath.Join(scratch, "layer-pause.tar"), "herd image build: pause")
+	if err != nil {
+		return ImageRecord{}, fmt.Errorf("packaging the pause image: %w", err)
+	}
+	const file = "images/pause.tar"
+	rec, err := writeImageTar(PauseImage, img, filepath.Join(bdir, filepath.FromSlash(file)), file)
+	if err != nil {
+		return ImageRecord{}, fmt.Errorf("writing the pause image: %w", err)
+	}
+	return rec, nil
+}
+
+// buildPauseBinary writes the embedded pause program into a temporary module under scratch,
+// builds it and returns the binary's path.
+func buildPauseBinary(ctx context.Context, goTool, scratch string) (string, error) {
+	src := filepath.Join(scratch, "pause-src")
+	if err := os.MkdirAll(src, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte(pauseGoMod), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), pauseSource, 0o600); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(scratch, "pause-bin", "pause")
+	if err := goBuild(ctx, goTool, src, bin, []string{"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod"}); err != nil {
+		return "", fmt.Errorf("building the pause image with %s failed:\n%w", goTool, err)
+	}
+	return bin, nil
+}

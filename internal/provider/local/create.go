@@ -1,0 +1,219 @@
+// Create: checking the spec, the host and the image, allocating the address, setting up the
+// network and starting the agent, recording each step before it is taken.
+
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/provider"
+)
+
+var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// Create implements provider.Provider. It checks the host and the image, gives the instance its
+// address and network, starts its agent and returns it Booting; the cluster boots in the
+// background. A Create that was interrupted (herd killed in the middle) is completed.
+func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (provider.Instance, error) {
+	if err := provider.ValidateSpec(spec); err != nil {
+		return provider.Instance{}, err
+	}
+	if spec.Region == "" {
+		spec.Region = DefaultRegion
+	}
+	if !labelRE.MatchString(spec.Region) || len(spec.Region) > 63 {
+		return provider.Instance{}, fmt.Errorf("instance %s: region %q must be a DNS label", spec.Name, spec.Region)
+	}
+	if errs := p.ValidateOptions(field.NewPath("options"), spec.Options); len(errs) > 0 {
+		return provider.Instance{}, fmt.Errorf("instance %s: region %s: %w", spec.Name, spec.Region, errs.ToAggregate())
+	}
+	dir := p.InstanceDir(spec.Name)
+	if rec, err := readRecord(dir); err == nil && rec != nil && rec.Phase == phaseCreated {
+		return p.view(dir, rec), nil
+	}
+	if err := p.deps(); err != nil {
+		return provider.Instance{}, err
+	}
+	bundle, err := p.resolveImage(spec.Image)
+	if err != nil {
+		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
+	}
+
+	if err := os.MkdirAll(p.instancesDir(), 0o700); err != nil {
+		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
+	}
+	lk, err := lockFile(filepath.Join(dir, lockFileName))
+	if err != nil {
+		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
+	}
+	defer lk.unlock()
+
+	rec, err := readRecord(dir)
+	if err != nil {
+		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
+	}
+	switch {
+	case rec == nil:
+		if err := p.checkNameFree(spec.Name); err != nil {
+			_ = os.RemoveAll(dir)
+			return provider.Instance{}, err
+		}
+		rec = &record{
+			Spec:       spec,
+			ID:         "local-" + randomHex(8),
+			Phase:      phaseCreating,
+			BundleDir:  bundle.Dir,
+			Netns:      netnsName(spec.Name),
+			HostVeth:   vethName(spec.Name),
+			CgroupRoot: cgroupRootOf(spec.Name),
+			CreatedAt:  time.Now().UTC().Truncate(time.Millisecond),
+		}
+		rec.Spec.Image = bundle.Digest
+		rec.Spec.Labels = maps.Clone(spec.Labels)
+		rec.Spec.Options = nil
+	case rec.Phase == phaseCreated:
+		return p.view(dir, rec), nil
+	case rec.Phase == phaseDeleting:
+		return provider.Instance{}, fmt.Errorf("instance %s is being deleted: create it again once the deletion is done", spec.Name)
+	default:
+		// Interrupted: whatever it left is undone, keeping the record with its address.
+		p.log.Warn("completing an interrupted create", "instance", spec.Name)
+		if err := p.teardown(context.WithoutCancel(ctx), spec.Name, dir, rec); err != nil {
+			return provider.Instance{}, fmt.Errorf("instance %s: clean up an interrupted create: %w", spec.Name, err)
+		}
+		if err := os.RemoveAll(filepath.Join(dir, agentDirName)); err != nil {
+			return provider.Instance{}, fmt.Errorf("instance %s: clean up an interrupted create: %w", spec.Name, err)
+		}
+	}
+
+	fail := func(what string, err error) (provider.Instance, error) {
+		err = fmt.Errorf("instance %s: %s: %w", spec.Name, what, err)
+		if cerr := p.destroy(context.WithoutCancel(ctx), spec.Name, dir, rec); cerr != nil {
+			err = fmt.Errorf("%w (and cleaning up failed: %v)", err, cerr)
+		}
+		return provider.Instance{}, err
+	}
+	if err := p.allocate(ctx, dir, rec); err != nil {
+		return fail("allocate an address", err)
+	}
+	if err := p.withProviderLock(p.recordHostSettings); err != nil {
+		return fail("record the host's kernel settings", err)
+	}
+	if err := setupInstanceNetwork(ctx, rec); err != nil {
+		return fail("network", err)
+	}
+	pid, start, err := p.startAgent(dir, rec)
+	if err != nil {
+		return fail("start the agent", err)
+	}
+	rec.AgentPID, rec.AgentStartTime, rec.Phase = pid, start, phaseCreated
+	if err := writeRecord(dir, rec); err != nil {
+		return fail("record the agent", err)
+	}
+	p.log.Info("instance created", "instance", spec.Name, "address", rec.Address, "region", rec.Spec.Region, "image", rec.Spec.Image, "agent_pid", pid)
+	return p.view(dir, rec), nil
+}
+
+// resolveImage finds the bundle an image reference (a digest or a NodeImage name) names.
+func (p *Provider) resolveImage(ref string) (image.Bundle, error) {
+	digest, err := p.images.Resolve(ref)
+	if errors.Is(err, image.ErrNotFound) {
+		return image.Bundle{}, fmt.Errorf("image %s not found: build it with herd image build -f <image.yaml> (node images are looked up in %s): %w", ref, p.images.Root(), image.ErrNotFound)
+	}
+	if err != nil {
+		return image.Bundle{}, fmt.Errorf("image %s: %w", ref, err)
+	}
+	b, err := p.images.Get(digest)
+	if err != nil {
+		return image.Bundle{}, fmt.Errorf("image %s: %w", ref, err)
+	}
+	return b, nil
+}
+
+// checkNameFree fails when the host already has the network namespace, veth or cgroup a new
+// instance of this name would get: another herd data directory runs an instance of that name.
+func (p *Provider) checkNameFree(name string) error {
+	var used []string
+	if netnsExists(netnsName(name)) {
+		used = append(used, "network namespace "+netnsName(name))
+	}
+	if linkExists(vethName(name)) {
+		used = append(used, "link "+vethName(name))
+	}
+	if hier, err := cgroupHierarchies(); err == nil {
+		for _, h := range hier {
+			if _, err := os.Stat(filepath.Join(h, cgroupRootOf(name))); err == nil {
+				used = append(used, "cgroup "+filepath.Join(h, cgroupRootOf(name)))
+				break
+			}
+		}
+	}
+	if len(used) > 0 {
+		return fmt.Errorf("instance %s: the name is in use on this host by something outside %s (%s): delete that instance, or remove what is left of it, first", name, p.dir, strings.Join(used, ", "))
+	}
+	return nil
+}
+
+// startAgent starts `herd agent` for the instance as the contract says, without waiting for it:
+// it must outlive this process.
+func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
+	stateDir := filepath.Join(dir, agentDirName)
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return 0, 0, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, agentLogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, 0, fmt.Errorf("open agent log: %w", err)
+	}
+	defer logf.Close()
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return 0, 0, fmt.Errorf("nsenter: %w (install util-linux)", err)
+	}
+	cmd := exec.Command(nsenter, "--net="+filepath.Join(netnsDir, rec.Netns), "--",
+		p.opts.HerdBinary, "agent",
+		"--name", rec.Spec.Name,
+		"--bundle", rec.BundleDir,
+		"--state-dir", stateDir,
+		"--address", rec.Address,
+		"--cgroup-root", rec.CgroupRoot)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS}
+	if err := cmd.Start(); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
+	}
+	pid := cmd.Process.Pid
+	// Not reaped until Wait below, so /proc/<pid>/stat is there even if it already exited.
+	st, ok := readProcStat(pid)
+	go func() { _ = cmd.Wait() }() // reap it if it exits while this process runs
+	if !ok {
+		return 0, 0, fmt.Errorf("agent pid %d vanished at once", pid)
+	}
+	return pid, st.StartTime, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
