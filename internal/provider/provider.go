@@ -79,6 +79,21 @@ type Instance struct {
 	CreatedAt time.Time
 }
 
+// Booting is the view of an instance made from spec that has not reported its state yet: what a
+// backend starts from before it looks at how the instance is doing.
+func (spec InstanceSpec) Booting(providerID, address string, createdAt time.Time) Instance {
+	return Instance{
+		Name:       spec.Name,
+		Labels:     maps.Clone(spec.Labels),
+		Image:      spec.Image,
+		Region:     spec.Region,
+		ProviderID: providerID,
+		Address:    address,
+		CreatedAt:  createdAt,
+		State:      StateBooting,
+	}
+}
+
 // ListOptions filters List.
 type ListOptions struct {
 	// Fleet, when set, keeps only instances labelled with this fleet.

@@ -296,16 +296,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 }
 
 func (p *Provider) view(r *record) provider.Instance {
-	in := provider.Instance{
-		Name:       r.Spec.Name,
-		Labels:     maps.Clone(r.Spec.Labels),
-		Image:      r.Spec.Image,
-		Region:     r.Spec.Region,
-		ProviderID: r.ID,
-		Address:    r.Address,
-		CreatedAt:  r.CreatedAt,
-		State:      provider.StateBooting,
-	}
+	in := r.Spec.Booting(r.ID, r.Address, r.CreatedAt)
 	booted := p.opts.Now().Sub(r.CreatedAt) >= r.BootDelay
 	switch {
 	case r.Failed != "":

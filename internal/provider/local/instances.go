@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -106,16 +105,7 @@ func readStatus(dir string) agentStatus {
 
 // view turns a record and the agent's status into what the provider reports.
 func (p *Provider) view(dir string, r *record) provider.Instance {
-	in := provider.Instance{
-		Name:       r.Spec.Name,
-		Labels:     maps.Clone(r.Spec.Labels),
-		Image:      r.Spec.Image,
-		Region:     r.Spec.Region,
-		ProviderID: r.ID,
-		Address:    r.Address,
-		CreatedAt:  r.CreatedAt,
-		State:      provider.StateBooting,
-	}
+	in := r.Spec.Booting(r.ID, r.Address, r.CreatedAt)
 	switch r.Phase {
 	case phaseDeleting:
 		in.State = provider.StateDeleting
