@@ -62,3 +62,25 @@ func TestStatusCarriesConditions(t *testing.T) {
 	sink.mu.Unlock()
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionTrue, "AllReplicasReady"))
 }
+
+// A Ready instance that the load balancer has not found healthy does not serve anyone: the fleet
+// is neither Available nor Ready until the load balancer agrees.
+func TestConditionsWaitForTheLoadBalancer(t *testing.T) {
+	h := newFakeHealth()
+	h.setDefault("unknown")
+	e := startEnv(t, &env{targets: &weightSink{}, health: h})
+	f := fleetSpec("web", "img", 2)
+	f.Spec.Listeners = []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: "http"}}
+	e.put(f)
+	waitFor(t, 5*time.Second, func() string {
+		if n := len(e.records("web")); n != 2 || e.fleet("web").Status.ReadyReplicas != 2 {
+			return fmt.Sprintf("%d records, %d ready, want 2 Ready instances", n, e.fleet("web").Status.ReadyReplicas)
+		}
+		return ""
+	})
+	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionAvailable, metav1.ConditionFalse, "MinimumReplicasUnavailable"))
+	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionFalse, "ReplicasNotReady"))
+	h.setDefault(HealthHealthy)
+	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionTrue, "AllReplicasReady"))
+	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionAvailable, metav1.ConditionTrue, ""))
+}

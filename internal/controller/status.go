@@ -93,14 +93,13 @@ func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, now time.Time) fleetcond.Observed {
 	f := s.fleet
 	o := fleetcond.Observed{
-		Generation:   f.Metadata.Generation,
-		Desired:      *f.Spec.Replicas.Desired,
-		Updated:      cur.Replicas,
-		UpdatedReady: cur.ReadyReplicas,
-		Revision:     s.revision,
-		Rollout:      s.ro,
-		Listeners:    len(f.Spec.Listeners),
-		Healing:      s.healState().status(now),
+		Generation: f.Metadata.Generation,
+		Desired:    *f.Spec.Replicas.Desired,
+		Updated:    cur.Replicas,
+		Revision:   s.revision,
+		Rollout:    s.ro,
+		Listeners:  len(f.Spec.Listeners),
+		Healing:    s.healState().status(now),
 	}
 	if f.Spec.Rollout.MaxUnavailable != nil {
 		o.MaxUnavailable = *f.Spec.Rollout.MaxUnavailable
@@ -110,9 +109,14 @@ func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, now time.Time) fle
 			continue
 		}
 		o.Replicas++
-		// An instance serves when it is Ready and the load balancer, where it judges, agrees.
-		if ready(in) && (o.Listeners == 0 || in.Status.LBHealth == "" || in.Status.LBHealth == HealthHealthy) {
+		// An instance counts as serving once the load balancer finds it healthy (or, for a fleet
+		// without listeners, once it is Ready): a Ready instance the load balancer cannot reach
+		// serves no one.
+		if ready(in) && s.proven(in) {
 			o.Available++
+			if in.Spec.Revision == s.revision {
+				o.UpdatedReady++
+			}
 		}
 	}
 	if s.c.opts.Targets != nil {

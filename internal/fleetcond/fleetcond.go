@@ -48,7 +48,8 @@ type Observed struct {
 	Desired, MaxUnavailable int32
 	// Replicas counts the fleet's instances that are not terminating (the warm pool aside).
 	Replicas int32
-	// Updated counts those of the current revision; UpdatedReady those of them that are Ready.
+	// Updated counts those of the current revision; UpdatedReady those of them that serve (Ready,
+	// and healthy in the load balancer when it judges the fleet).
 	Updated, UpdatedReady int32
 	// Available counts instances of any revision that serve: Ready and, when the load balancer
 	// judges the fleet, healthy in it.
