@@ -56,6 +56,7 @@ next 'herd up' adopts them.`,
 	cmd.Flags().StringVar(&opts.Etcd.CAFile, "etcd-ca", "", "CA certificate that verifies the etcd members (default: the system's roots for https endpoints)")
 	cmd.Flags().StringVar(&opts.Etcd.CertFile, "etcd-cert", "", "client certificate for etcd (with --etcd-key)")
 	cmd.Flags().StringVar(&opts.Etcd.KeyFile, "etcd-key", "", "client key for etcd (with --etcd-cert)")
+	cmd.Flags().IntVar(&opts.Etcd.MaxTxnOps, "etcd-max-txn-ops", etcd.DefaultMaxTxnOps, "most records one write may change: the etcd server's --max-txn-ops (a fleet's instance changes are written together)")
 	cmd.Flags().StringVar(&opts.Etcd.Username, "etcd-username", "", "etcd user (with --etcd-password-file)")
 	cmd.Flags().StringVar(&etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password (with --etcd-username)")
 	return cmd
@@ -65,7 +66,7 @@ next 'herd up' adopts them.`,
 // the etcd password file.
 func etcdFlags(cmd *cobra.Command, opts *controlplane.Options, passwordFile string) error {
 	var given []string
-	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file"} {
+	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-max-txn-ops", "etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file"} {
 		if cmd.Flags().Changed(f) {
 			given = append(given, "--"+f)
 		}
