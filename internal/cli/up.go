@@ -1,15 +1,20 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"herd.dev/herd/internal/controlplane"
+	"herd.dev/herd/internal/store/etcd"
 )
 
 func newUpCmd(g *globals) *cobra.Command {
 	opts := controlplane.Options{}
+	var etcdPasswordFile string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run the control plane (store, API, controller, load balancer) in the foreground",
@@ -22,9 +27,13 @@ On first start it generates an API token and writes the client config (server ad
 mode 0600) that the other commands read. Instances keep running when the control plane stops; the
 next 'herd up' adopts them.`,
 		Example: `  herd up
-  herd up --provider fake --data-dir /tmp/herd --listen 127.0.0.1:0`,
+  herd up --provider fake --data-dir /tmp/herd --listen 127.0.0.1:0
+  herd up --store etcd --etcd-endpoints http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := etcdFlags(cmd, &opts, etcdPasswordFile); err != nil {
+				return err
+			}
 			log, err := g.logger()
 			if err != nil {
 				return err
@@ -41,5 +50,48 @@ next 'herd up' adopts them.`,
 	cmd.Flags().StringVar(&opts.Listen, "listen", "127.0.0.1:7443", "address of the control-plane API (keep it on localhost)")
 	cmd.Flags().StringVar(&opts.LBAddress, "lb-address", "127.0.0.1", "host the load balancer's fleet listeners bind on (0.0.0.0 to serve other machines)")
 	cmd.Flags().StringVar(&opts.Provider, "provider", "local", fmt.Sprintf("default provider for regions that name none (%v)", controlplane.ProviderNames()))
+	cmd.Flags().StringVar(&opts.Store, "store", controlplane.StoreBolt, fmt.Sprintf("where the state is kept: %s (a file in --data-dir) or %s (an etcd cluster, with --etcd-endpoints)", controlplane.StoreBolt, controlplane.StoreEtcd))
+	cmd.Flags().StringSliceVar(&opts.Etcd.Endpoints, "etcd-endpoints", nil, "client URLs of the etcd members, comma-separated (with --store etcd)")
+	cmd.Flags().StringVar(&opts.Etcd.Prefix, "etcd-prefix", etcd.DefaultPrefix, "prefix of herd's keys in etcd, so that herd can share an etcd")
+	cmd.Flags().StringVar(&opts.Etcd.CAFile, "etcd-ca", "", "CA certificate that verifies the etcd members (default: the system's roots for https endpoints)")
+	cmd.Flags().StringVar(&opts.Etcd.CertFile, "etcd-cert", "", "client certificate for etcd (with --etcd-key)")
+	cmd.Flags().StringVar(&opts.Etcd.KeyFile, "etcd-key", "", "client key for etcd (with --etcd-cert)")
+	cmd.Flags().IntVar(&opts.Etcd.MaxTxnOps, "etcd-max-txn-ops", etcd.DefaultMaxTxnOps, "most records one write may change: the etcd server's --max-txn-ops (a fleet's instance changes are written together)")
+	cmd.Flags().StringVar(&opts.Etcd.Username, "etcd-username", "", "etcd user (with --etcd-password-file)")
+	cmd.Flags().StringVar(&etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password (with --etcd-username)")
 	return cmd
+}
+
+// etcdFlags checks the --store and --etcd-* flags together, naming the flag at fault, and reads
+// the etcd password file.
+func etcdFlags(cmd *cobra.Command, opts *controlplane.Options, passwordFile string) error {
+	var given []string
+	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-max-txn-ops", "etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file"} {
+		if cmd.Flags().Changed(f) {
+			given = append(given, "--"+f)
+		}
+	}
+	switch {
+	case opts.Store != controlplane.StoreEtcd && len(given) > 0:
+		return fmt.Errorf("%s only apply with --store %s", strings.Join(given, ", "), controlplane.StoreEtcd)
+	case opts.Store != controlplane.StoreEtcd:
+		return nil
+	case len(opts.Etcd.Endpoints) == 0:
+		return fmt.Errorf("--store %s needs --etcd-endpoints: the client URLs of the etcd members, comma-separated (e.g. http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379)", controlplane.StoreEtcd)
+	case (opts.Etcd.CertFile == "") != (opts.Etcd.KeyFile == ""):
+		return errors.New("--etcd-cert and --etcd-key go together: give both or neither")
+	case (opts.Etcd.Username == "") != (passwordFile == ""):
+		return errors.New("--etcd-username and --etcd-password-file go together: give both or neither")
+	case passwordFile == "":
+		return nil
+	}
+	b, err := os.ReadFile(passwordFile)
+	if err != nil {
+		return fmt.Errorf("--etcd-password-file: %w", err)
+	}
+	opts.Etcd.Password = strings.TrimRight(string(b), "\r\n")
+	if opts.Etcd.Password == "" {
+		return fmt.Errorf("--etcd-password-file %s is empty: put the etcd user's password in it", passwordFile)
+	}
+	return nil
 }

@@ -33,7 +33,7 @@ import (
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/provider/local"
-	"herd.dev/herd/internal/store/bolt"
+	"herd.dev/herd/internal/store/etcd"
 )
 
 // Options configure a control plane.
@@ -44,6 +44,10 @@ type Options struct {
 	Listen string
 	// Provider is the default provider, used by regions that name none.
 	Provider string
+	// Store is where the control plane keeps its state: StoreBolt (default) or StoreEtcd.
+	Store string
+	// Etcd says which etcd to use when Store is StoreEtcd.
+	Etcd etcd.Config
 	// LBAddress is the host the load balancer's fleet listeners bind on. Default: 127.0.0.1.
 	LBAddress string
 	// ConfigPath is where the client config (server URL and token) is written.
@@ -111,6 +115,9 @@ func Run(ctx context.Context, opts Options) error {
 	if !ok {
 		return fmt.Errorf("--provider %q: this build knows %s", opts.Provider, strings.Join(ProviderNames(), ", "))
 	}
+	if err := checkStoreName(opts.Store); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -118,9 +125,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	st, err := bolt.Open(filepath.Join(opts.DataDir, "state.db"))
+	st, err := openStore(ctx, opts, log)
 	if err != nil {
-		return fmt.Errorf("open store in %s: %w", opts.DataDir, err)
+		return err
 	}
 	defer st.Close()
 

@@ -23,11 +23,15 @@ func (t OpType) String() string {
 }
 
 // CheckOps reports the first op that no store could apply whatever it holds: an empty kind or name,
-// an unknown type, a create that names a resource version. Implementations call it before they
-// touch anything.
+// an unknown type, a create that names a resource version, a resource version on a key an earlier
+// op of the Txn writes (the only version it could match is the Txn's own, which the caller cannot
+// know before the Txn commits). Implementations call it before they touch anything.
 func CheckOps(ops []Op) error {
+	type key struct{ kind, name string }
+	written := make(map[key]bool, len(ops))
 	for i, op := range ops {
 		var problem string
+		k := key{op.Kind, op.Name}
 		switch {
 		case op.Kind == "":
 			problem = "kind is empty"
@@ -39,7 +43,10 @@ func CheckOps(ops []Op) error {
 			problem = fmt.Sprintf("a create cannot require resource version %d: use OpUpdate or OpPut", op.ResourceVersion)
 		case op.ResourceVersion < 0:
 			problem = fmt.Sprintf("resource version %d is negative", op.ResourceVersion)
+		case op.ResourceVersion != 0 && written[k]:
+			problem = fmt.Sprintf("resource version %d names a version of a key an earlier op of this Txn writes: drop it", op.ResourceVersion)
 		}
+		written[k] = true
 		if problem != "" {
 			return fmt.Errorf("txn op %d (%s %s/%s): %s", i, op.Type, op.Kind, op.Name, problem)
 		}
@@ -76,6 +83,33 @@ func Apply(op Op, cur *Record, rev int64) (Event, error) {
 		return Event{Type: Deleted, Record: Record{Kind: op.Kind, Name: op.Name, Value: cur.Value, ResourceVersion: rev}}, nil
 	}
 	return Event{Type: Modified, Record: Record{Kind: op.Kind, Name: op.Name, Value: op.Value, ResourceVersion: rev}}, nil
+}
+
+// ApplyAll works out a whole Txn: Apply for each op in order, each op seeing the writes of the
+// earlier ones. stored returns a key's record before the Txn (nil if none) and rev the revision op
+// i takes. It returns one event per op, or the first failing op's error.
+func ApplyAll(ops []Op, stored func(kind, name string) *Record, rev func(i int) int64) ([]Event, error) {
+	type key struct{ kind, name string }
+	scratch := map[key]*Record{}
+	events := make([]Event, 0, len(ops))
+	for i, op := range ops {
+		k := key{op.Kind, op.Name}
+		cur, seen := scratch[k]
+		if !seen {
+			cur = stored(op.Kind, op.Name)
+		}
+		e, err := Apply(op, cur, rev(i))
+		if err != nil {
+			return nil, err
+		}
+		if e.Type == Deleted {
+			scratch[k] = nil
+		} else {
+			scratch[k] = &e.Record
+		}
+		events = append(events, e)
+	}
+	return events, nil
 }
 
 // IsOpError reports whether err is one of the outcomes Apply decides (ErrExists, ErrNotFound,

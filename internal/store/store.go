@@ -3,12 +3,17 @@
 // can be made conditional on the version the writer read (optimistic concurrency), several writes
 // can be committed together (Txn), and watchers receive every change after a version.
 //
-// Every write op takes the next revision, including each op of a multi-op Txn (their revisions are
-// consecutive), so the store's revision is the revision of its latest write and every change has a
-// revision of its own: a watcher that resumes after the last event it saw misses nothing, even if
-// it stopped in the middle of a transaction.
+// Revisions only grow, and the store's revision is the revision of its latest write. A Txn's
+// writes take revisions after the store's revision before it, in op order: bolt and memory give
+// each op the next revision of its own, etcd gives every op of a Txn the Txn's one revision (an
+// etcd transaction is one revision), and an etcd shared with other programs skips the numbers
+// their writes take. So a watcher may see several events of one revision, and one that resumes
+// must resume after the last revision it saw in full (or list again, as herd's watchers do); and
+// an op cannot be made conditional on the version an earlier op of the same Txn writes (CheckOps
+// refuses it), since under etcd that version is known only once the Txn commits.
 //
-// Implementations: bolt (bbolt on disk, the default) and memory (for tests). Both pass storetest.
+// Implementations: bolt (bbolt on disk, the default), etcd (an etcd cluster, for a control plane
+// that survives the loss of a machine) and memory (for tests). All pass storetest.
 package store
 
 import (
@@ -91,15 +96,18 @@ type Store interface {
 	List(ctx context.Context, kind string) ([]Record, int64, error)
 	// Txn commits every op or none of them and returns one record per op (for Delete, the deleted
 	// record stamped with the delete's revision). Ops apply in order, so a later op sees an earlier
-	// one's write to the same key. A failed op's error names its kind and name.
+	// one's write to the same key. A failed op's error names its kind and name; when several would
+	// fail, it is the first in order.
 	Txn(ctx context.Context, ops ...Op) ([]Record, error)
 	// Watch delivers, in revision order and each once, every change to kind ("" for all kinds)
-	// after revision since; a since beyond the store's revision just skips the changes up to it.
-	// The channel is closed when ctx ends, the store closes or the watcher falls too far behind
-	// (more than the store's watch history, DefaultWatchHistory changes): writers never wait for a
-	// watcher. Callers then watch again from the last revision they saw, or list and watch again.
+	// after revision since (the changes of one Txn in op order; a store may deliver only a Txn's
+	// net change to a key it writes more than once); a since beyond the store's revision just
+	// skips the changes up to it. The channel is closed when ctx ends, the store closes or the
+	// watcher falls too far behind (more than the store's watch history, DefaultWatchHistory
+	// changes), and by etcd when it ends the watch: writers never wait for a watcher. Callers then
+	// watch again from the last revision they saw in full, or list and watch again.
 	// ErrCompacted if since is older than the store remembers: older than its history, or older
-	// than its revision when it was opened.
+	// than its revision when it was opened, or compacted away by etcd.
 	Watch(ctx context.Context, kind string, since int64) (<-chan Event, error)
 	// Close releases the store; calling it again does nothing. Watch channels are closed, and
 	// every other method then fails with ErrClosed.

@@ -84,44 +84,36 @@ func (s *Store) Txn(ctx context.Context, ops ...store.Op) ([]store.Record, error
 		return nil, fmt.Errorf("txn: %w", store.ErrClosed)
 	}
 
-	// Work out every op against a scratch view of the keys the transaction touches (nil: deleted),
-	// so that a failing op leaves the objects exactly as they were.
-	type key struct{ kind, name string }
-	scratch := map[key]*store.Record{}
-	events := make([]store.Event, 0, len(ops))
+	// Work out every op before changing anything, so that a failing op leaves the objects exactly
+	// as they were.
+	owned := make([]store.Op, len(ops))
 	for i, op := range ops {
-		k := key{op.Kind, op.Name}
-		cur, seen := scratch[k]
-		if !seen {
-			if rec, ok := s.objects[op.Kind][op.Name]; ok {
-				cur = &rec
-			}
-		}
 		if op.Type != store.OpDelete {
 			// The caller may reuse its buffer; the store, its readers and watchers keep this copy.
 			op.Value = bytes.Clone(op.Value)
 		}
-		e, err := store.Apply(op, cur, s.rev+int64(i)+1)
-		if err != nil {
-			return nil, err
-		}
-		if e.Type == store.Deleted {
-			scratch[k] = nil
-		} else {
-			scratch[k] = &e.Record
-		}
-		events = append(events, e)
+		owned[i] = op
 	}
-
-	for k, rec := range scratch {
-		if rec == nil {
-			delete(s.objects[k.kind], k.name)
+	stored := func(kind, name string) *store.Record {
+		if rec, ok := s.objects[kind][name]; ok {
+			return &rec
+		}
+		return nil
+	}
+	events, err := store.ApplyAll(owned, stored, func(i int) int64 { return s.rev + int64(i) + 1 })
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range events {
+		r := e.Record
+		if e.Type == store.Deleted {
+			delete(s.objects[r.Kind], r.Name)
 			continue
 		}
-		if s.objects[k.kind] == nil {
-			s.objects[k.kind] = map[string]store.Record{}
+		if s.objects[r.Kind] == nil {
+			s.objects[r.Kind] = map[string]store.Record{}
 		}
-		s.objects[k.kind][k.name] = *rec
+		s.objects[r.Kind][r.Name] = r
 	}
 	s.rev += int64(len(ops))
 	s.hub.Publish(events)

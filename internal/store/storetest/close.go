@@ -10,7 +10,7 @@ import (
 	"herd.dev/herd/internal/store"
 )
 
-func testClose(t *testing.T, newStore func(*testing.T) store.Store) {
+func testClose(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	mustTxn(t, s, put("fleet", "a", "1"))

@@ -14,7 +14,7 @@ import (
 	"herd.dev/herd/internal/store"
 )
 
-func testWriteErrors(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWriteErrors(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	// Each case starts from a store holding fleet/web and runs one op on it; version says which
 	// resource version the op requires: none, the stored one, or an older one.
 	const (
@@ -75,8 +75,11 @@ func testWriteErrors(t *testing.T, newStore func(*testing.T) store.Store) {
 				}
 				return
 			}
-			if len(recs) != 1 || recs[0].ResourceVersion != revBefore+1 {
-				t.Fatalf("Txn returned %+v, want one record at version %d", recs, revBefore+1)
+			if len(recs) != 1 || recs[0].ResourceVersion <= revBefore {
+				t.Fatalf("Txn returned %+v, want one record at a version after %d", recs, revBefore)
+			}
+			if _, rev := mustList(t, s, "fleet"); rev != recs[0].ResourceVersion {
+				t.Errorf("revision after the write = %d, want the write's %d", rev, recs[0].ResourceVersion)
 			}
 			got, err := s.Get(ctx, "fleet", tt.key)
 			if tt.op == store.OpDelete {
@@ -95,7 +98,7 @@ func testWriteErrors(t *testing.T, newStore func(*testing.T) store.Store) {
 	}
 }
 
-func testGetReturnsTheWrite(t *testing.T, newStore func(*testing.T) store.Store) {
+func testGetReturnsTheWrite(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	if _, err := s.Get(ctx, "fleet", "web"); !errors.Is(err, store.ErrNotFound) {
@@ -121,7 +124,7 @@ func testGetReturnsTheWrite(t *testing.T, newStore func(*testing.T) store.Store)
 	}
 }
 
-func testList(t *testing.T, newStore func(*testing.T) store.Store) {
+func testList(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	s := newStore(t)
 	for _, name := range []string{"c", "a", "b", "a-1", "B"} {
 		mustTxn(t, s, store.Op{Type: store.OpCreate, Kind: "instance", Name: name, Value: []byte(`"` + name + `"`)})
@@ -156,7 +159,7 @@ func testList(t *testing.T, newStore func(*testing.T) store.Store) {
 	}
 }
 
-func testResourceVersionsIncrease(t *testing.T, newStore func(*testing.T) store.Store) {
+func testResourceVersionsIncrease(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	var last int64
@@ -187,7 +190,7 @@ func testResourceVersionsIncrease(t *testing.T, newStore func(*testing.T) store.
 	}
 }
 
-func testValuesAreCopied(t *testing.T, newStore func(*testing.T) store.Store) {
+func testValuesAreCopied(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	buf := []byte(`{"a":1}`)

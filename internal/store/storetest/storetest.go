@@ -24,12 +24,32 @@ import (
 // detector and a busy machine slow everything down; a passing run never waits for it.
 const waitTimeout = 20 * time.Second
 
+// Option adapts the suite to an implementation.
+type Option func(*options)
+
+type options struct {
+	forget func(t *testing.T, s store.Store, rev int64)
+}
+
+// WithForget says how to make s forget the changes before revision rev, so that a watch from
+// before them fails with ErrCompacted while one from rev still works: for etcd, a compaction at
+// rev. The suite writes three changes before it asks to forget up to the last of them. Default:
+// write store.DefaultWatchHistory-2 changes, which pushes the first of the three out of a
+// store.Hub's history and keeps the others.
+func WithForget(forget func(t *testing.T, s store.Store, rev int64)) Option {
+	return func(o *options) { o.forget = forget }
+}
+
 // Run runs the suite. newStore returns an empty store and arranges for it to be closed when the
 // test ends (closing twice must be harmless: some tests close it themselves).
-func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) store.Store, opts ...Option) {
+	o := options{forget: func(t *testing.T, s store.Store, _ int64) { writeMany(t, s, store.DefaultWatchHistory-2) }}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	tests := []struct {
 		name string
-		run  func(*testing.T, func(*testing.T) store.Store)
+		run  func(*testing.T, func(*testing.T) store.Store, options)
 	}{
 		{"WriteErrors", testWriteErrors},
 		{"GetReturnsTheWrite", testGetReturnsTheWrite},
@@ -51,7 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ListThenWatchHasNoGap", testListThenWatchHasNoGap},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore) })
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, newStore, o) })
 	}
 }
 

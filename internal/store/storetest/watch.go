@@ -17,45 +17,51 @@ import (
 	"herd.dev/herd/internal/store"
 )
 
-func testWatchReplayThenLive(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWatchReplayThenLive(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	a := mustTxn(t, s, put("fleet", "a", "1"))[0]
-	mustTxn(t, s, put("fleet", "b", "2"), put("fleet", "c", "3"))
+	written := mustTxn(t, s, put("fleet", "b", "2"), put("fleet", "c", "3"))
 
 	ch := mustWatch(t, ctx, s, "fleet", a.ResourceVersion)
-	mustTxn(t, s, put("fleet", "d", "4"))
-	mustTxn(t, s, put("fleet", "a", "5"))
+	written = append(written, mustTxn(t, s, put("fleet", "d", "4"))...)
+	written = append(written, mustTxn(t, s, put("fleet", "a", "5"))...)
 
-	var got []string
-	for range 4 {
+	// The events are the writes, at the versions the Txns returned.
+	var got, want []string
+	for i, w := range written {
 		e := next(t, ch)
-		got = append(got, fmt.Sprintf("%s %s=%s@%d", e.Type, e.Record.Name, e.Record.Value, e.Record.ResourceVersion-a.ResourceVersion))
+		got = append(got, fmt.Sprintf("%s %s=%s@%d", e.Type, e.Record.Name, e.Record.Value, e.Record.ResourceVersion))
+		want = append(want, fmt.Sprintf("%s %s=%s@%d", []string{"Added", "Added", "Added", "Modified"}[i], w.Name, w.Value, w.ResourceVersion))
 	}
-	want := []string{"Added b=2@1", "Added c=3@2", "Added d=4@3", "Modified a=5@4"}
 	if !slices.Equal(got, want) {
-		t.Errorf("events (versions relative to a's) = %q, want %q", got, want)
+		t.Errorf("events = %q, want %q", got, want)
 	}
 }
 
-func testWatchEvents(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWatchEvents(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	_, rev := mustList(t, s, "fleet")
 	ch := mustWatch(t, ctx, s, "", rev)
-	mustTxn(t, s,
+	recs := mustTxn(t, s,
 		store.Op{Type: store.OpCreate, Kind: "fleet", Name: "web", Value: []byte(`1`)},
 		store.Op{Type: store.OpPut, Kind: "instance", Name: "web-1", Value: []byte(`2`)})
-	mustTxn(t, s, store.Op{Type: store.OpUpdate, Kind: "fleet", Name: "web", Value: []byte(`3`)})
-	mustTxn(t, s, store.Op{Type: store.OpPut, Kind: "instance", Name: "web-1", Value: []byte(`4`)})
-	mustTxn(t, s, store.Op{Type: store.OpDelete, Kind: "fleet", Name: "web"})
+	recs = append(recs, mustTxn(t, s, store.Op{Type: store.OpUpdate, Kind: "fleet", Name: "web", Value: []byte(`3`)})...)
+	recs = append(recs, mustTxn(t, s, store.Op{Type: store.OpPut, Kind: "instance", Name: "web-1", Value: []byte(`4`)})...)
+	recs = append(recs, mustTxn(t, s, store.Op{Type: store.OpDelete, Kind: "fleet", Name: "web"})...)
 
-	want := []store.Event{
-		{Type: store.Added, Record: store.Record{Kind: "fleet", Name: "web", Value: []byte(`1`), ResourceVersion: rev + 1}},
-		{Type: store.Added, Record: store.Record{Kind: "instance", Name: "web-1", Value: []byte(`2`), ResourceVersion: rev + 2}},
-		{Type: store.Modified, Record: store.Record{Kind: "fleet", Name: "web", Value: []byte(`3`), ResourceVersion: rev + 3}},
-		{Type: store.Modified, Record: store.Record{Kind: "instance", Name: "web-1", Value: []byte(`4`), ResourceVersion: rev + 4}},
-		{Type: store.Deleted, Record: store.Record{Kind: "fleet", Name: "web", Value: []byte(`3`), ResourceVersion: rev + 5}},
+	// Each event carries the record its Txn returned; a delete's is the last value.
+	types := []store.EventType{store.Added, store.Added, store.Modified, store.Modified, store.Deleted}
+	var want []store.Event
+	for i, r := range recs {
+		if r.ResourceVersion <= rev {
+			t.Fatalf("write %d at version %d, want one after %d", i, r.ResourceVersion, rev)
+		}
+		want = append(want, store.Event{Type: types[i], Record: r})
+	}
+	if string(want[4].Record.Value) != "3" {
+		t.Errorf("the delete returned value %s, want the last value 3", want[4].Record.Value)
 	}
 	for i, w := range want {
 		if e := next(t, ch); e.Type != w.Type || !equalRecord(e.Record, w.Record) {
@@ -64,7 +70,7 @@ func testWatchEvents(t *testing.T, newStore func(*testing.T) store.Store) {
 	}
 }
 
-func testWatchKindFilter(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWatchKindFilter(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	_, rev := mustList(t, s, "fleet")
@@ -109,20 +115,23 @@ func testWatchKindFilter(t *testing.T, newStore func(*testing.T) store.Store) {
 	}
 }
 
-func testWatchFromFutureRevision(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWatchFromFutureRevision(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	s := newStore(t)
 	_, rev := mustList(t, s, "fleet")
 	ch, err := s.Watch(context.Background(), "fleet", rev+2)
 	if err != nil {
 		t.Fatalf("Watch from a revision not reached yet: %v", err)
 	}
-	mustTxn(t, s, put("fleet", "a", "1"), put("fleet", "b", "2"), put("fleet", "c", "3"))
-	if e := next(t, ch); e.Record.Name != "c" || e.Record.ResourceVersion != rev+3 {
-		t.Errorf("first event = %v, want fleet/c at %d", e.Record, rev+3)
+	// Three writes on an otherwise idle store take revisions rev+1, rev+2 and rev+3.
+	mustTxn(t, s, put("fleet", "a", "1"))
+	mustTxn(t, s, put("fleet", "b", "2"))
+	c := mustTxn(t, s, put("fleet", "c", "3"))[0]
+	if e := next(t, ch); e.Record.Name != "c" || e.Record.ResourceVersion != c.ResourceVersion {
+		t.Errorf("first event = %v, want fleet/c at %d", e.Record, c.ResourceVersion)
 	}
 }
 
-func testWatchCancel(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWatchCancel(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	s := newStore(t)
 	_, rev := mustList(t, s, "fleet")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -142,27 +151,30 @@ func testWatchCancel(t *testing.T, newStore func(*testing.T) store.Store) {
 	mustTxn(t, s, put("fleet", "b", "2"))
 }
 
-func testWatchCompacted(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWatchCompacted(t *testing.T, newStore func(*testing.T) store.Store, o options) {
 	ctx := context.Background()
 	s := newStore(t)
 	_, rev0 := mustList(t, s, "instance")
-	writeMany(t, s, store.DefaultWatchHistory+100)
+	for i := range 3 {
+		mustTxn(t, s, put("instance", "c"+strconv.Itoa(i), "{}"))
+	}
 	_, rev := mustList(t, s, "instance")
+	o.forget(t, s, rev)
 
 	if _, err := s.Watch(ctx, "instance", rev0); !errors.Is(err, store.ErrCompacted) {
-		t.Errorf("Watch from before the history: error = %v, want ErrCompacted", err)
+		t.Errorf("Watch from before what the store remembers: error = %v, want ErrCompacted", err)
 	}
-	since := rev - store.DefaultWatchHistory/2
-	ch, err := s.Watch(ctx, "instance", since)
+	ch, err := s.Watch(ctx, "instance", rev)
 	if err != nil {
-		t.Fatalf("Watch from within the history: %v", err)
+		t.Fatalf("Watch from the revision it was made to forget up to: %v", err)
 	}
-	if e := next(t, ch); e.Record.ResourceVersion != since+1 {
-		t.Errorf("first replayed event at %d, want %d", e.Record.ResourceVersion, since+1)
+	mustTxn(t, s, put("instance", "after", "{}"))
+	if e := next(t, ch); e.Record.ResourceVersion <= rev {
+		t.Errorf("first event at %d, want one after %d", e.Record.ResourceVersion, rev)
 	}
 }
 
-func testWatchSlowConsumerDropped(t *testing.T, newStore func(*testing.T) store.Store) {
+func testWatchSlowConsumerDropped(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	ctx := context.Background()
 	s := newStore(t)
 	_, rev := mustList(t, s, "instance")
@@ -170,8 +182,9 @@ func testWatchSlowConsumerDropped(t *testing.T, newStore func(*testing.T) store.
 	// Nobody reads slow while twice the history is written: the writes must not wait for it.
 	writeMany(t, s, 2*store.DefaultWatchHistory)
 
-	// What slow got is an unbroken run of events from the start, and then its channel closes.
-	want := rev + 1
+	// What slow got is an unbroken run of events from the start (writeMany writes i0, i1, ... in
+	// Txns of 1,000), and then its channel closes.
+	got, last := 0, rev
 	deadline := time.After(waitTimeout)
 	for done := false; !done; {
 		select {
@@ -180,21 +193,21 @@ func testWatchSlowConsumerDropped(t *testing.T, newStore func(*testing.T) store.
 				done = true
 				break
 			}
-			if e.Record.ResourceVersion != want {
-				t.Fatalf("slow watcher got version %d, want %d", e.Record.ResourceVersion, want)
+			if name := "i" + strconv.Itoa(got%1000); e.Record.Name != name || e.Record.ResourceVersion < last || e.Record.ResourceVersion <= rev {
+				t.Fatalf("slow watcher's event %d is %s at %d, want %s at %d or later", got, e.Record.Name, e.Record.ResourceVersion, name, max(last, rev+1))
 			}
-			want++
+			got, last = got+1, e.Record.ResourceVersion
 		case <-deadline:
-			t.Fatalf("the slow watcher's channel is still open after %d events", want-rev-1)
+			t.Fatalf("the slow watcher's channel is still open after %d events", got)
 		}
 	}
-	if want-rev-1 >= 2*store.DefaultWatchHistory {
-		t.Errorf("the slow watcher received all %d events: it was not dropped", want-rev-1)
+	if got >= 2*store.DefaultWatchHistory {
+		t.Errorf("the slow watcher received all %d events: it was not dropped", got)
 	}
-	t.Logf("slow watcher received %d events before it was dropped", want-rev-1)
+	t.Logf("slow watcher received %d events before it was dropped", got)
 }
 
-func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Store) {
+func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Store, _ options) {
 	// Writers change kind item while, concurrently, the test lists item and watches from the list's
 	// revision, again and again. Each list plus its watch must rebuild exactly the final state, and
 	// each watch must see every revision after its list's exactly once, in order. Writer 0 also
@@ -291,11 +304,13 @@ func testListThenWatchHasNoGap(t *testing.T, newStore func(*testing.T) store.Sto
 	}
 
 	for i, v := range views {
-		for rev := v.rev + 1; rev <= finalRev; rev++ {
+		// Every write here is a one-op Txn, so each revision after the list's brings one event.
+		for last := v.rev; last < finalRev; {
 			e := next(t, v.ch)
-			if e.Record.ResourceVersion != rev {
-				t.Fatalf("view %d (listed at %d): event at version %d, want %d", i, v.rev, e.Record.ResourceVersion, rev)
+			if e.Record.ResourceVersion <= last || e.Record.ResourceVersion > finalRev {
+				t.Fatalf("view %d (listed at %d): event at version %d after %d, want one after it, up to %d", i, v.rev, e.Record.ResourceVersion, last, finalRev)
 			}
+			last = e.Record.ResourceVersion
 			if e.Type == store.Deleted {
 				delete(v.state, e.Record.Name)
 			} else {
