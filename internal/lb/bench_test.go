@@ -17,7 +17,7 @@ func BenchmarkH1Proxy(b *testing.B) {
 	be := newBackend(b, "b", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(be)})
 	l.HealthCheck.Disabled = true
-	lb := startLBWith(b, Config{Listeners: []Listener{l}}, slogTo(io.Discard))
+	lb := startLBWith(b, EngineFast, Config{Listeners: []Listener{l}}, slogTo(io.Discard))
 	c, err := net.Dial("tcp", lb.Addr("web/http").String())
 	if err != nil {
 		b.Fatal(err)

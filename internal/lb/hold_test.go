@@ -41,7 +41,7 @@ func TestHoldServesOnceATargetIsHealthy(t *testing.T) {
 	t.Run("target added by a config", func(t *testing.T) {
 		l := httpListener()
 		l.Hold = &Hold{Timeout: Duration(10 * time.Second)}
-		lb := startLB(t, Config{Listeners: []Listener{l}})
+		lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 		got := heldGet(t, url(lb, "/"))
 		waitFor(t, 5*time.Second, "a held request", func() bool { return lb.Held("web") == 1 })
 		if s, ok := lb.Metrics().Fleet("web"); !ok || s.Held != 1 {
@@ -72,7 +72,7 @@ func TestHoldServesOnceATargetIsHealthy(t *testing.T) {
 		t.Cleanup(gate.Close)
 		l := httpListener(TargetGroup{Name: "v1", Targets: []Target{{ID: "b0", Address: gate.Listener.Addr().String()}}})
 		l.Hold = &Hold{Timeout: Duration(10 * time.Second)}
-		lb := startLB(t, Config{Listeners: []Listener{l}})
+		lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 		waitFor(t, 5*time.Second, "the target judged unhealthy", func() bool { return stateOf(lb, "b0") == StateUnhealthy })
 		got := heldGet(t, url(lb, "/"))
 		waitFor(t, 5*time.Second, "a held request", func() bool { return lb.Held("web") == 1 })
@@ -86,7 +86,7 @@ func TestHoldServesOnceATargetIsHealthy(t *testing.T) {
 func TestHoldBoundAndTimeout(t *testing.T) {
 	l := httpListener()
 	l.Hold = &Hold{MaxQueued: 2, Timeout: Duration(time.Second)}
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	start := time.Now()
 	a, b := heldGet(t, url(lb, "/")), heldGet(t, url(lb, "/"))
 	waitFor(t, 5*time.Second, "two held requests", func() bool { return lb.Held("web") == 2 })
@@ -111,7 +111,7 @@ func TestHoldBoundAndTimeout(t *testing.T) {
 }
 
 func TestHoldOffRefusesAtOnce(t *testing.T) {
-	lb := startLB(t, Config{Listeners: []Listener{httpListener()}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{httpListener()}})
 	if code, _, _ := get(t, newClient(), url(lb, "/")); code != http.StatusServiceUnavailable {
 		t.Fatalf("got %d, want 503", code)
 	}

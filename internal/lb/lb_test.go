@@ -16,7 +16,7 @@ import (
 func TestApplyIsAtomic(t *testing.T) {
 	b0, b1 := newBackend(t, "b0", nil), newBackend(t, "b1", nil)
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b0)})
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 1)
 	addr := lb.Addr("web/http").String()
 	before := lb.Config()
@@ -115,7 +115,7 @@ func TestRemovedListenerStops(t *testing.T) {
 	a := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
 	other := a
 	other.Name = "web/other"
-	lb := startLB(t, Config{Listeners: []Listener{a, other}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{a, other}})
 	waitHealthy(t, lb, 2)
 	gone := lb.Addr("web/other").String()
 	if err := lb.Apply(Config{Listeners: []Listener{a}}); err != nil {
@@ -141,7 +141,7 @@ func TestMetricsAndPrometheus(t *testing.T) {
 		TargetGroup{Name: "canary", Weight: 1, Targets: targets(bad)},
 	)
 	l.HealthCheck.Consecutive5xx = 100
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 2)
 	c := newClient()
 	before := lb.Metrics()
@@ -225,7 +225,7 @@ func TestRetryBudget(t *testing.T) {
 
 func TestAdminAPI(t *testing.T) {
 	b := newBackend(t, "b", nil)
-	lb := startLB(t, Config{})
+	lb := startLB(t, EngineFast, Config{})
 	h, err := NewAdminHandler(lb, "s3cret", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func TestProxyBasics(t *testing.T) {
 		w.Header().Set("Keep-Alive", "timeout=5")
 		io.WriteString(w, "hello "+r.URL.RequestURI())
 	})
-	lb := startLB(t, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(b)})}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(b)})}})
 	waitHealthy(t, lb, 1)
 	c := newClient()
 
@@ -73,7 +73,7 @@ func TestProxyBasics(t *testing.T) {
 			http.NewResponseController(w).EnableFullDuplex()
 			io.Copy(w, r.Body)
 		})
-		lb := startLB(t, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(echo)})}})
+		lb := startLB(t, EngineFast, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(echo)})}})
 		waitHealthy(t, lb, 1)
 		payload := strings.Repeat("x", 100_000)
 		resp, err := c.Post(url(lb, "/"), "text/plain", strings.NewReader(payload))
@@ -91,7 +91,7 @@ func TestProxyBasics(t *testing.T) {
 func TestNoHealthyTarget(t *testing.T) {
 	b := newBackend(t, "b0", nil)
 	b.kill()
-	lb := startLB(t, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(b)})}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(b)})}})
 	waitFor(t, 5*time.Second, "target unhealthy", func() bool { return stateOf(lb, "b0") == StateUnhealthy })
 	if code, _, _ := get(t, newClient(), url(lb, "/")); code != http.StatusServiceUnavailable {
 		t.Fatalf("got %d, want 503", code)
@@ -108,7 +108,7 @@ func TestIntegrationWeights(t *testing.T) {
 	}
 	stable := newBackends(t, 2, nil)
 	canary := newBackend(t, "canary", nil)
-	lb := startLB(t, Config{Listeners: []Listener{httpListener(
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{httpListener(
 		TargetGroup{Name: "stable", Weight: 90, Targets: targets(stable...)},
 		TargetGroup{Name: "canary", Weight: 10, Targets: targets(canary)},
 	)}})
@@ -154,7 +154,7 @@ func TestStickyCookie(t *testing.T) {
 	bs := newBackends(t, 3, nil)
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(bs...)})
 	l.Policy = Policy{Type: PolicyStickyCookie, Cookie: "pin"}
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 3)
 	c := newClient()
 	homes := map[string]bool{}
@@ -216,7 +216,7 @@ func TestHeaderHashStable(t *testing.T) {
 	bs := newBackends(t, 3, nil)
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(bs...)})
 	l.Policy = Policy{Type: PolicyHeaderHash, Header: "X-Tenant"}
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 3)
 	c := newClient()
 	home := map[string]string{}
@@ -252,7 +252,7 @@ func TestIntegrationBackendKilledUnderLoad(t *testing.T) {
 		t.Skip("runs load for seconds")
 	}
 	bs := newBackends(t, 3, nil)
-	lb := startLB(t, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(bs...)})}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(bs...)})}})
 	waitHealthy(t, lb, 3)
 	c := newClient()
 	var ok, failed atomic.Int64
@@ -314,7 +314,7 @@ func TestHangingBackendTimesOut(t *testing.T) {
 	})
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
 	l.Timeouts.Response = Duration(200 * time.Millisecond)
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 1)
 	code, _, _ := get(t, newClient(), url(lb, "/"))
 	if code != http.StatusGatewayTimeout {
@@ -341,7 +341,7 @@ func TestIntegrationDrainLetsRequestFinish(t *testing.T) {
 	next := newBackend(t, "next", nil)
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(slow)})
 	l.DrainTimeout = Duration(10 * time.Second)
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 1)
 	c := newClient()
 
@@ -383,7 +383,7 @@ func TestDrainDeadlineClosesConnections(t *testing.T) {
 	other := newBackend(t, "other", nil)
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(stuck)})
 	l.DrainTimeout = Duration(100 * time.Millisecond)
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 1)
 	res := make(chan int, 1)
 	go func() {
@@ -424,7 +424,7 @@ func TestRetries(t *testing.T) {
 	l.HealthCheck.Consecutive5xx = 1000
 	l.HealthCheck.EjectionTime = Duration(time.Hour)
 	l.HealthCheck.MaxEjectionTime = Duration(time.Hour)
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 2)
 	c := newClient()
 
@@ -468,7 +468,7 @@ func TestRetryAfterConnectFailure(t *testing.T) {
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(dead, good)})
 	l.HealthCheck.Disabled = true // so the dead target is still routed
 	l.Policy.Type = PolicyRoundRobin
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	dead.kill()
 	c := newClient()
 	// A POST that never reached a target is safe to retry, body and all.
@@ -491,7 +491,7 @@ func TestRetryBudgetStopsAmplification(t *testing.T) {
 	l.HealthCheck.Disabled = true
 	l.Retry = Retry{Budget: 0.001, MinPerSecond: 1}
 	l.HealthCheck.EjectionTime = Duration(time.Millisecond)
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	for _, b := range bs {
 		b.kill()
 	}
@@ -531,7 +531,7 @@ func TestWebSocketUpgrade(t *testing.T) {
 	})
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
 	l.Timeouts.Write = Duration(300 * time.Millisecond) // upgraded connections must outlive it
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 1)
 
 	conn, err := net.Dial("tcp", lb.Addr("web/http").String())
@@ -581,7 +581,7 @@ func TestH2C(t *testing.T) {
 			proto.Store(r.Proto)
 			io.WriteString(w, "ok")
 		})
-		lb := startLB(t, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(b)})}})
+		lb := startLB(t, EngineFast, Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(b)})}})
 		waitHealthy(t, lb, 1)
 		resp, err := h2cClient().Get(url(lb, "/"))
 		if err != nil {
@@ -614,7 +614,7 @@ func TestH2C(t *testing.T) {
 		l := httpListener(TargetGroup{Name: "r1", Targets: []Target{{ID: "grpc", Address: ln.Addr().String()}}})
 		l.BackendProtocol = BackendH2C
 		l.HealthCheck.Path = ""
-		lb := startLB(t, Config{Listeners: []Listener{l}})
+		lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 		waitHealthy(t, lb, 1)
 		req, _ := http.NewRequest(http.MethodPost, url(lb, "/svc/Method"), strings.NewReader("payload"))
 		req.Header.Set("Te", "trailers")
@@ -635,7 +635,7 @@ func TestSlowlorisCutOff(t *testing.T) {
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
 	l.Timeouts.ReadHeader = Duration(300 * time.Millisecond)
 	l.Limits.MaxConnections = 40
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 1)
 	addr := lb.Addr("web/http").String()
 
@@ -687,7 +687,7 @@ func TestBadRequests(t *testing.T) {
 	l.Limits.MaxHeaders = 10
 	l.Limits.MaxHeaderBytes = 4096
 	l.Limits.MaxBodyBytes = 1000
-	lb := startLBWith(t, Config{Listeners: []Listener{l}}, slogTo(&logs))
+	lb := startLBWith(t, EngineFast, Config{Listeners: []Listener{l}}, slogTo(&logs))
 	waitHealthy(t, lb, 1)
 	addr := lb.Addr("web/http").String()
 	manyHeaders := "GET / HTTP/1.1\r\nHost: x\r\n"
@@ -746,7 +746,7 @@ func TestTCPListener(t *testing.T) {
 		HealthCheck: HealthCheck{Interval: Duration(100 * time.Millisecond)},
 		Groups:      []TargetGroup{{Name: "r1", Targets: []Target{{ID: "echo", Address: echo.Addr().String()}}}},
 	}}}
-	lb := startLB(t, cfg)
+	lb := startLB(t, EngineFast, cfg)
 	waitHealthy(t, lb, 1)
 	c, err := net.Dial("tcp", lb.Addr("db/tcp").String())
 	if err != nil {
@@ -773,7 +773,7 @@ func TestTLSTermination(t *testing.T) {
 	})
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
 	l.TLS = &TLS{CertFile: certFile, KeyFile: keyFile}
-	lb := startLB(t, Config{Listeners: []Listener{l}})
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
 	waitHealthy(t, lb, 1)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
