@@ -43,7 +43,9 @@ func (t *target) getH1(connect time.Duration, fresh bool, now time.Time) (bc *bc
 		t.h1idle[n-1] = nil
 		t.h1idle = t.h1idle[:n-1]
 		idle := now.Sub(c.idleSince)
-		if idle > 90*time.Second || (fresh && idle > time.Second) {
+		// A connection that holds bytes nobody asked for, or that the target closed, is out of step:
+		// the bytes would be taken for the answer to the next request.
+		if idle > 90*time.Second || (fresh && idle > time.Second) || c.br.Buffered() > 0 || !idleClean(c.c) {
 			stale = append(stale, c)
 			continue
 		}
