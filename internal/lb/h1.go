@@ -68,6 +68,8 @@ type reqHead struct {
 	cookies        []span
 	hashValue      span
 	hasHash        bool
+	absHost        span // the authority of an absolute-form target, forwarded as Host
+	hasAbsHost     bool
 	h2Preface      bool
 }
 
@@ -441,13 +443,7 @@ func (r *reqHead) check(st *listenerState) error {
 		}
 	case target[0] == '/':
 	case hasPrefixFold(target, "http://") || hasPrefixFold(target, "https://"):
-		// Absolute form: the target gets the path; the Host header stays as the client sent it.
-		rest := target[bytes.Index(target, []byte("://"))+3:]
-		if i := bytes.IndexByte(rest, '/'); i >= 0 {
-			r.target.start = r.target.end - len(rest) + i
-		} else {
-			r.target = span{} // "/" below
-		}
+		r.absoluteForm()
 	default:
 		return badRequest("malformed request target")
 	}
@@ -455,6 +451,31 @@ func (r *reqHead) check(st *listenerState) error {
 	// those would desynchronize the target from the client.
 	dropNamed(r.raw, r.hdrs, r.connTokens, "content-length", "host", "transfer-encoding")
 	return nil
+}
+
+// absoluteForm takes the authority out of an absolute-form target ("http://host/path"): the target
+// keeps the path and query, and the authority, without any user info, replaces the Host header (RFC
+// 9112 section 3.2.2), as net/http's request reader does. An empty authority leaves the Host header.
+func (r *reqHead) absoluteForm() {
+	auth := span{r.target.start + bytes.Index(r.target.in(r.raw), []byte("://")) + 3, 0}
+	end := auth.start
+	for end < r.target.end && r.raw[end] != '/' && r.raw[end] != '?' {
+		end++
+	}
+	auth.end = end
+	if at := bytes.LastIndexByte(auth.in(r.raw), '@'); at >= 0 {
+		auth.start += at + 1
+	}
+	r.target.start = end // may be empty or start with "?": buildOut writes the "/" then
+	if auth.start == auth.end {
+		return
+	}
+	r.absHost, r.hasAbsHost = auth, true
+	for i := range r.hdrs {
+		if eqFold(r.hdrs[i].name.in(r.raw), "host") {
+			r.hdrs[i].drop = true
+		}
+	}
 }
 
 // dropNamed marks the fields named by tokens (the names listed in a Connection header) as dropped,
@@ -509,12 +530,16 @@ func (h *h1conn) buildOut(tlsOn bool) {
 	out := h.out[:0]
 	out = append(out, r.method.in(r.raw)...)
 	out = append(out, ' ')
-	if r.target == (span{}) {
+	if t := r.target.in(r.raw); len(t) == 0 || t[0] == '?' {
 		out = append(out, '/')
-	} else {
-		out = append(out, r.target.in(r.raw)...)
 	}
+	out = append(out, r.target.in(r.raw)...)
 	out = append(out, " HTTP/1.1\r\n"...)
+	if r.hasAbsHost {
+		out = append(out, "Host: "...)
+		out = append(out, r.absHost.in(r.raw)...)
+		out = append(out, '\r', '\n')
+	}
 	for _, hl := range r.hdrs {
 		if !hl.drop {
 			out = append(out, hl.line.in(r.raw)...)

@@ -215,7 +215,7 @@ func (h *h1conn) attempt(st *listenerState, t *target, key *pickKey, idem bool, 
 	sent := time.Now()
 	bc.extend(sent, st.cfg.Timeouts.Response.D())
 	bc.bw.Write(h.out)
-	if r.hosts == 0 {
+	if r.hosts == 0 && !r.hasAbsHost {
 		bc.bw.WriteString("Host: ")
 		bc.bw.WriteString(t.key.addr)
 		bc.bw.WriteString("\r\n")
