@@ -35,6 +35,12 @@ type h1conn struct {
 	req  reqHead
 	out  []byte // the request head sent to targets
 	resp respHead
+
+	// The request in flight, for the proxy core's calls back.
+	key      pickKey
+	start    time.Time
+	bodyDone bool // the whole request body was read from the client
+	keep     bool // the client connection may carry another request
 }
 
 // span is a slice of reqHead.raw or respHead.raw by offsets, so the buffer may grow underneath.
@@ -370,9 +376,8 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 		if r.chunked || !eqFold(value, "chunked") {
 			return &httpError{501, "unsupported Transfer-Encoding"}
 		}
-		r.chunked, h.drop = true, true
+		r.chunked = true
 	case eqFold(name, "connection"):
-		h.drop = true
 		for i := 0; i < len(value); {
 			var a, b int
 			a, b, i = commaToken(value, i)
@@ -390,10 +395,9 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 			}
 		}
 	case eqFold(name, "upgrade"):
-		r.upgrade, r.hasUpgrade, h.drop = valSpan, true, true
+		r.upgrade, r.hasUpgrade = valSpan, true
 	case eqFold(name, "te"):
 		r.teTrailers = r.teTrailers || bytes.Contains(bytes.ToLower(value), []byte("trailers"))
-		h.drop = true
 	case eqFold(name, "expect"):
 		if !eqFold(value, "100-continue") {
 			return &httpError{417, "unsupported Expect"}
@@ -401,10 +405,6 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 		r.expectContinue, h.drop = true, true
 	case eqFold(name, "x-forwarded-for"):
 		r.xff = append(r.xff, valSpan)
-		h.drop = true
-	case eqFold(name, "x-forwarded-proto"), eqFold(name, "keep-alive"), eqFold(name, "proxy-connection"),
-		eqFold(name, "proxy-authorization"), eqFold(name, "trailer"):
-		h.drop = true
 	case eqFold(name, "cookie"):
 		if rt.cookie != "" {
 			r.cookies = append(r.cookies, valSpan)
@@ -413,6 +413,9 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 	if rt.hashHeader != "" && !r.hasHash && eqFold(name, rt.hashHeader) {
 		r.hashValue, r.hasHash = valSpan, true
 	}
+	// The proxy writes the hop-by-hop fields its target connection needs itself (buildOut), and the
+	// X-Forwarded ones.
+	h.drop = h.drop || isHopHeader(name) || inFold(name, forwardedHeaders)
 	r.hdrs = append(r.hdrs, h)
 	return nil
 }
@@ -449,7 +452,7 @@ func (r *reqHead) check(st *listenerState) error {
 	}
 	// Headers named in Connection are hop-by-hop, except the ones that frame the message: dropping
 	// those would desynchronize the target from the client.
-	dropNamed(r.raw, r.hdrs, r.connTokens, "content-length", "host", "transfer-encoding")
+	dropNamed(r.raw, r.hdrs, r.connTokens)
 	return nil
 }
 
@@ -479,15 +482,12 @@ func (r *reqHead) absoluteForm() {
 }
 
 // dropNamed marks the fields named by tokens (the names listed in a Connection header) as dropped,
-// except those named in keep.
-func dropNamed(raw []byte, hdrs []hdrLine, tokens []span, keep ...string) {
-tokens:
+// except the framing ones.
+func dropNamed(raw []byte, hdrs []hdrLine, tokens []span) {
 	for _, tok := range tokens {
 		name := tok.in(raw)
-		for _, k := range keep {
-			if eqFold(name, k) {
-				continue tokens
-			}
+		if isFramingHeader(name) {
+			continue
 		}
 		for i := range hdrs {
 			if bytes.EqualFold(hdrs[i].name.in(raw), name) {
@@ -681,7 +681,7 @@ func commaToken(value []byte, i int) (a, b, next int) {
 }
 
 // eqFold compares ASCII case-insensitively without allocating.
-func eqFold(b []byte, s string) bool {
+func eqFold[T string | []byte](b T, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 )
@@ -115,14 +116,13 @@ func (r *respHead) reset() {
 // errBadResponse is a response head the proxy cannot relay safely.
 var errBadResponse = errors.New("malformed response from target")
 
-// proxy forwards the request read into h.req and relays the answer. It reports whether the client
-// connection may carry another request.
+// proxy forwards the request read into h.req through the proxy core and relays the answer. It reports
+// whether the client connection may carry another request.
 func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 	r := &h.req
-	l := h.l
 	h.buildOut(st.tlsOn)
-	key := h.pickKey(st.routes)
-	idem := idempotentBytes(r.method.in(r.raw))
+	h.key = h.pickKey(st.routes)
+	h.start, h.keep, h.bodyDone = start, false, false
 	if r.expectContinue && r.hasBody() && r.minor == 1 {
 		// The body is streamed to whichever target is chosen: ask for it now.
 		h.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
@@ -130,57 +130,14 @@ func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 			return false
 		}
 	}
-	l.budget.deposit()
-	var tried *target
-	for {
-		t := st.routes.pick(&key, tried)
-		if t == nil && tried == nil {
-			st, t = l.hold(context.Background(), st, &key)
-		}
-		if t == nil {
-			// Without a target the body stays unread: the connection cannot go on after the answer.
-			keep := h.clientKeep() && !r.hasBody()
-			if tried == nil {
-				h.writeError(503, !keep)
-				l.stats.observe(Class5xx, time.Since(start))
-			} else {
-				h.writeError(502, !keep)
-				tried.stats.observe(Class5xx, time.Since(start))
-			}
-			return keep
-		}
-		t.stats.inFlight.Add(1)
-		o := h.attempt(st, t, &key, idem, start)
-		if o.done {
-			return o.keep
-		}
-		t.stats.inFlight.Add(-1)
-		t.setError(o.err)
-		switch {
-		case o.reused && o.kind == failBroken:
-			// A kept-alive connection the target had closed says little about the target; its other idle
-			// ones are likely closed too.
-			t.flushH1()
-		case o.kind != failOther:
-			t.observe(0, o.err, o.kind == failTimeout, st.threshold5xx)
-		}
-		retry := tried == nil && st.retry && !o.bodySent &&
-			(o.kind == failConnect || (o.kind == failBroken && idem))
-		if retry && l.budget.take() {
-			t.stats.retries.Add(1)
-			tried = t
-			continue
-		}
-		code := 502
-		if o.kind == failTimeout {
-			code = 504
-		}
-		// The connection can carry on only if the request was read whole.
-		keep := h.clientKeep() && (!r.hasBody() || o.bodyDone)
-		h.writeError(code, !keep)
-		t.stats.observe(Class5xx, time.Since(start))
-		return keep
-	}
+	h.l.forward(context.Background(), st, h, &h.key, idempotentBytes(r.method.in(r.raw)), start)
+	return h.keep
+}
+
+// fail answers with a proxy error. The connection can carry on only if the request was read whole.
+func (h *h1conn) fail(code int) {
+	h.keep = h.clientKeep() && (!h.req.hasBody() || h.bodyDone)
+	h.writeError(code, !h.keep)
 }
 
 // clientKeep reports whether the client wants its connection kept after this request.
@@ -192,22 +149,10 @@ func (h *h1conn) clientKeep() bool {
 	return !r.close
 }
 
-// outcome is how an attempt on one target ended. done means the request is settled (answered, or given
-// up because of the client); otherwise nothing reached the client and kind says what failed.
-type outcome struct {
-	done     bool
-	keep     bool
-	kind     failure
-	err      error
-	reused   bool
-	bodySent bool // some of the request body was taken from the client
-	bodyDone bool // all of it was
-}
-
 // attempt sends the request to t and relays its answer.
-func (h *h1conn) attempt(st *listenerState, t *target, key *pickKey, idem bool, start time.Time) outcome {
+func (h *h1conn) attempt(st *listenerState, t *target) outcome {
 	r := &h.req
-	bc, reused, err := t.getH1(st.cfg.Timeouts.Connect.D(), !idem, start)
+	bc, reused, err := t.getH1(st.cfg.Timeouts.Connect.D(), !idempotentBytes(r.method.in(r.raw)), h.start)
 	if err != nil {
 		return outcome{kind: failConnect, err: err}
 	}
@@ -230,12 +175,11 @@ func (h *h1conn) attempt(st *listenerState, t *target, key *pickKey, idem bool, 
 		} else {
 			rerr, werr = relayN(bc.bw, h.br, r.contentLength, nil)
 		}
-		o.bodyDone = rerr == nil && werr == nil
+		h.bodyDone = rerr == nil && werr == nil
 		if rerr != nil {
 			// The client's body broke off or was malformed: the request is over.
 			bc.c.Close()
-			t.stats.inFlight.Add(-1)
-			t.stats.observe(ClassFailed, time.Since(start))
+			clientGone(t, h.start)
 			var he *httpError
 			if errors.As(rerr, &he) {
 				h.l.badRequest(h.c.RemoteAddr().String(), he.Error())
@@ -254,11 +198,11 @@ func (h *h1conn) attempt(st *listenerState, t *target, key *pickKey, idem bool, 
 		o.kind, o.err = failBroken, err
 		return o
 	}
-	return h.relay(st, t, bc, key, start, sent, o)
+	return h.relay(st, t, bc, o)
 }
 
 // relay reads the target's answer and writes it to the client.
-func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, start, sent time.Time, o outcome) outcome {
+func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, o outcome) outcome {
 	r, resp := &h.req, &h.resp
 	for {
 		got := bc.br.Buffered()
@@ -268,9 +212,7 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 			switch {
 			case errors.Is(err, errBadResponse):
 				// Something came back, just not HTTP: the target is at fault and the request not retried.
-				t.setError(err)
-				t.observe(502, nil, false, st.threshold5xx)
-				return h.settle(t, 502, start)
+				o.kind = failBadResponse
 			case isTimeout(err):
 				o.kind = failTimeout
 			case got > 0 || len(resp.raw) > 0:
@@ -285,11 +227,10 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 		if resp.code >= 100 && resp.code < 200 && resp.code != 101 {
 			// Interim answers go to HTTP/1.1 clients as they come; 100 Continue was ours to send.
 			if resp.code != 100 && r.minor == 1 {
-				h.writeHead(st, resp, nil, false, false, false)
+				h.writeHead(resp, "", false, false, false)
 				if h.bw.Flush() != nil {
 					bc.c.Close()
-					t.stats.inFlight.Add(-1)
-					t.stats.observe(ClassFailed, time.Since(start))
+					clientGone(t, h.start)
 					return outcome{done: true}
 				}
 			}
@@ -298,7 +239,7 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 		break
 	}
 	if resp.code == 101 {
-		return h.switchProtocols(st, t, bc, start)
+		return h.switchProtocols(st, t, bc)
 	}
 
 	head := string(r.method.in(r.raw)) == "HEAD"
@@ -317,13 +258,9 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 	default:
 		closeAfter = true // the body ends when the target closes the connection
 	}
-	var cookie *target
-	if st.routes.cookie != "" && key.cookie != t.cookie {
-		cookie = t
-	}
 	now := time.Now()
 	h.writeBy(now.Add(st.cfg.Timeouts.Write.D()), st.cfg.Timeouts.Write.D())
-	h.writeHead(st, resp, cookie, clientChunked, closeAfter, !closeAfter && r.minor == 0)
+	h.writeHead(resp, st.stickyCookie(t, h.key.cookie), clientChunked, closeAfter, !closeAfter && r.minor == 0)
 
 	var rerr, werr error
 	rd := &readDeadline{bc: bc, d: st.cfg.Timeouts.Response.D()}
@@ -339,7 +276,8 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 	if werr == nil && rerr == nil {
 		werr = h.bw.Flush()
 	}
-	// A target that sent more than its framing said is out of step: never reuse its connection.
+	// A target that sent more than its framing said is out of step: never reuse its connection. Bytes
+	// that arrive later are caught by getH1.
 	reusable := rerr == nil && werr == nil && !resp.close && (resp.minor == 1 || resp.keepAlive) &&
 		(noBody || resp.chunked || resp.contentLength >= 0) && bc.br.Buffered() == 0
 	if reusable {
@@ -347,37 +285,23 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, key *pickKey, st
 	} else {
 		bc.c.Close()
 	}
-	t.stats.inFlight.Add(-1)
 	switch {
 	case rerr != nil:
 		// The target broke off mid-body: the client connection is closed without a clean end of the
 		// response, so the client sees the truncation.
-		t.setError(rerr)
-		t.observe(0, rerr, isTimeout(rerr), st.threshold5xx)
-		t.stats.observe(Class5xx, time.Since(start))
-		return outcome{done: true}
+		st.brokeOff(t, rerr, h.start)
 	case werr != nil:
-		t.stats.observe(ClassFailed, time.Since(start))
-		return outcome{done: true}
+		clientGone(t, h.start)
+	default:
+		st.answered(t, resp.code, h.start)
+		h.keep = !closeAfter
 	}
-	t.observe(resp.code, nil, false, st.threshold5xx)
-	t.stats.observe(classOf(resp.code), time.Since(start))
-	return outcome{done: true, keep: !closeAfter}
-}
-
-// settle answers the client with a proxy error after the target misbehaved, ending the attempt.
-func (h *h1conn) settle(t *target, code int, start time.Time) outcome {
-	keep := h.clientKeep()
-	h.writeError(code, !keep)
-	t.stats.inFlight.Add(-1)
-	t.stats.observe(Class5xx, time.Since(start))
-	return outcome{done: true, keep: keep}
+	return outcome{done: true}
 }
 
 // writeHead writes the response head for the client: the target's status and end-to-end headers, the
-// sticky cookie naming cookie (if set) under st's policy, and the framing and connection headers of the
-// client's own connection.
-func (h *h1conn) writeHead(st *listenerState, resp *respHead, cookie *target, chunked, closing, keepAlive10 bool) {
+// sticky cookie (if not empty), and the framing and connection headers of the client's own connection.
+func (h *h1conn) writeHead(resp *respHead, cookie string, chunked, closing, keepAlive10 bool) {
 	bw := h.bw
 	if h.req.minor == 0 {
 		h.writeStatus("HTTP/1.0 ", resp)
@@ -387,15 +311,9 @@ func (h *h1conn) writeHead(st *listenerState, resp *respHead, cookie *target, ch
 	if chunked {
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
-	if cookie != nil {
+	if cookie != "" {
 		bw.WriteString("Set-Cookie: ")
-		bw.WriteString(st.routes.cookie)
-		bw.WriteByte('=')
-		bw.WriteString(cookie.cookie)
-		bw.WriteString("; Path=/; HttpOnly; SameSite=Lax")
-		if st.tlsOn {
-			bw.WriteString("; Secure")
-		}
+		bw.WriteString(cookie)
 		bw.WriteString("\r\n")
 	}
 	switch {
@@ -466,7 +384,7 @@ func (r *respHead) read(br *bufio.Reader) error {
 		}
 		r.contentLength = -1
 	}
-	dropNamed(r.raw, r.hdrs, r.connTokens, "content-length", "transfer-encoding")
+	dropNamed(r.raw, r.hdrs, r.connTokens)
 	return nil
 }
 
@@ -490,9 +408,8 @@ func (r *respHead) parseHeader(s span) error {
 		if !eqFold(value, "chunked") {
 			return errBadResponse
 		}
-		r.chunked, h.drop = true, true
+		r.chunked = true
 	case eqFold(name, "connection"):
-		h.drop = true
 		for i := 0; i < len(value); {
 			var a, b int
 			a, b, i = commaToken(value, i)
@@ -507,10 +424,10 @@ func (r *respHead) parseHeader(s span) error {
 			}
 		}
 	case eqFold(name, "upgrade"):
-		r.upgrade, r.hasUpgrade, h.drop = span{s.start + vs, s.start + ve}, true, true
-	case eqFold(name, "keep-alive"), eqFold(name, "proxy-connection"), eqFold(name, "proxy-authenticate"):
-		h.drop = true
+		r.upgrade, r.hasUpgrade = span{s.start + vs, s.start + ve}, true
 	}
+	// Trailers are relayed as they come, so their announcement stays.
+	h.drop = isHopHeader(name) && !eqFold(name, "trailer")
 	r.hdrs = append(r.hdrs, h)
 	return nil
 }
@@ -540,15 +457,16 @@ func readLineInto(br *bufio.Reader, raw *[]byte, limit int, tooLarge error) (spa
 }
 
 // switchProtocols completes an upgrade (WebSocket and the like): bytes then flow both ways until either
-// side closes. The request stays in flight for the connection's life.
-func (h *h1conn) switchProtocols(st *listenerState, t *target, bc *bconn, start time.Time) outcome {
+// side closes.
+func (h *h1conn) switchProtocols(st *listenerState, t *target, bc *bconn) outcome {
 	r, resp := &h.req, &h.resp
 	if !r.upgradeAsked || !r.hasUpgrade || !resp.hasUpgrade || !bytes.EqualFold(r.upgrade.in(r.raw), resp.upgrade.in(resp.raw)) {
 		bc.c.Close()
-		t.setError(errors.New("target switched protocols without an agreed upgrade"))
-		return h.settle(t, 502, start)
+		st.misbehaved(t, errors.New("target switched protocols without an agreed upgrade"), h.start)
+		h.keep = h.clientKeep()
+		h.writeError(http.StatusBadGateway, !h.keep)
+		return outcome{done: true}
 	}
-	defer t.stats.inFlight.Add(-1)
 	defer bc.c.Close()
 	h.writeBy(time.Now().Add(st.cfg.Timeouts.Write.D()), 0)
 	h.writeStatus("HTTP/1.1 ", resp)
@@ -556,11 +474,10 @@ func (h *h1conn) switchProtocols(st *listenerState, t *target, bc *bconn, start 
 	h.bw.Write(resp.upgrade.in(resp.raw))
 	h.bw.WriteString("\r\n\r\n")
 	if h.bw.Flush() != nil {
-		t.stats.observe(ClassFailed, time.Since(start))
+		clientGone(t, h.start)
 		return outcome{done: true}
 	}
-	t.stats.observe(Class1xx, time.Since(start))
-	t.observe(101, nil, false, st.threshold5xx)
+	st.switched(t, h.start)
 	// The upgraded connection lives by its own rules: no request deadlines.
 	h.c.SetDeadline(time.Time{})
 	h.readDL, h.writeDL = time.Time{}, time.Time{}
