@@ -122,8 +122,12 @@ func (r *reqHead) parseRequestLine(s span) error {
 	if !isToken(method) {
 		return badRequest("malformed method")
 	}
-	for _, c := range target {
-		if c <= ' ' || c == 0x7f {
+	inQuery := false
+	for i, c := range target {
+		inQuery = inQuery || c == '?'
+		if c <= ' ' || c == 0x7f || (c == '%' && !inQuery && !(i+2 < len(target) && isHex(target[i+1]) && isHex(target[i+2]))) {
+			// A malformed percent-encoding in the path is refused as net/http refuses it, so that both
+			// engines and the targets behind them read the same path.
 			return badRequest("malformed request target")
 		}
 	}
@@ -168,6 +172,10 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 	valSpan := span{s.start + vs, s.start + ve}
 	switch {
 	case eqFold(name, "host"):
+		if !validHost(value) {
+			// A target routing by Host must see the one the proxy checked: net/http refuses these too.
+			return badRequest("malformed Host header")
+		}
 		r.hosts++
 	case eqFold(name, "content-length"):
 		if r.contentLength >= 0 {
@@ -237,7 +245,9 @@ func (r *reqHead) check(st *listenerState) error {
 		}
 	case target[0] == '/':
 	case hasPrefixFold(target, "http://") || hasPrefixFold(target, "https://"):
-		r.absoluteForm()
+		if err := r.absoluteForm(); err != nil {
+			return err
+		}
 	default:
 		return badRequest("malformed request target")
 	}
@@ -250,7 +260,7 @@ func (r *reqHead) check(st *listenerState) error {
 // absoluteForm takes the authority out of an absolute-form target ("http://host/path"): the target
 // keeps the path and query, and the authority, without any user info, replaces the Host header (RFC
 // 9112 section 3.2.2), as net/http's request reader does. An empty authority leaves the Host header.
-func (r *reqHead) absoluteForm() {
+func (r *reqHead) absoluteForm() error {
 	auth := span{r.target.start + bytes.Index(r.target.in(r.raw), []byte("://")) + 3, 0}
 	end := auth.start
 	for end < r.target.end && r.raw[end] != '/' && r.raw[end] != '?' {
@@ -258,11 +268,17 @@ func (r *reqHead) absoluteForm() {
 	}
 	auth.end = end
 	if at := bytes.LastIndexByte(auth.in(r.raw), '@'); at >= 0 {
+		if !validUserinfo(r.raw[auth.start : auth.start+at]) {
+			return badRequest("malformed request target")
+		}
 		auth.start += at + 1
+	}
+	if !validAuthority(auth.in(r.raw)) {
+		return badRequest("malformed request target")
 	}
 	r.target.start = end // may be empty or start with "?": buildOut writes the "/" then
 	if auth.start == auth.end {
-		return
+		return nil
 	}
 	r.absHost, r.hasAbsHost = auth, true
 	for i := range r.hdrs {
@@ -270,6 +286,7 @@ func (r *reqHead) absoluteForm() {
 			r.hdrs[i].drop = true
 		}
 	}
+	return nil
 }
 
 // connection is what Connection headers say, in a request or a response.
@@ -355,7 +372,10 @@ func isToken(b []byte) bool {
 	return true
 }
 
-var tokenChars = func() [128]bool {
+var tokenChars = asciiSet("!#$%&'*+-.^_`|~")
+
+// asciiSet is a lookup table of the ASCII letters, digits and the bytes of extra.
+func asciiSet(extra string) [128]bool {
 	var t [128]bool
 	for c := '0'; c <= '9'; c++ {
 		t[c] = true
@@ -363,11 +383,11 @@ var tokenChars = func() [128]bool {
 	for c := 'a'; c <= 'z'; c++ {
 		t[c], t[c-'a'+'A'] = true, true
 	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
+	for _, c := range extra {
 		t[c] = true
 	}
 	return t
-}()
+}
 
 // commaToken returns the bounds of the element of a comma-separated header value that starts at
 // i, trimmed of spaces and tabs, and where the next element starts.
@@ -420,4 +440,66 @@ func parseLength(b []byte) (int64, bool) {
 		n = n*10 + int64(c-'0')
 	}
 	return n, true
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+// validHost reports whether a Host value holds only bytes that may appear in a URI host and port (RFC
+// 3986 section 3.2.2), as net/http checks it (golang.org/x/net/http/httpguts.ValidHostHeader).
+func validHost(h []byte) bool {
+	for _, c := range h {
+		if int(c) >= len(hostChars) || !hostChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+var hostChars = asciiSet("!$%&'()*+,-.:;=[]_~")
+
+// validAuthority reports whether an absolute-form target's authority is a host and optional decimal
+// port: a name of host bytes, or an IPv6 literal in brackets. Percent-encoding has no use in a host a
+// proxy forwards to, and net/http reads it its own way: it is refused.
+func validAuthority(a []byte) bool {
+	if !validHost(a) || bytes.IndexByte(a, '%') >= 0 {
+		return false
+	}
+	host, port := a, []byte(nil)
+	if len(a) > 0 && a[0] == '[' {
+		end := bytes.IndexByte(a, ']')
+		if end < 0 {
+			return false
+		}
+		host, port = a[1:end], a[end+1:]
+		if len(port) > 0 && port[0] != ':' {
+			return false
+		}
+	} else if i := bytes.LastIndexByte(a, ':'); i >= 0 {
+		host, port = a[:i], a[i:]
+		if bytes.ContainsAny(host, ":") {
+			return false
+		}
+	}
+	if bytes.ContainsAny(host, "[]") {
+		return false
+	}
+	for _, c := range port[min(1, len(port)):] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// validUserinfo reports whether the user info of an absolute-form target, which is not forwarded, holds
+// only the bytes RFC 3986 allows there, as net/http checks it; percent-encoding is refused.
+func validUserinfo(u []byte) bool {
+	for _, c := range u {
+		if c != '@' && (c == '%' || c == '[' || c == ']' || int(c) >= len(hostChars) || !hostChars[c]) {
+			return false
+		}
+	}
+	return true
 }
