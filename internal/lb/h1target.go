@@ -38,28 +38,26 @@ func (bc *bconn) extend(now time.Time, d time.Duration) {
 // used for a non-idempotent request (fresh): the target may be closing it right now, and such a request
 // cannot be retried.
 func (t *target) getH1(connect time.Duration, fresh bool, now time.Time) (bc *bconn, reused bool, err error) {
-	var stale []*bconn
-	t.h1mu.Lock()
-	for n := len(t.h1idle); n > 0; n-- {
+	for {
+		t.h1mu.Lock()
+		n := len(t.h1idle)
+		if n == 0 {
+			t.h1mu.Unlock()
+			break
+		}
 		c := t.h1idle[n-1]
 		t.h1idle[n-1] = nil
 		t.h1idle = t.h1idle[:n-1]
+		t.h1mu.Unlock()
 		idle := now.Sub(c.idleSince)
 		// A connection that holds bytes nobody asked for, or that the target closed, is out of step:
-		// the bytes would be taken for the answer to the next request.
+		// the bytes would be taken for the answer to the next request. The peek is a system call: it
+		// runs outside the lock.
 		if idle > 90*time.Second || (fresh && idle > time.Second) || c.br.Buffered() > 0 || !idleClean(c.c) {
-			stale = append(stale, c)
+			c.c.Close()
 			continue
 		}
-		bc = c
-		break
-	}
-	t.h1mu.Unlock()
-	for _, c := range stale {
-		c.c.Close()
-	}
-	if bc != nil {
-		return bc, true, nil
+		return c, true, nil
 	}
 	c, err := t.dial(context.Background(), connect)
 	if err != nil {
