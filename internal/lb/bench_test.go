@@ -38,3 +38,30 @@ func BenchmarkH1Proxy(b *testing.B) {
 		resp.Body.Close()
 	}
 }
+
+// BenchmarkIdleClean measures the peek that every reuse of a pooled target connection costs.
+func BenchmarkIdleClean(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	p := newPeeker(c)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !p.idleClean() {
+			b.Fatal("a quiet connection is not clean")
+		}
+	}
+}

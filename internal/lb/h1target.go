@@ -23,6 +23,7 @@ type bconn struct {
 	bw        *bufio.Writer
 	idleSince time.Time
 	deadline  time.Time // set on c, for reads and writes
+	peek      *peeker   // nil where the socket cannot be peeked at
 }
 
 // extend moves the connection's deadline to now+d, unless it is already within the last quarter of d
@@ -53,7 +54,7 @@ func (t *target) getH1(connect time.Duration, fresh bool, now time.Time) (bc *bc
 		// A connection that holds bytes nobody asked for, or that the target closed, is out of step:
 		// the bytes would be taken for the answer to the next request. The peek is a system call: it
 		// runs outside the lock.
-		if idle > 90*time.Second || (fresh && idle > time.Second) || c.br.Buffered() > 0 || !idleClean(c.c) {
+		if idle > 90*time.Second || (fresh && idle > time.Second) || c.br.Buffered() > 0 || !c.peek.idleClean() {
 			c.c.Close()
 			continue
 		}
@@ -63,7 +64,7 @@ func (t *target) getH1(connect time.Duration, fresh bool, now time.Time) (bc *bc
 	if err != nil {
 		return nil, false, err
 	}
-	return &bconn{c: c, br: bufio.NewReaderSize(c, h1BufSize), bw: bufio.NewWriterSize(c, h1BufSize)}, false, nil
+	return &bconn{c: c, br: bufio.NewReaderSize(c, h1BufSize), bw: bufio.NewWriterSize(c, h1BufSize), peek: newPeeker(c)}, false, nil
 }
 
 // putH1 returns a connection to the idle pool (the most recently used is taken first, so that surplus

@@ -4,5 +4,9 @@ package lb
 
 import "net"
 
-// idleClean cannot peek at a connection here: only the buffered bytes are checked.
-func idleClean(net.Conn) bool { return true }
+// peeker cannot peek at a connection here: only the buffered bytes are checked.
+type peeker struct{}
+
+func newPeeker(net.Conn) *peeker { return nil }
+
+func (*peeker) idleClean() bool { return true }
