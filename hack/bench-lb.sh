@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Benchmarks herd's load balancer against HAProxy and nginx on loopback (make bench-lb).
+# Benchmarks herd's load balancer against HAProxy and nginx on loopback (make bench-lb). herd runs twice:
+# with its fast HTTP/1.1 engine (herd) and with the net/http one (herd-nethttp, HERD_LB_ENGINE=net/http),
+# so the fast engine's worth stays measured.
 #
 # Three identical Go backends (hack/bench/lb/backend, a minimal keep-alive responder) answer 1 KiB.
 # Each proxy balances over them by least connections, with keep-alive on both sides and
@@ -12,6 +14,7 @@
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
 # The last line is:
 #   lb: herd_rps=<int> haproxy_rps=<int> nginx_rps=<int> rps_vs_haproxy=<f> rps_vs_nginx=<f> p99_vs_haproxy=<f>
+#       herd_nethttp_rps=<int> fast_vs_nethttp_rps=<f> fast_vs_nethttp_p99=<f>
 # Every process it starts runs at nice $BENCH_NICE (default -15), so other work on the machine
 # disturbs the figures less. Everything it starts is stopped on exit.
 # Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE.
@@ -24,9 +27,9 @@ PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 BENCH_NICE=${BENCH_NICE:--15}
 BACKEND_PORTS=(18081 18082 18083)
-declare -A PORT=([herd]=18090 [haproxy]=18091 [nginx]=18092)
+declare -A PORT=([herd]=18090 [haproxy]=18091 [nginx]=18092 [herd-nethttp]=18093)
 declare -A PID
-PROXIES=(herd haproxy nginx)
+PROXIES=(herd herd-nethttp haproxy nginx)
 
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d /tmp/herd-bench-lb.XXXXXX)
@@ -111,17 +114,20 @@ write_configs() {
 		servers_nginx+="        server 127.0.0.1:$port;"$'\n'
 		targets_herd+="          - {id: b$i, address: 127.0.0.1:$port}"$'\n'
 	done
-	cat >"$WORK/herd.yaml" <<EOF
+	local p
+	for p in herd herd-nethttp; do
+		cat >"$WORK/$p.yaml" <<EOF
 listeners:
   - name: bench/http
     fleet: bench
-    address: 127.0.0.1:${PORT[herd]}
+    address: 127.0.0.1:${PORT[$p]}
     healthCheck: {path: /healthz, interval: 1s}
     groups:
       - name: r1
         targets:
 $targets_herd
 EOF
+	done
 	cat >"$WORK/haproxy.cfg" <<EOF
 global
     nbthread 1
@@ -179,7 +185,6 @@ install_missing
 log "building"
 go build -o "$WORK/backend" ./hack/bench/lb/backend
 go build -o "$WORK/loadgen" ./hack/bench/lb/loadgen
-HERD=(bin/herd lb --admin-addr "" -f "$WORK/herd.yaml")
 write_configs
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
@@ -187,8 +192,13 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 for port in "${BACKEND_PORTS[@]}"; do
 	GOMAXPROCS=1 start "$LOAD_CPU" "$WORK/backend" -addr "127.0.0.1:$port"
 done
-GOMAXPROCS=1 start "$PROXY_CPU" "${HERD[@]}"
+GOMAXPROCS=1 start "$PROXY_CPU" bin/herd lb --admin-addr "" -f "$WORK/herd.yaml"
 PID[herd]=$!
+# start logs by command name: the second herd logs to its own file.
+GOMAXPROCS=1 HERD_LB_ENGINE=net/http nice -n "$BENCH_NICE" taskset -c "$PROXY_CPU" \
+	bin/herd lb --admin-addr "" -f "$WORK/herd-nethttp.yaml" >>"$WORK/herd-nethttp.log" 2>&1 &
+PIDS+=($!)
+PID[herd-nethttp]=$!
 start "$PROXY_CPU" "$HAPROXY" -db -f "$WORK/haproxy.cfg"
 PID[haproxy]=$!
 start "$PROXY_CPU" "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g "daemon off;"
@@ -209,7 +219,7 @@ declare -A RPS P99 CPU
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 for round in $(seq 1 "$ROUNDS"); do
 	# Rotate the order each round so no proxy always goes first.
-	order=("${PROXIES[@]:$(((round - 1) % 3))}" "${PROXIES[@]:0:$(((round - 1) % 3))}")
+	order=("${PROXIES[@]:$(((round - 1) % ${#PROXIES[@]}))}" "${PROXIES[@]:0:$(((round - 1) % ${#PROXIES[@]}))}")
 	for p in "${order[@]}"; do
 		t0=$(cpu_ticks "${PID[$p]}")
 		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:${PORT[$p]}/")
@@ -231,7 +241,7 @@ done
 RATE=$(awk -v r="${RPS_MED[haproxy]}" 'BEGIN {printf "%d", r / 2}')
 log "fixed-rate latency at $RATE req/s (half of HAProxy's saturation)"
 for round in $(seq 1 "$ROUNDS"); do
-	order=("${PROXIES[@]:$(((round - 1) % 3))}" "${PROXIES[@]:0:$(((round - 1) % 3))}")
+	order=("${PROXIES[@]:$(((round - 1) % ${#PROXIES[@]}))}" "${PROXIES[@]:0:$(((round - 1) % ${#PROXIES[@]}))}")
 	for p in "${order[@]}"; do
 		out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -rate "$RATE" \
 			-duration "${DURATION}s" -warmup 2s -conns "$CONNS")
@@ -246,6 +256,8 @@ for p in "${PROXIES[@]}"; do
 	log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request; median p99 ${P99_MED[$p]} us at $RATE req/s"
 done
 awk -v h="${RPS_MED[herd]}" -v a="${RPS_MED[haproxy]}" -v n="${RPS_MED[nginx]}" \
-	-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" 'BEGIN {
-	printf "lb: herd_rps=%d haproxy_rps=%d nginx_rps=%d rps_vs_haproxy=%.2f rps_vs_nginx=%.2f p99_vs_haproxy=%.2f\n",
-		h, a, n, h / a, h / n, hp / ap }'
+	-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" \
+	-v g="${RPS_MED[herd-nethttp]}" -v gp="${P99_MED[herd-nethttp]}" 'BEGIN {
+	printf "lb: herd_rps=%d haproxy_rps=%d nginx_rps=%d rps_vs_haproxy=%.2f rps_vs_nginx=%.2f p99_vs_haproxy=%.2f",
+		h, a, n, h / a, h / n, hp / ap
+	printf " herd_nethttp_rps=%d fast_vs_nethttp_rps=%.2f fast_vs_nethttp_p99=%.2f\n", g, h / g, hp / gp }'

@@ -17,7 +17,7 @@ func BenchmarkH1Proxy(b *testing.B) {
 	be := newBackend(b, "b", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
 	l := httpListener(TargetGroup{Name: "r1", Targets: targets(be)})
 	l.HealthCheck.Disabled = true
-	lb := startLBWith(b, Config{Listeners: []Listener{l}}, slogTo(io.Discard))
+	lb := startLBWith(b, EngineFast, Config{Listeners: []Listener{l}}, slogTo(io.Discard))
 	c, err := net.Dial("tcp", lb.Addr("web/http").String())
 	if err != nil {
 		b.Fatal(err)
@@ -36,5 +36,32 @@ func BenchmarkH1Proxy(b *testing.B) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	}
+}
+
+// BenchmarkIdleClean measures the peek that every reuse of a pooled target connection costs.
+func BenchmarkIdleClean(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	p := newPeeker(c)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !p.idleClean() {
+			b.Fatal("a quiet connection is not clean")
+		}
 	}
 }

@@ -8,6 +8,12 @@
 // before any response byte, is retried once on another target, within a retry budget. Targets removed by
 // Apply drain: they finish what they have in flight, up to a deadline.
 //
+// Two engines read and write HTTP: herd's own HTTP/1.1 one (h1*.go), the hot path for cleartext
+// listeners with HTTP/1.1 targets, and net/http's server and transport (proxy.go) for the rest. They
+// share one proxy core (core.go): picking, holding, retries, sticky sessions, hop-by-hop rules and
+// statistics. A target connection that holds or receives bytes beyond its answers is closed, never
+// reused, so that a misbehaving target cannot answer another client's request.
+//
 // The whole desired state is a Config, applied atomically with (*LB).Apply: in process by the
 // controller, or over the admin API (NewAdminHandler) when the load balancer runs alone as `herd lb`.
 // Counters per fleet, group and target are read in process with (*LB).Metrics and exported to

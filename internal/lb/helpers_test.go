@@ -97,15 +97,25 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// startLB applies cfg, starts the load balancer and stops it when the test ends.
-func startLB(t testing.TB, cfg Config) *LB {
-	t.Helper()
-	return startLBWith(t, cfg, testLogger(t))
+// engines are the HTTP/1.x engines every behaviour test runs against.
+var engines = []Engine{EngineFast, EngineNetHTTP}
+
+// forEachEngine runs test once per engine, as a subtest named after it.
+func forEachEngine(t *testing.T, test func(t *testing.T, e Engine)) {
+	for _, e := range engines {
+		t.Run(strings.ReplaceAll(string(e), "/", "-"), func(t *testing.T) { test(t, e) })
+	}
 }
 
-func startLBWith(t testing.TB, cfg Config, log *slog.Logger) *LB {
+// startLB applies cfg, starts the load balancer with engine e and stops it when the test ends.
+func startLB(t testing.TB, e Engine, cfg Config) *LB {
 	t.Helper()
-	lb := New(Options{Logger: log})
+	return startLBWith(t, e, cfg, testLogger(t))
+}
+
+func startLBWith(t testing.TB, e Engine, cfg Config, log *slog.Logger) *LB {
+	t.Helper()
+	lb := New(Options{Logger: log, Engine: e})
 	if err := lb.Apply(cfg); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}

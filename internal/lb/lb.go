@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,12 +24,28 @@ var ErrStopped = errors.New("load balancer stopped")
 type Options struct {
 	// Logger receives the load balancer's logs; it gets a component=lb attribute. Default: discard.
 	Logger *slog.Logger
+	// Engine serves cleartext HTTP/1.x clients. Default: EngineFast, or the value of the environment
+	// variable HERD_LB_ENGINE when set, so that benchmarks can compare the engines on one binary.
+	Engine Engine
 }
+
+// Engine names the code that reads and writes HTTP/1.x on client and target connections. Both engines
+// share the proxy core (core.go): picking, retries, sticky sessions, hop-by-hop rules and statistics.
+type Engine string
+
+const (
+	// EngineFast is herd's own HTTP/1.1 reader and writer (h1*.go), used where it can serve: cleartext
+	// listeners with HTTP/1.1 targets. Elsewhere net/http serves.
+	EngineFast Engine = "fast"
+	// EngineNetHTTP serves every client with net/http's server and transport.
+	EngineNetHTTP Engine = "net/http"
+)
 
 // LB is the load balancer: a set of listeners, each proxying to the healthy targets of its groups.
 // All methods are safe for concurrent use.
 type LB struct {
 	log         *slog.Logger
+	engine      Engine
 	checker     *checker
 	wake        waker // wakes requests held for a target
 	badRequests atomic.Uint64
@@ -51,8 +68,23 @@ func New(opts Options) *LB {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	log = log.With("component", "lb")
+	engine := opts.Engine
+	if engine == "" {
+		engine = Engine(os.Getenv("HERD_LB_ENGINE"))
+	}
+	switch engine {
+	case "", EngineFast, EngineNetHTTP:
+	default:
+		log.Warn("unknown HTTP/1.x engine, using the fast one", "engine", engine,
+			"fix", `set HERD_LB_ENGINE to "fast" or "net/http"`)
+	}
+	if engine != EngineNetHTTP {
+		engine = EngineFast
+	}
 	return &LB{
-		log:       log.With("component", "lb"),
+		log:       log,
+		engine:    engine,
 		checker:   newChecker(),
 		sockets:   map[string]*socket{},
 		listeners: map[string]*listener{},
@@ -265,7 +297,8 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 		retry:        !lc.Retry.Disabled,
 		tlsOn:        lc.TLS != nil,
 		drainTimeout: lc.DrainTimeout.D(),
-		h1:           lc.Protocol == ProtocolHTTP && lc.TLS == nil && lc.BackendProtocol == BackendHTTP1,
+		h1: lb.engine == EngineFast && lc.Protocol == ProtocolHTTP && lc.TLS == nil &&
+			lc.BackendProtocol == BackendHTTP1,
 	}
 }
 

@@ -14,174 +14,180 @@ import (
 )
 
 func TestApplyIsAtomic(t *testing.T) {
-	b0, b1 := newBackend(t, "b0", nil), newBackend(t, "b1", nil)
-	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b0)})
-	lb := startLB(t, Config{Listeners: []Listener{l}})
-	waitHealthy(t, lb, 1)
-	addr := lb.Addr("web/http").String()
-	before := lb.Config()
+	forEachEngine(t, func(t *testing.T, e Engine) {
+		b0, b1 := newBackend(t, "b0", nil), newBackend(t, "b1", nil)
+		l := httpListener(TargetGroup{Name: "r1", Targets: targets(b0)})
+		lb := startLB(t, e, Config{Listeners: []Listener{l}})
+		waitHealthy(t, lb, 1)
+		addr := lb.Addr("web/http").String()
+		before := lb.Config()
 
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
-	cases := []struct {
-		name string
-		cfg  Config
-		want string
-	}{
-		{"invalid field", Config{Listeners: []Listener{{Name: "web/http", Fleet: "web", Address: addr, Protocol: "udp"}}}, "listeners[0].protocol"},
-		{"address in use", Config{Listeners: []Listener{l, {Name: "other", Fleet: "web", Address: busy.Addr().String()}}}, "listeners[1] (other)"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			err := lb.Apply(tc.cfg)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want an error containing %q", err, tc.want)
-			}
-			after, _ := json.Marshal(lb.Config())
-			was, _ := json.Marshal(before)
-			if string(after) != string(was) {
-				t.Fatalf("a rejected Apply changed the config:\n%s\n%s", was, after)
-			}
-			if lb.Addr("other") != nil {
-				t.Fatal("a rejected Apply left a listener behind")
-			}
-			if code, got, _ := get(t, newClient(), url(lb, "/")); code != 200 || got != "b0" {
-				t.Fatalf("after a rejected Apply: %d from %s", code, got)
-			}
-		})
-	}
-
-	t.Run("socket and client connections survive an Apply", func(t *testing.T) {
-		conn, err := net.Dial("tcp", addr)
+		busy, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
-		br := bufio.NewReader(conn)
-		ask := func() string {
-			io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-			resp, err := http.ReadResponse(br, nil)
+		defer busy.Close()
+		cases := []struct {
+			name string
+			cfg  Config
+			want string
+		}{
+			{"invalid field", Config{Listeners: []Listener{{Name: "web/http", Fleet: "web", Address: addr, Protocol: "udp"}}}, "listeners[0].protocol"},
+			{"address in use", Config{Listeners: []Listener{l, {Name: "other", Fleet: "web", Address: busy.Addr().String()}}}, "listeners[1] (other)"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				err := lb.Apply(tc.cfg)
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.want)
+				}
+				after, _ := json.Marshal(lb.Config())
+				was, _ := json.Marshal(before)
+				if string(after) != string(was) {
+					t.Fatalf("a rejected Apply changed the config:\n%s\n%s", was, after)
+				}
+				if lb.Addr("other") != nil {
+					t.Fatal("a rejected Apply left a listener behind")
+				}
+				if code, got, _ := get(t, newClient(), url(lb, "/")); code != 200 || got != "b0" {
+					t.Fatalf("after a rejected Apply: %d from %s", code, got)
+				}
+			})
+		}
+
+		t.Run("socket and client connections survive an Apply", func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Logf("status %d: %s", resp.StatusCode, body)
+			defer conn.Close()
+			br := bufio.NewReader(conn)
+			ask := func() string {
+				io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Logf("status %d: %s", resp.StatusCode, body)
+				}
+				return resp.Header.Get("X-Backend")
 			}
-			return resp.Header.Get("X-Backend")
-		}
-		if got := ask(); got != "b0" {
-			t.Fatalf("got %s", got)
-		}
-		next := l
-		next.Groups = []TargetGroup{{Name: "r2", Targets: targets(b1)}}
-		next.Policy.Type = PolicyRoundRobin
-		if err := lb.Apply(Config{Listeners: []Listener{next}}); err != nil {
-			t.Fatal(err)
-		}
-		if got := lb.Addr("web/http").String(); got != addr {
-			t.Fatalf("listener moved from %s to %s", addr, got)
-		}
-		waitFor(t, 5*time.Second, "b1 healthy", func() bool { return stateOf(lb, "b1") == StateHealthy })
-		if got := ask(); got != "b1" {
-			t.Fatalf("same keep-alive connection after Apply went to %s, want b1", got)
-		}
-	})
+			if got := ask(); got != "b0" {
+				t.Fatalf("got %s", got)
+			}
+			next := l
+			next.Groups = []TargetGroup{{Name: "r2", Targets: targets(b1)}}
+			next.Policy.Type = PolicyRoundRobin
+			if err := lb.Apply(Config{Listeners: []Listener{next}}); err != nil {
+				t.Fatal(err)
+			}
+			if got := lb.Addr("web/http").String(); got != addr {
+				t.Fatalf("listener moved from %s to %s", addr, got)
+			}
+			waitFor(t, 5*time.Second, "b1 healthy", func() bool { return stateOf(lb, "b1") == StateHealthy })
+			if got := ask(); got != "b1" {
+				t.Fatalf("same keep-alive connection after Apply went to %s, want b1", got)
+			}
+		})
 
-	t.Run("server settings change keeps the socket", func(t *testing.T) {
-		next := l
-		next.Groups = []TargetGroup{{Name: "r2", Targets: targets(b1)}}
-		next.Timeouts.Idle = Duration(5 * time.Second) // rebuilds the http.Server behind the socket
-		if err := lb.Apply(Config{Listeners: []Listener{next}}); err != nil {
-			t.Fatal(err)
-		}
-		if got := lb.Addr("web/http").String(); got != addr {
-			t.Fatalf("listener moved from %s to %s", addr, got)
-		}
-		for range 20 {
-			if code, got, _ := get(t, newClient(), url(lb, "/")); code != 200 || got != "b1" {
-				t.Fatalf("got %d from %s", code, got)
+		t.Run("server settings change keeps the socket", func(t *testing.T) {
+			next := l
+			next.Groups = []TargetGroup{{Name: "r2", Targets: targets(b1)}}
+			next.Timeouts.Idle = Duration(5 * time.Second) // rebuilds the http.Server behind the socket
+			if err := lb.Apply(Config{Listeners: []Listener{next}}); err != nil {
+				t.Fatal(err)
 			}
-		}
+			if got := lb.Addr("web/http").String(); got != addr {
+				t.Fatalf("listener moved from %s to %s", addr, got)
+			}
+			for range 20 {
+				if code, got, _ := get(t, newClient(), url(lb, "/")); code != 200 || got != "b1" {
+					t.Fatalf("got %d from %s", code, got)
+				}
+			}
+		})
 	})
 }
 
 func TestRemovedListenerStops(t *testing.T) {
-	b := newBackend(t, "b", nil)
-	a := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
-	other := a
-	other.Name = "web/other"
-	lb := startLB(t, Config{Listeners: []Listener{a, other}})
-	waitHealthy(t, lb, 2)
-	gone := lb.Addr("web/other").String()
-	if err := lb.Apply(Config{Listeners: []Listener{a}}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "removed listener closed", func() bool {
-		c, err := net.Dial("tcp", gone)
-		if err == nil {
-			c.Close()
+	forEachEngine(t, func(t *testing.T, e Engine) {
+		b := newBackend(t, "b", nil)
+		a := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
+		other := a
+		other.Name = "web/other"
+		lb := startLB(t, e, Config{Listeners: []Listener{a, other}})
+		waitHealthy(t, lb, 2)
+		gone := lb.Addr("web/other").String()
+		if err := lb.Apply(Config{Listeners: []Listener{a}}); err != nil {
+			t.Fatal(err)
 		}
-		return err != nil
+		waitFor(t, 5*time.Second, "removed listener closed", func() bool {
+			c, err := net.Dial("tcp", gone)
+			if err == nil {
+				c.Close()
+			}
+			return err != nil
+		})
+		if code, _, _ := get(t, newClient(), url(lb, "/")); code != 200 {
+			t.Fatalf("remaining listener answered %d", code)
+		}
 	})
-	if code, _, _ := get(t, newClient(), url(lb, "/")); code != 200 {
-		t.Fatalf("remaining listener answered %d", code)
-	}
 }
 
 func TestMetricsAndPrometheus(t *testing.T) {
-	ok := newBackend(t, "ok", nil)
-	bad := newBackend(t, "bad", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusInternalServerError) })
-	l := httpListener(
-		TargetGroup{Name: "stable", Weight: 1, Targets: targets(ok)},
-		TargetGroup{Name: "canary", Weight: 1, Targets: targets(bad)},
-	)
-	l.HealthCheck.Consecutive5xx = 100
-	lb := startLB(t, Config{Listeners: []Listener{l}})
-	waitHealthy(t, lb, 2)
-	c := newClient()
-	before := lb.Metrics()
-	for range 10 {
-		get(t, c, url(lb, "/"))
-	}
-	// Counters are updated just after the client has its answer.
-	waitFor(t, 5*time.Second, "10 requests counted", func() bool {
-		f, _ := lb.Metrics().Fleet("web")
-		return f.Total() == 10
-	})
-	snap := lb.Metrics()
-	stable, _ := snap.Group("web", "stable")
-	canary, _ := snap.Group("web", "canary")
-	prev, _ := before.Group("web", "canary")
-	window := canary.Sub(prev.Stats)
-	if stable.Requests[Class2xx] != 5 || canary.Requests[Class5xx] != 5 || window.Total() != 5 {
-		t.Fatalf("stable %v canary %v window %v", stable.Requests, canary.Requests, window.Requests)
-	}
-	if canary.LatencyP95 <= 0 || canary.Targets[0].State != StateHealthy {
-		t.Fatalf("canary p95 %s state %s", canary.LatencyP95, canary.Targets[0].State)
-	}
-	f, _ := snap.Fleet("web")
-	if f.Total() != 10 {
-		t.Fatalf("fleet total %d, want 10", f.Total())
-	}
-
-	rec := httptest.NewRecorder()
-	lb.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	body := rec.Body.String()
-	for _, want := range []string{
-		`herd_lb_requests_total{class="5xx",fleet="web",group="canary",listener="web/http",target="bad"} 5`,
-		`herd_lb_request_duration_seconds_count{fleet="web",group="stable",listener="web/http",target="ok"} 5`,
-		`herd_lb_target_healthy{fleet="web",group="stable",listener="web/http",target="ok"} 1`,
-		`herd_lb_in_flight_requests`, `herd_lb_ejections_total`, `herd_lb_retries_total`, `go_goroutines`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %s", want)
+	forEachEngine(t, func(t *testing.T, e Engine) {
+		ok := newBackend(t, "ok", nil)
+		bad := newBackend(t, "bad", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusInternalServerError) })
+		l := httpListener(
+			TargetGroup{Name: "stable", Weight: 1, Targets: targets(ok)},
+			TargetGroup{Name: "canary", Weight: 1, Targets: targets(bad)},
+		)
+		l.HealthCheck.Consecutive5xx = 100
+		lb := startLB(t, e, Config{Listeners: []Listener{l}})
+		waitHealthy(t, lb, 2)
+		c := newClient()
+		before := lb.Metrics()
+		for range 10 {
+			get(t, c, url(lb, "/"))
 		}
-	}
+		// Counters are updated just after the client has its answer.
+		waitFor(t, 5*time.Second, "10 requests counted", func() bool {
+			f, _ := lb.Metrics().Fleet("web")
+			return f.Total() == 10
+		})
+		snap := lb.Metrics()
+		stable, _ := snap.Group("web", "stable")
+		canary, _ := snap.Group("web", "canary")
+		prev, _ := before.Group("web", "canary")
+		window := canary.Sub(prev.Stats)
+		if stable.Requests[Class2xx] != 5 || canary.Requests[Class5xx] != 5 || window.Total() != 5 {
+			t.Fatalf("stable %v canary %v window %v", stable.Requests, canary.Requests, window.Requests)
+		}
+		if canary.LatencyP95 <= 0 || canary.Targets[0].State != StateHealthy {
+			t.Fatalf("canary p95 %s state %s", canary.LatencyP95, canary.Targets[0].State)
+		}
+		f, _ := snap.Fleet("web")
+		if f.Total() != 10 {
+			t.Fatalf("fleet total %d, want 10", f.Total())
+		}
+
+		rec := httptest.NewRecorder()
+		lb.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		body := rec.Body.String()
+		for _, want := range []string{
+			`herd_lb_requests_total{class="5xx",fleet="web",group="canary",listener="web/http",target="bad"} 5`,
+			`herd_lb_request_duration_seconds_count{fleet="web",group="stable",listener="web/http",target="ok"} 5`,
+			`herd_lb_target_healthy{fleet="web",group="stable",listener="web/http",target="ok"} 1`,
+			`herd_lb_in_flight_requests`, `herd_lb_ejections_total`, `herd_lb_retries_total`, `go_goroutines`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
 }
 
 func TestQuantile(t *testing.T) {
@@ -225,7 +231,7 @@ func TestRetryBudget(t *testing.T) {
 
 func TestAdminAPI(t *testing.T) {
 	b := newBackend(t, "b", nil)
-	lb := startLB(t, Config{})
+	lb := startLB(t, EngineFast, Config{})
 	h, err := NewAdminHandler(lb, "s3cret", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -26,14 +26,22 @@ var (
 	errBodyBroken = errors.New("response body broken")
 )
 
-// hopHeaders are meaningful for one connection only (RFC 9110 section 7.6.1) and never forwarded.
-var hopHeaders = []string{
-	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+// This file is the net/http engine: it serves HTTP/2, TLS listeners and h2c targets, and HTTP/1.x
+// clients when the fast engine is off. net/http reads and writes the messages; the proxy core
+// (core.go) does the rest.
+
+// netExchange is one request served by net/http.
+type netExchange struct {
+	l       *listener
+	w       http.ResponseWriter
+	r       *http.Request
+	body    *retryableBody // nil without a body
+	upgrade string         // the protocol the client asked to switch to, if any
+	key     pickKey
+	start   time.Time
 }
 
-// ServeHTTP proxies one request. It is the hot path: it takes no locks and, for a plain keep-alive
-// GET, allocates only the X-Forwarded-For value.
+// ServeHTTP proxies one request.
 func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	st := l.state.Load()
@@ -48,99 +56,63 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.reject(w, r, http.StatusMethodNotAllowed, "CONNECT is not proxied")
 		return
 	}
-	var body *retryableBody
+	x := &netExchange{l: l, w: w, r: r, start: start}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		var rc io.ReadCloser = r.Body
 		if r.ContentLength < 0 {
 			rc = http.MaxBytesReader(w, rc, st.maxBody)
 		}
 		// The transport closes a request's body when it fails; this keeps it open for a retry.
-		body = &retryableBody{rc: rc}
-		r.Body = body
+		x.body = &retryableBody{rc: rc}
+		r.Body = x.body
 		// A target may answer while still reading the body (streaming, echo): keep reading it after our
 		// response starts, which HTTP/1.1 servers otherwise refuse. HTTP/2 is full duplex already.
 		if r.ProtoMajor == 1 {
 			_ = http.NewResponseController(w).EnableFullDuplex()
 		}
 	}
-	upgrade := prepareRequest(r, st.tlsOn)
-	l.budget.deposit()
-
-	key := st.routes.keyOf(r)
-	var tried *target
-	for {
-		t := st.routes.pick(&key, tried)
-		if t == nil && tried == nil {
-			st, t = l.hold(r.Context(), st, &key)
-		}
-		if t == nil {
-			if tried == nil {
-				l.noTarget(w, r, start)
-				return
-			}
-			// The retry found no other target: answer for the first failure.
-			l.failed(w, r, tried, http.StatusBadGateway, start)
-			return
-		}
-		t.stats.inFlight.Add(1)
-		r.URL.Host = t.key.addr
-		resp, err := t.transport.Load().RoundTrip(r)
-		if err == nil {
-			l.respond(w, r, t, resp, upgrade, start, st)
-			return
-		}
-		t.stats.inFlight.Add(-1)
-		if r.Context().Err() != nil {
-			// The client went away: not the target's fault.
-			t.stats.observe(ClassFailed, time.Since(start))
-			return
-		}
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			l.reject(w, r, http.StatusRequestEntityTooLarge, "request body too large")
-			return
-		}
-		kind := classify(err)
-		t.setError(err)
-		if kind != failOther {
-			t.observe(0, err, kind == failTimeout, st.threshold5xx)
-		}
-		bodyUnread := body == nil || !body.read.Load()
-		retry := tried == nil && st.retry && bodyUnread &&
-			(kind == failConnect || (kind == failBroken && idempotent(r.Method)))
-		if retry && l.budget.take() {
-			t.stats.retries.Add(1)
-			tried = t
-			continue
-		}
-		code := http.StatusBadGateway
-		if kind == failTimeout {
-			code = http.StatusGatewayTimeout
-		}
-		l.log.Debug("proxy failed", "target", t.key.id, "error", err)
-		l.failed(w, r, t, code, start)
-		return
-	}
+	x.upgrade = prepareRequest(r, st.tlsOn)
+	x.key = st.routes.keyOf(r)
+	l.forward(r.Context(), st, x, &x.key, idempotent(r.Method), start)
 }
+
+func (x *netExchange) attempt(st *listenerState, t *target) outcome {
+	r := x.r
+	r.URL.Host = t.key.addr
+	resp, err := t.transport.Load().RoundTrip(r)
+	if err == nil {
+		x.respond(st, t, resp)
+		return outcome{done: true}
+	}
+	if r.Context().Err() != nil {
+		// The client went away: not the target's fault.
+		clientGone(t, x.start)
+		return outcome{done: true}
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		x.l.reject(x.w, r, http.StatusRequestEntityTooLarge, "request body too large")
+		return outcome{done: true}
+	}
+	return outcome{kind: classify(err), err: err, bodySent: x.body != nil && x.body.read.Load()}
+}
+
+func (x *netExchange) fail(code int) { writeError(x.w, code) }
 
 // prepareRequest turns the inbound request into the outbound one in place (nothing else reads it once
 // the handler runs): hop-by-hop headers go, X-Forwarded-For/Proto come. It returns the protocol the
 // client asked to upgrade to, if any.
 func prepareRequest(r *http.Request, tlsOn bool) (upgrade string) {
 	h := r.Header
-	if conn := h["Connection"]; len(conn) > 0 {
-		// Headers named in Connection are hop-by-hop as well.
-		for _, v := range conn {
-			for _, name := range strings.Split(v, ",") {
-				name = strings.TrimSpace(name)
-				if strings.EqualFold(name, "upgrade") {
-					upgrade = h.Get("Upgrade")
-				}
-				if name != "" {
-					h.Del(name)
-				}
+	for _, v := range h["Connection"] {
+		connectionTokens(v, func(name string) {
+			if strings.EqualFold(name, "upgrade") {
+				upgrade = h.Get("Upgrade")
 			}
-		}
+			if !isFramingHeader(name) {
+				h.Del(name)
+			}
+		})
 	}
 	te := h["Te"]
 	for _, k := range hopHeaders {
@@ -184,12 +156,12 @@ func clientIP(remote string) string {
 }
 
 // respond copies a target's response to the client.
-func (l *listener) respond(w http.ResponseWriter, r *http.Request, t *target, resp *http.Response, upgrade string, start time.Time, st *listenerState) {
+func (x *netExchange) respond(st *listenerState, t *target, resp *http.Response) {
+	w, r := x.w, x.r
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		l.switchProtocols(w, r, t, resp, upgrade, start)
+		x.switchProtocols(st, t, resp)
 		return
 	}
-	defer t.stats.inFlight.Add(-1)
 	removeHopHeaders(resp.Header)
 	h := w.Header()
 	for k, v := range resp.Header {
@@ -202,8 +174,8 @@ func (l *listener) respond(w http.ResponseWriter, r *http.Request, t *target, re
 		}
 		h["Trailer"] = []string{strings.Join(names, ", ")}
 	}
-	if st.routes.cookie != "" {
-		l.setStickyCookie(w, r, t, st)
+	if c := st.stickyCookie(t, x.key.cookie); c != "" {
+		h["Set-Cookie"] = append(h["Set-Cookie"], c)
 	}
 	w.WriteHeader(resp.StatusCode)
 	// Stream as it comes when the length is unknown (server-sent events, gRPC); else let net/http buffer.
@@ -218,17 +190,14 @@ func (l *listener) respond(w http.ResponseWriter, r *http.Request, t *target, re
 	if err != nil && r.Context().Err() == nil && errors.Is(err, errBodyBroken) {
 		// The target broke off mid-body: abort the client connection rather than end the response cleanly,
 		// so the client sees the truncation.
-		t.setError(err)
-		t.observe(0, err, false, st.threshold5xx)
-		t.stats.observe(Class5xx, time.Since(start))
+		st.brokeOff(t, err, x.start)
 		panic(http.ErrAbortHandler)
 	}
 	if err != nil {
-		t.stats.observe(ClassFailed, time.Since(start))
+		clientGone(t, x.start)
 		return
 	}
-	t.observe(resp.StatusCode, nil, false, st.threshold5xx)
-	t.stats.observe(classOf(resp.StatusCode), time.Since(start))
+	st.answered(t, resp.StatusCode, x.start)
 }
 
 // copyBody copies a response body, telling a broken source (errBodyBroken) from a gone client.
@@ -261,11 +230,11 @@ func copyBody(w http.ResponseWriter, src io.Reader, flush bool) error {
 
 func removeHopHeaders(h http.Header) {
 	for _, v := range h["Connection"] {
-		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
+		connectionTokens(v, func(name string) {
+			if !isFramingHeader(name) {
 				h.Del(name)
 			}
-		}
+		})
 	}
 	for _, k := range hopHeaders {
 		delete(h, k)
@@ -273,23 +242,21 @@ func removeHopHeaders(h http.Header) {
 }
 
 // switchProtocols completes an upgrade (WebSocket and the like): the client connection is taken over and
-// bytes flow both ways until either side closes. The request stays in flight for the connection's life.
-func (l *listener) switchProtocols(w http.ResponseWriter, r *http.Request, t *target, resp *http.Response, upgrade string, start time.Time) {
-	defer t.stats.inFlight.Add(-1)
+// bytes flow both ways until either side closes.
+func (x *netExchange) switchProtocols(st *listenerState, t *target, resp *http.Response) {
 	backend, ok := resp.Body.(io.ReadWriteCloser)
 	got := resp.Header.Get("Upgrade")
-	if !ok || upgrade == "" || !strings.EqualFold(got, upgrade) {
+	if !ok || x.upgrade == "" || !strings.EqualFold(got, x.upgrade) {
 		resp.Body.Close()
-		l.log.Debug("target switched protocols without an agreed upgrade", "target", t.key.id, "asked", upgrade, "got", got)
-		writeError(w, http.StatusBadGateway)
-		t.stats.observe(Class5xx, time.Since(start))
+		st.misbehaved(t, fmt.Errorf("target switched protocols to %q without an agreed upgrade (asked %q)", got, x.upgrade), x.start)
+		writeError(x.w, http.StatusBadGateway)
 		return
 	}
 	defer backend.Close()
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	conn, brw, err := http.NewResponseController(x.w).Hijack()
 	if err != nil {
-		writeError(w, http.StatusBadGateway)
-		t.stats.observe(Class5xx, time.Since(start))
+		writeError(x.w, http.StatusBadGateway)
+		t.stats.observe(Class5xx, time.Since(x.start))
 		return
 	}
 	defer conn.Close()
@@ -302,10 +269,10 @@ func (l *listener) switchProtocols(w http.ResponseWriter, r *http.Request, t *ta
 	_ = resp.Header.Write(brw)
 	_, _ = brw.WriteString("\r\n")
 	if err := brw.Flush(); err != nil {
-		t.stats.observe(ClassFailed, time.Since(start))
+		clientGone(t, x.start)
 		return
 	}
-	t.stats.observe(Class1xx, time.Since(start))
+	st.switched(t, x.start)
 	done := make(chan struct{}, 2)
 	go func() {
 		_, _ = io.Copy(backend, brw) // brw first holds whatever the client sent after its request
@@ -317,27 +284,6 @@ func (l *listener) switchProtocols(w http.ResponseWriter, r *http.Request, t *ta
 	}()
 	// When either side ends, end both: the deferred closes unblock the other copy.
 	<-done
-}
-
-func (l *listener) setStickyCookie(w http.ResponseWriter, r *http.Request, t *target, st *listenerState) {
-	if c, err := r.Cookie(st.routes.cookie); err == nil && c.Value == t.cookie {
-		return
-	}
-	http.SetCookie(w, &http.Cookie{
-		Name: st.routes.cookie, Value: t.cookie, Path: "/", HttpOnly: true,
-		Secure: st.tlsOn, SameSite: http.SameSiteLaxMode,
-	})
-}
-
-// noTarget answers 503: no target of the listener is healthy.
-func (l *listener) noTarget(w http.ResponseWriter, r *http.Request, start time.Time) {
-	writeError(w, http.StatusServiceUnavailable)
-	l.stats.observe(Class5xx, time.Since(start))
-}
-
-func (l *listener) failed(w http.ResponseWriter, r *http.Request, t *target, code int, start time.Time) {
-	writeError(w, code)
-	t.stats.observe(Class5xx, time.Since(start))
 }
 
 // reject answers a request the proxy will not forward, and logs it.
@@ -365,16 +311,6 @@ func idempotent(method string) bool {
 	return false
 }
 
-// failure is what went wrong with an attempt, which decides retry and health consequences.
-type failure int
-
-const (
-	failOther   failure = iota // the request itself was unusable, for example an invalid header: no retry
-	failConnect                // no connection could be opened: retry any request
-	failBroken                 // the connection broke before any response: retry idempotent requests
-	failTimeout                // the target was too slow: no retry, counts like a 5xx
-)
-
 func classify(err error) failure {
 	var de *dialError
 	var oe *net.OpError
@@ -390,6 +326,9 @@ func classify(err error) failure {
 	// net/http does not export these: a pooled connection the target closed, and HTTP/2 losing its
 	// connection.
 	msg := err.Error()
+	if strings.Contains(msg, "malformed HTTP") {
+		return failBadResponse
+	}
 	if strings.Contains(msg, "server closed idle connection") || strings.Contains(msg, "connection lost") ||
 		strings.Contains(msg, "GOAWAY") || strings.Contains(msg, "connection broken") {
 		return failBroken

@@ -308,6 +308,9 @@ type trackedConn struct {
 	closed atomic.Bool
 }
 
+// Unwrap returns the underlying connection, for idleClean's peek.
+func (c *trackedConn) Unwrap() net.Conn { return c.Conn }
+
 func (c *trackedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.set.remove(c)
