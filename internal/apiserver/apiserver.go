@@ -14,6 +14,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
@@ -43,13 +46,32 @@ type Options struct {
 	LBHealth func() map[string]string
 	// Metrics, if set, serves GET /metrics (Prometheus), behind the same token as the API.
 	Metrics http.Handler
+	// KubeAccess gives herd's access to instances' Kubernetes APIs, by provider name, for logs
+	// and debug access; instances of other providers have neither.
+	KubeAccess map[string]provider.KubeAccessor
+	// KubeTokenTTL is how long an issued kubeconfig is valid. Default: DefaultKubeTokenTTL.
+	KubeTokenTTL time.Duration
+	// Events records what the API did to instances (kubeconfigs issued). Default: none.
+	Events EventRecorder
+	// Clock dates the kube tokens. Default: the real clock.
+	Clock clock.PassiveClock
 }
+
+// EventRecorder records an event about an object ("Kind/name"), as events.Recorder does.
+type EventRecorder interface {
+	Eventf(object, typ, reason, format string, args ...any)
+}
+
+type noEvents struct{}
+
+func (noEvents) Eventf(object, typ, reason, format string, args ...any) {}
 
 // Server serves the API.
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	opts       Options
+	log        *slog.Logger
+	mux        *http.ServeMux
+	kubeTokens *kubeTokens
 }
 
 // New returns the API handler.
@@ -57,7 +79,16 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: opts.Logger.With("component", "apiserver"), mux: http.NewServeMux()}
+	if opts.KubeTokenTTL <= 0 {
+		opts.KubeTokenTTL = DefaultKubeTokenTTL
+	}
+	if opts.Events == nil {
+		opts.Events = noEvents{}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	s := &Server{opts: opts, log: opts.Logger.With("component", "apiserver"), mux: http.NewServeMux(), kubeTokens: newKubeTokens(opts.Clock)}
 	s.mux.HandleFunc("GET /v1/version", s.getVersion)
 	s.mux.HandleFunc("GET /v1/status", s.getStatus)
 	s.mux.HandleFunc("GET /v1/fleets", s.listFleets)
@@ -70,14 +101,20 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
 	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)
+	s.mux.HandleFunc("GET /v1/instances/{name}/logs", s.instanceLogs)
+	s.mux.HandleFunc("POST /v1/instances/{name}/kubeconfig", s.issueKubeconfig)
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}
 	return s
 }
 
-// ServeHTTP authenticates, then routes.
+// ServeHTTP authenticates, then routes. The Kubernetes proxy route takes kube tokens instead.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if name, path, ok := kubeRoute(r.URL.Path); ok {
+		s.serveKube(w, r, name, path)
+		return
+	}
 	if !s.authorized(r) {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		return

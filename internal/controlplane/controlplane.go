@@ -180,7 +180,9 @@ func Run(ctx context.Context, opts Options) error {
 	url := "http://" + ln.Addr().String()
 	api := apiserver.New(apiserver.Options{
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
-		OptionValidators: optionValidators(providers),
+		OptionValidators: providersAs[provider.OptionsValidator](providers),
+		KubeAccess:       providersAs[provider.KubeAccessor](providers),
+		Events:           recorder,
 		LBHealth:         targets.Health,
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st), queueMetrics),
 		Status: func() map[string]string {
@@ -276,11 +278,11 @@ func loadOrCreateToken(path string) (string, error) {
 	return t, nil
 }
 
-// optionValidators returns the providers that check their regions' options, by name.
-func optionValidators(providers map[string]provider.Provider) map[string]provider.OptionsValidator {
-	out := map[string]provider.OptionsValidator{}
+// providersAs returns the providers that implement T (an optional provider interface), by name.
+func providersAs[T any](providers map[string]provider.Provider) map[string]T {
+	out := map[string]T{}
 	for name, p := range providers {
-		if v, ok := p.(provider.OptionsValidator); ok {
+		if v, ok := p.(T); ok {
 			out[name] = v
 		}
 	}

@@ -129,6 +129,21 @@ type OptionsValidator interface {
 	ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList
 }
 
+// KubeAccessor MAY be implemented by a provider whose instances run Kubernetes that herd can
+// reach: it gives herd up an administrator's kubeconfig for an instance's API server, which herd
+// up uses to read pods' logs and to proxy debug access (`herd logs`, `herd kubectl`). The API
+// server is never exposed to users: only herd up holds these credentials. The kubeconfig is a
+// secret: callers MUST NOT log or store it.
+type KubeAccessor interface {
+	// Kubeconfig returns the kubeconfig of instance name, or an error wrapping ErrNotFound for an
+	// instance the provider does not have, or ErrNoKubeAccess while its API server is not up yet.
+	Kubeconfig(ctx context.Context, name string) ([]byte, error)
+}
+
+// ErrNoKubeAccess is returned by KubeAccessor.Kubeconfig for an instance whose API server has
+// not come up yet (it is booting), or whose provider cannot reach it.
+var ErrNoKubeAccess = errors.New("the instance's Kubernetes API is not reachable yet")
+
 // UnknownOptions returns an error for each key of opts that is not in known (in key order), naming
 // the keys provider knows, for OptionsValidator implementations.
 func UnknownOptions(path *field.Path, opts map[string]string, provider string, known ...string) field.ErrorList {

@@ -25,6 +25,13 @@ func (r *Recorder) Eventf(object, typ, reason, format string, args ...any) {
 	r.events = append(r.events, Event{object, typ, reason, fmt.Sprintf(format, args...)})
 }
 
+// Events returns the events recorded so far, in order.
+func (r *Recorder) Events() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.events...)
+}
+
 // Reasons returns the reasons of the events recorded so far, in order.
 func (r *Recorder) Reasons() []string {
 	r.mu.Lock()
