@@ -66,15 +66,26 @@ func SaveConfig(path string, c *Config) error {
 	if err != nil {
 		return err
 	}
+	if err := WriteSecretFile(path, data); err != nil {
+		return fmt.Errorf("write client config: %w", err)
+	}
+	return nil
+}
+
+// WriteSecretFile writes data to path atomically (a temporary file renamed over it), mode 0600
+// whatever the umask and whatever mode a file already there had: for files holding credentials.
+func WriteSecretFile(path string, data []byte) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write client config: %w", err)
+		return err
 	}
 	if err := os.Chmod(tmp, 0o600); err != nil {
-		return fmt.Errorf("write client config: %w", err)
+		os.Remove(tmp)
+		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write client config: %w", err)
+		os.Remove(tmp)
+		return err
 	}
 	return nil
 }
