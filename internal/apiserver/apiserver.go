@@ -49,6 +49,8 @@ type Options struct {
 	// KubeAccess gives herd's access to instances' Kubernetes APIs, by provider name, for logs
 	// and debug access; instances of other providers have neither.
 	KubeAccess map[string]provider.KubeAccessor
+	// KubeProxy, if set, is where the kubeconfigs issued point: a TLS listener serving this API.
+	KubeProxy *KubeProxy
 	// KubeTokenTTL is how long an issued kubeconfig is valid. Default: DefaultKubeTokenTTL.
 	KubeTokenTTL time.Duration
 	// Events records what the API did to instances (kubeconfigs issued). Default: none.

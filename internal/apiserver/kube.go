@@ -28,12 +28,26 @@ import (
 // issued for it.
 const EventKubeconfigIssued = "KubeconfigIssued"
 
+// KubeProxy is the TLS listener serving the API for the Kubernetes proxy route: kubectl sends
+// a token only over TLS.
+type KubeProxy struct {
+	// URL is the listener's, e.g. https://127.0.0.1:41234.
+	URL string
+	// CAPEM is the CA that signed its serving certificate.
+	CAPEM []byte
+}
+
 // KubeconfigResponse is what POST /v1/instances/NAME/kubeconfig returns: the client makes a
-// kubeconfig of it whose server is its own server URL followed by Path.
+// kubeconfig of it whose server is Server, or when that is empty its own server URL followed by
+// Path.
 type KubeconfigResponse struct {
 	Instance string `json:"instance"`
 	// Path is the proxy route of the instance, e.g. /v1/instances/web-1/kube.
 	Path string `json:"path"`
+	// Server is the proxy route's URL on the TLS listener, and CAData the CA that listener's
+	// certificate is signed by; empty when the API has no such listener.
+	Server string `json:"server,omitempty"`
+	CAData []byte `json:"caData,omitempty"`
 	// Token is accepted on Path only, until ExpiresAt. Secret: shown once.
 	Token     string    `json:"token"`
 	ExpiresAt time.Time `json:"expiresAt"`
@@ -81,7 +95,11 @@ func (s *Server) issueKubeconfig(w http.ResponseWriter, r *http.Request) {
 	s.opts.Events.Eventf("Instance/"+name, v1alpha1.EventNormal, EventKubeconfigIssued,
 		"kubeconfig issued for the instance's Kubernetes API through herd, valid until %s", expires.UTC().Format(time.RFC3339))
 	s.log.Info("kubeconfig issued", "instance", name, "expires", expires)
-	writeJSON(w, http.StatusOK, KubeconfigResponse{Instance: name, Path: KubePath(name), Token: token, ExpiresAt: expires})
+	resp := KubeconfigResponse{Instance: name, Path: KubePath(name), Token: token, ExpiresAt: expires}
+	if kp := s.opts.KubeProxy; kp != nil {
+		resp.Server, resp.CAData = kp.URL+resp.Path, kp.CAPEM
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // instance returns the stored instance called name, or answers 404 naming the fix.

@@ -48,12 +48,17 @@ func (c *Client) IssueKubeconfig(ctx context.Context, instance string) (*apiserv
 	return &out, nil
 }
 
-// Kubeconfig renders a kubeconfig for an issued token: its server is this client's control plane
-// followed by the instance's proxy route. It holds a secret: write it mode 0600.
+// Kubeconfig renders a kubeconfig for an issued token: its server is the proxy route on the
+// control plane's TLS listener (or on this client's server when it has none). It holds a secret:
+// write it mode 0600.
 func (c *Client) Kubeconfig(kr *apiserver.KubeconfigResponse) ([]byte, error) {
 	name := "herd-" + kr.Instance
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: strings.TrimRight(c.cfg.Server, "/") + kr.Path}
+	cluster := &clientcmdapi.Cluster{Server: kr.Server, CertificateAuthorityData: kr.CAData}
+	if kr.Server == "" {
+		cluster.Server = strings.TrimRight(c.cfg.Server, "/") + kr.Path
+	}
+	cfg.Clusters[name] = cluster
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: kr.Token}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: "default"}
 	cfg.CurrentContext = name

@@ -178,10 +178,17 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("--listen %s: %w (is another herd up running?)", opts.Listen, err)
 	}
 	url := "http://" + ln.Addr().String()
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	kubeLn, kubeProxy, err := listenKubeProxy(host)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	api := apiserver.New(apiserver.Options{
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
 		OptionValidators: providersAs[provider.OptionsValidator](providers),
 		KubeAccess:       providersAs[provider.KubeAccessor](providers),
+		KubeProxy:        kubeProxy,
 		Events:           recorder,
 		LBHealth:         targets.Health,
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st), queueMetrics),
@@ -203,13 +210,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if err := client.SaveConfig(opts.ConfigPath, &client.Config{Server: url, Token: token}); err != nil {
 		ln.Close()
+		kubeLn.Close()
 		return err
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 6) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 7) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -229,12 +237,14 @@ func Run(ctx context.Context, opts Options) error {
 	run(runCtx, &wg, "controller", ctrl.Start)
 	run(runCtx, &wg, "autoscaler", scaler.Start)
 	run(runCtx, &wg, "agent metrics", cpu.Start)
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("api server: %w", err)
-		}
-	})
-	log.Info("control plane up", "api", url, "data_dir", opts.DataDir, "client_config", opts.ConfigPath, "provider", prov.Name())
+	for _, l := range []net.Listener{ln, kubeLn} {
+		wg.Go(func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("api server: %w", err)
+			}
+		})
+	}
+	log.Info("control plane up", "api", url, "kube_proxy", kubeProxy.URL, "data_dir", opts.DataDir, "client_config", opts.ConfigPath, "provider", prov.Name())
 	if opts.Ready != nil {
 		opts.Ready(url)
 	}
