@@ -156,19 +156,20 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	// The agents' CPU figures, for fleets autoscaled on cpu: only their serving instances are read.
-	var scaler *autoscaler.Loop
-	cpu, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
-		var out []agentmetrics.Target
-		for _, t := range scaler.CPUTargets() {
-			out = append(out, agentmetrics.Target{Fleet: t.Fleet, Instance: t.Instance, Address: t.Address})
+	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
+	// and every instance's node figures for /metrics and herd top.
+	agents, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
+		serving := ctrl.ServingInstances()
+		out := make([]agentmetrics.Target, 0, len(serving))
+		for _, in := range serving {
+			out = append(out, agentmetrics.Target{Fleet: in.Fleet, Region: in.Region, Revision: in.Revision, Instance: in.Name, Address: in.Address})
 		}
 		return out
 	}})
 	if err != nil {
 		return err
 	}
-	scaler, err = autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: cpu, Logger: log})
+	scaler, err := autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: agents, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func Run(ctx context.Context, opts Options) error {
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
 		OptionValidators: optionValidators(providers),
 		LBHealth:         targets.Health,
-		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st), queueMetrics),
+		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			if ctrl.Synced() {
@@ -226,7 +227,7 @@ func Run(ctx context.Context, opts Options) error {
 	run(lbCtx, &lbDone, "events", recorder.Start)
 	run(runCtx, &wg, "controller", ctrl.Start)
 	run(runCtx, &wg, "autoscaler", scaler.Start)
-	run(runCtx, &wg, "agent metrics", cpu.Start)
+	run(runCtx, &wg, "agent metrics", agents.Start)
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("api server: %w", err)
