@@ -43,6 +43,8 @@ type Options struct {
 	LBHealth func() map[string]string
 	// Metrics, if set, serves GET /metrics (Prometheus), behind the same token as the API.
 	Metrics http.Handler
+	// Usage, if set, reports the figures of the given instances and their fleets for GET /v1/usage.
+	Usage func(instances []*v1alpha1.Instance) UsageReport
 }
 
 // Server serves the API.
@@ -70,6 +72,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
 	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)
+	s.mux.HandleFunc("GET /v1/usage", s.getUsage)
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

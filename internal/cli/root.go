@@ -62,6 +62,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newRolloutCmd(g),
 		newDeleteCmd(g),
 		newEventsCmd(g),
+		newTopCmd(g),
 		newWaitCmd(g),
 		newVersionCmd(g),
 		newImageCmd(g),

@@ -34,6 +34,7 @@ import (
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/store/etcd"
+	"herd.dev/herd/internal/usage"
 )
 
 // Options configure a control plane.
@@ -169,6 +170,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// What herd top shows: the agents' figures and the load balancer's rates over a short window.
+	usageSampler, err := usage.New(usage.Options{LB: balancer, Nodes: agents})
+	if err != nil {
+		return err
+	}
 	scaler, err := autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: agents, Logger: log})
 	if err != nil {
 		return err
@@ -183,6 +189,7 @@ func Run(ctx context.Context, opts Options) error {
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
 		OptionValidators: optionValidators(providers),
 		LBHealth:         targets.Health,
+		Usage:            usageSampler.Report,
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
@@ -208,7 +215,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 6) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 7) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -228,6 +235,7 @@ func Run(ctx context.Context, opts Options) error {
 	run(runCtx, &wg, "controller", ctrl.Start)
 	run(runCtx, &wg, "autoscaler", scaler.Start)
 	run(runCtx, &wg, "agent metrics", agents.Start)
+	run(runCtx, &wg, "usage", usageSampler.Start)
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("api server: %w", err)

@@ -143,23 +143,21 @@ func perLabel(samples []promSample, label string) (map[string]float64, error) {
 	return out, nil
 }
 
-// TestIntegrationPrometheusScrapesHerd runs a real Prometheus against herd up's control plane (in
-// this process, fake provider, loopback backends standing in for three instances' workloads and,
-// when the agents' port is free, fake agents for their node figures), sends load through herd's
-// load balancer and waits until PromQL gives a request rate above zero for each instance, and each
-// instance's CPU and memory under its own name.
-func TestIntegrationPrometheusScrapesHerd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test")
-	}
-	const n = 3
-	manifest, lbPort := loopbackManifest(t, n, nil, "  replicas: {min: 1, max: 5, desired: 3}\n")
+// loadedFleet runs fleet web of n instances on loopback backends (and fake agents, when their
+// port is free) under an in-process control plane, with load through its load balancer; it
+// returns the cluster and whether the fake agents serve.
+func loadedFleet(t *testing.T, n int) (*cluster, bool) {
+	t.Helper()
+	manifest, lbPort := loopbackManifest(t, n, nil, fmt.Sprintf("  replicas: {min: 1, max: 5, desired: %d}\n", n))
 	agents := fakeAgents(t, n)
 	c, cl := inProcess(t)
-	promAPI, promLog := startPrometheus(t, c.addr, filepath.Join(c.dir, "data", "token"))
 	applyManifest(t, cl, manifest)
+	load(t, lbPort)
+	return c, agents
+}
 
-	// Load: 50 requests a second through the load balancer until the test ends.
+// load sends 50 requests a second through the load balancer at lbPort until the test ends.
+func load(t *testing.T, lbPort int) {
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { stop(); wg.Wait() })
@@ -176,6 +174,20 @@ func TestIntegrationPrometheusScrapesHerd(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestIntegrationPrometheusScrapesHerd runs a real Prometheus against herd up's control plane (in
+// this process, fake provider, loopback backends standing in for three instances' workloads and,
+// when the agents' port is free, fake agents for their node figures), sends load through herd's
+// load balancer and waits until PromQL gives a request rate above zero for each instance, and each
+// instance's CPU and memory under its own name.
+func TestIntegrationPrometheusScrapesHerd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	const n = 3
+	c, agents := loadedFleet(t, n)
+	promAPI, promLog := startPrometheus(t, c.addr, filepath.Join(c.dir, "data", "token"))
 
 	// waitFor with Prometheus' log on failure too.
 	wait := func(what string, cond func() string) {
