@@ -2,7 +2,9 @@
 # Installs the Debian packages that herd's local instances and benchmarks need:
 # containerd, runc and the CNI plugins (run the pods), etcd (each instance's
 # store), iptables, conntrack and iproute2 (network namespaces, bridges,
-# kube-proxy), openssl (instance certificates and keys).
+# kube-proxy), openssl (instance certificates and keys), prometheus (its
+# promtool checks the shipped alert rules; the integration tests run a real
+# Prometheus scraping herd up).
 #
 # Idempotent: when everything is installed it checks and exits quietly, without
 # touching apt's lists. Otherwise it runs `apt-get update` once and installs what
@@ -12,7 +14,7 @@
 # Needs root (or sudo) and Debian or a derivative with apt.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl)
+packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus)
 
 # Files each package must provide; checked after installing, so that a broken
 # install fails here rather than when an instance boots.
@@ -20,10 +22,12 @@ required=(
 	/usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc
 	/usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap
 	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
+	/usr/bin/prometheus /usr/bin/promtool
 )
 
-# System services these packages ship; herd runs its own instances of them.
-services=(containerd etcd)
+# System services these packages ship; herd runs its own instances of them (and
+# its tests their own Prometheus).
+services=(containerd etcd prometheus)
 
 die() { echo "hack/install-deps.sh: $*" >&2; exit 1; }
 
@@ -46,7 +50,7 @@ systemd_running() { [[ -d /run/systemd/system ]]; }
 
 # disable_services keeps the packaged containerd and etcd daemons from running:
 # they would hold /run/containerd/containerd.sock and port 2379 on the host for
-# nothing. Quiet when they are already disabled and stopped.
+# nothing (and the packaged Prometheus port 9090). Quiet when they are already disabled and stopped.
 disable_services() {
 	local s
 	command -v systemctl >/dev/null 2>&1 || return 0

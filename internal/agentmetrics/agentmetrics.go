@@ -1,12 +1,16 @@
-// Package agentmetrics scrapes the herd agents' /metrics endpoints so the autoscaler can scale a
-// fleet on CPU. Every instance's agent exports herd_node_cpu_seconds_total, a counter of the CPU
-// seconds the whole instance has used; a counter says nothing by itself, so the scraper keeps the
-// last two samples of each instance and turns them into a rate (percent of one core), then averages
-// the rates of a fleet's instances, which is the per-instance figure the CPU strategy tracks.
+// Package agentmetrics scrapes the herd agents' /metrics endpoints of every serving instance, for
+// two readers: the autoscaler, which scales a fleet on CPU, and herd up's own /metrics, which
+// serves each instance's node figures (CPU, memory, pods) relabelled with its fleet, region,
+// revision and instance, so that one scrape of herd up sees the whole fleet.
+//
+// Every instance's agent exports herd_node_cpu_seconds_total, a counter of the CPU seconds the
+// whole instance has used; a counter says nothing by itself, so the scraper keeps the last two
+// samples of each instance and turns them into a rate (percent of one core), then averages the
+// rates of a fleet's instances, which is the per-instance figure the CPU strategy tracks.
 //
 // The scraper is deliberately forgiving: an instance that is booting, dead, slow or answering
-// nonsense is skipped for that pass (logged at Debug) and simply does not count, so one bad
-// instance never holds up the figure for its fleet-mates.
+// nonsense is skipped for that pass (logged at Debug, and herd_instance_agent_up 0) and simply does
+// not count, so one bad instance never holds up the figure for its fleet-mates.
 package agentmetrics
 
 import (
@@ -27,8 +31,16 @@ import (
 	"github.com/prometheus/common/model"
 )
 
+// The agent's families that are read (internal/agent/metrics.go).
 const (
-	cpuMetric = "herd_node_cpu_seconds_total"
+	cpuMetric      = "herd_node_cpu_seconds_total"
+	memoryMetric   = "herd_node_memory_working_set_bytes"
+	podsMetric     = "herd_pods"
+	restartsMetric = "herd_container_restarts"
+	readyMetric    = "herd_agent_ready"
+)
+
+const (
 	// maxBody bounds what one scrape reads; an agent's page is a few KiB, so anything near this is
 	// broken and must not cost the controller memory.
 	maxBody = 4 << 20
@@ -43,6 +55,8 @@ const (
 // Target is one instance to scrape.
 type Target struct {
 	Fleet    string
+	Region   string
+	Revision string
 	Instance string
 	Address  string // IP address of the instance (no port)
 }
@@ -83,11 +97,20 @@ type key struct{ fleet, instance string }
 
 // series is what is kept of one instance: its last sample and the rate from the one before.
 type series struct {
-	address string
-	at      time.Time // when the last sample was taken
-	cpu     float64   // the counter's value then
-	rate    float64   // percent of one core between the last two samples
-	hasRate bool      // false until there are two usable samples
+	target  Target
+	up      bool      // whether the last scrape succeeded
+	at      time.Time // when the last sample was taken; zero before the first
+	sample  sample
+	rate    float64 // percent of one core between the last two samples
+	hasRate bool    // false until there are two usable samples
+}
+
+// sample is what one scrape of an agent read. Only the CPU counter is required; the others are
+// reported when the agent has them (it cannot list pods before its cluster's API serves).
+type sample struct {
+	cpu      float64            // herd_node_cpu_seconds_total
+	gauges   map[string]float64 // herd_node_memory_working_set_bytes, herd_container_restarts, herd_agent_ready
+	podPhase map[string]float64 // herd_pods by phase
 }
 
 // New checks opts and fills in the defaults.
@@ -208,16 +231,17 @@ func (s *Scraper) forget(targets []Target) []Target {
 // scrape takes one sample of t and records it; a failure keeps the previous sample, which ages
 // out by itself if the failures go on.
 func (s *Scraper) scrape(ctx context.Context, t Target) {
-	cpu, at, err := s.fetch(ctx, t.Address)
+	smp, at, err := s.fetch(ctx, t.Address)
 	if err != nil {
 		s.log.Debug("scrape failed", "fleet", t.Fleet, "instance", t.Instance, "address", t.Address, "err", err)
+		s.failed(t)
 		return
 	}
-	s.record(key{t.Fleet, t.Instance}, t.Address, at, cpu)
+	s.record(t, at, smp)
 }
 
-// fetch reads the CPU counter from the agent at address, and the time it was read.
-func (s *Scraper) fetch(ctx context.Context, address string) (float64, time.Time, error) {
+// fetch reads a sample from the agent at address, and the time it was read.
+func (s *Scraper) fetch(ctx context.Context, address string) (sample, time.Time, error) {
 	// The context bounds the whole scrape, body included, even with a caller's Client that has no
 	// timeout of its own.
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
@@ -225,68 +249,103 @@ func (s *Scraper) fetch(ctx context.Context, address string) (float64, time.Time
 	url := "http://" + net.JoinHostPort(address, strconv.Itoa(s.opts.Port)) + "/metrics"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, time.Time{}, err
+		return sample{}, time.Time{}, err
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4") // the format the parser reads
 	resp, err := s.opts.Client.Do(req)
 	if err != nil {
-		return 0, time.Time{}, err
+		return sample{}, time.Time{}, err
 	}
 	defer resp.Body.Close()
 	// The agent reads the counter just before it answers, so the headers' arrival is the closest
 	// time to the reading.
 	at := s.opts.Now()
 	if resp.StatusCode != http.StatusOK {
-		return 0, time.Time{}, fmt.Errorf("status %s", resp.Status)
+		return sample{}, time.Time{}, fmt.Errorf("status %s", resp.Status)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return 0, time.Time{}, err
+		return sample{}, time.Time{}, err
 	}
 	if len(body) > maxBody {
-		return 0, time.Time{}, fmt.Errorf("body over %d bytes", maxBody)
+		return sample{}, time.Time{}, fmt.Errorf("body over %d bytes", maxBody)
 	}
-	cpu, err := parseCPU(body)
-	return cpu, at, err
+	smp, err := parse(body)
+	return smp, at, err
 }
 
-// parseCPU finds the CPU counter in a page of Prometheus text.
-func parseCPU(body []byte) (float64, error) {
+// parse reads a sample from a page of Prometheus text. The CPU counter must be there; the other
+// families are taken when they are well formed and skipped otherwise.
+func parse(body []byte) (sample, error) {
 	// The zero TextParser has no validation scheme and rejects everything; UTF-8 is the
 	// permissive one, and the agent's names are plain anyway.
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	mf := families[cpuMetric]
 	if mf == nil {
-		return 0, fmt.Errorf("no %s", cpuMetric)
+		return sample{}, fmt.Errorf("no %s", cpuMetric)
 	}
 	if len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetCounter() == nil {
-		return 0, fmt.Errorf("%s is not a single counter", cpuMetric)
+		return sample{}, fmt.Errorf("%s is not a single counter", cpuMetric)
 	}
-	v := mf.GetMetric()[0].GetCounter().GetValue()
-	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%s is %v", cpuMetric, v)
+	smp := sample{cpu: mf.GetMetric()[0].GetCounter().GetValue(), gauges: map[string]float64{}}
+	if !usable(smp.cpu) {
+		return sample{}, fmt.Errorf("%s is %v", cpuMetric, smp.cpu)
 	}
-	return v, nil
+	for _, name := range []string{memoryMetric, restartsMetric, readyMetric} {
+		if mf := families[name]; mf != nil && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+			if v := mf.GetMetric()[0].GetGauge().GetValue(); usable(v) {
+				smp.gauges[name] = v
+			}
+		}
+	}
+	if mf := families[podsMetric]; mf != nil {
+		smp.podPhase = map[string]float64{}
+		for _, m := range mf.GetMetric() {
+			if m.GetGauge() == nil || len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "phase" || !usable(m.GetGauge().GetValue()) {
+				continue
+			}
+			smp.podPhase[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	return smp, nil
 }
 
-// record stores a sample of k and computes its rate from the previous one when that is usable.
-func (s *Scraper) record(k key, address string, at time.Time, cpu float64) {
+// usable reports whether v can be a count or an amount.
+func usable(v float64) bool { return v >= 0 && !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// record stores a sample of t and computes its rate from the previous one when that is usable.
+func (s *Scraper) record(t Target, at time.Time, smp sample) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := &series{address: address, at: at, cpu: cpu}
-	// The previous sample is not a baseline when the counter went down (the agent restarted), the
-	// address changed (another machine under the same name), the clock did not move forward, or it
-	// is stale (a rate over a long outage says little about now). The new sample starts over.
-	if prev := s.series[k]; prev != nil && prev.address == address && cpu >= prev.cpu &&
-		at.After(prev.at) && !s.stale(prev.at, at) {
-		next.rate = (cpu - prev.cpu) / at.Sub(prev.at).Seconds() * 100
+	k := key{t.Fleet, t.Instance}
+	next := &series{target: t, up: true, at: at, sample: smp}
+	// The previous sample is not a baseline when there is none, the counter went down (the agent
+	// restarted), the address changed (another machine under the same name), the clock did not move
+	// forward, or it is stale (a rate over a long outage says little about now). The new sample
+	// starts over.
+	if prev := s.series[k]; prev != nil && !prev.at.IsZero() && prev.target.Address == t.Address &&
+		smp.cpu >= prev.sample.cpu && at.After(prev.at) && !s.stale(prev.at, at) {
+		next.rate = (smp.cpu - prev.sample.cpu) / at.Sub(prev.at).Seconds() * 100
 		next.hasRate = true
 	}
 	s.series[k] = next
+}
+
+// failed records that t could not be scraped; its last sample stays, and ages out by itself.
+func (s *Scraper) failed(t Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := key{t.Fleet, t.Instance}
+	if sr := s.series[k]; sr != nil && sr.target.Address == t.Address {
+		sr.up = false
+		sr.target = t
+		return
+	}
+	s.series[k] = &series{target: t}
 }
 
 // stale reports whether a sample taken at "at" is too old to use at now.

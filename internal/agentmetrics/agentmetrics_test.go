@@ -36,6 +36,9 @@ const (
 	modeGauge   = "gauge"
 )
 
+// fakeMemory is the working set every fake agent reports.
+const fakeMemory = 300 << 20
+
 // fakeAgent serves /metrics like a herd agent, with a CPU counter the test sets.
 type fakeAgent struct {
 	addr    string // the IP, as in Target.Address
@@ -101,9 +104,14 @@ func newAgents(t *testing.T, n int) (port int, agents []*fakeAgent) {
 			a := &fakeAgent{addr: ln.Addr().(*net.TCPAddr).IP.String(), release: make(chan struct{})}
 			// The real agent's encoding: a registry behind promhttp.
 			reg := prometheus.NewRegistry()
+			pods := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: podsMetric, Help: "Pods."}, []string{"phase"})
+			pods.WithLabelValues("Running").Set(3)
+			pods.WithLabelValues("Pending").Set(0)
 			reg.MustRegister(
-				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herd_agent_ready", Help: "Ready."}, func() float64 { return 1 }),
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: readyMetric, Help: "Ready."}, func() float64 { return 1 }),
 				prometheus.NewCounterFunc(prometheus.CounterOpts{Name: cpuMetric, Help: "CPU time."}, a.get),
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: memoryMetric, Help: "Memory."}, func() float64 { return fakeMemory }),
+				pods,
 			)
 			a.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 			mux := http.NewServeMux()
@@ -175,7 +183,7 @@ func newEnv(t *testing.T, fleets ...string) *env {
 	e := &env{t: t, clock: &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}, agents: agents}
 	var targets []Target
 	for i, f := range fleets {
-		targets = append(targets, Target{Fleet: f, Instance: fmt.Sprintf("i%d", i), Address: agents[i].addr})
+		targets = append(targets, Target{Fleet: f, Region: "r1", Revision: f + "-1", Instance: fmt.Sprintf("i%d", i), Address: agents[i].addr})
 	}
 	e.setTargets(targets...)
 	s, err := New(Options{

@@ -57,6 +57,8 @@ type Options struct {
 	Events EventRecorder
 	// Clock dates the kube tokens. Default: the real clock.
 	Clock clock.PassiveClock
+	// Usage, if set, reports the figures of the given instances and their fleets for GET /v1/usage.
+	Usage func(instances []*v1alpha1.Instance) UsageReport
 }
 
 // EventRecorder records an event about an object ("Kind/name"), as events.Recorder does.
@@ -105,6 +107,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)
 	s.mux.HandleFunc("GET /v1/instances/{name}/logs", s.instanceLogs)
 	s.mux.HandleFunc("POST /v1/instances/{name}/kubeconfig", s.issueKubeconfig)
+	s.mux.HandleFunc("GET /v1/usage", s.getUsage)
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

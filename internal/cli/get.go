@@ -22,19 +22,15 @@ func newGetCmd(g *globals) *cobra.Command {
 		Args:      cobra.RangeArgs(1, 2),
 		ValidArgs: []string{"fleets", "instances"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format := outputFormat(output)
-			if err := format.check(); err != nil {
+			format, kind, name, err := resourceArgs(args, output)
+			if err != nil {
 				return err
-			}
-			name := ""
-			if len(args) == 2 {
-				name = args[1]
 			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			switch resource(args[0]) {
+			switch kind {
 			case "fleet":
 				var fleets []v1alpha1.Fleet
 				if name != "" {

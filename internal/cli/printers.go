@@ -22,6 +22,23 @@ func (o outputFormat) check() error {
 	return fmt.Errorf("-o %s: use wide, yaml or json", o)
 }
 
+// resourceArgs reads the "fleets|instances [NAME]" arguments and the -o flag of get and top: the
+// format, the resource ("fleet" or "instance") and the name ("" for all).
+func resourceArgs(args []string, output string) (format outputFormat, kind, name string, err error) {
+	format = outputFormat(output)
+	if err := format.check(); err != nil {
+		return "", "", "", err
+	}
+	kind = resource(args[0])
+	if kind != "fleet" && kind != "instance" {
+		return "", "", "", fmt.Errorf("unknown resource %q: use fleets or instances", args[0])
+	}
+	if len(args) == 2 {
+		name = args[1]
+	}
+	return format, kind, name, nil
+}
+
 // printObject writes v as YAML or JSON.
 func printObject(w io.Writer, format outputFormat, v any) error {
 	switch format {

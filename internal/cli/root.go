@@ -65,6 +65,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newLogsCmd(g),
 		newKubeconfigCmd(g),
 		newKubectlCmd(g),
+		newTopCmd(g),
 		newWaitCmd(g),
 		newVersionCmd(g),
 		newImageCmd(g),

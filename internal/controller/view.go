@@ -1,6 +1,10 @@
 package controller
 
-import "herd.dev/herd/api/v1alpha1"
+import (
+	"sort"
+
+	"herd.dev/herd/api/v1alpha1"
+)
 
 // The controller offers a read-only view of its instance records to other loops (the autoscaler's
 // InstanceView): figures and copies, never the records themselves.
@@ -30,10 +34,37 @@ func (c *Controller) ServingAddresses(fleet string) map[string]string {
 	defer c.mu.Unlock()
 	out := map[string]string{}
 	for name, in := range c.instances[fleet] {
-		if IsWarm(in) || in.Status.Phase != v1alpha1.PhaseReady || in.Status.Address == "" {
-			continue
+		if serving(in) {
+			out[name] = in.Status.Address
 		}
-		out[name] = in.Status.Address
 	}
 	return out
+}
+
+// ServingInstance is a ready, in-rotation instance with what names it in metrics.
+type ServingInstance struct {
+	Fleet, Region, Revision, Name, Address string
+}
+
+// ServingInstances returns the ready, in-rotation instances of every fleet, sorted by name: the
+// instances whose agents herd up scrapes.
+func (c *Controller) ServingInstances() []ServingInstance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ServingInstance
+	for _, byName := range c.instances {
+		for name, in := range byName {
+			if !serving(in) {
+				continue
+			}
+			out = append(out, ServingInstance{Fleet: in.Spec.Fleet, Region: in.Spec.Region, Revision: in.Spec.Revision, Name: name, Address: in.Status.Address})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// serving reports whether in is ready, in rotation and reachable.
+func serving(in *v1alpha1.Instance) bool {
+	return !IsWarm(in) && in.Status.Phase == v1alpha1.PhaseReady && in.Status.Address != ""
 }

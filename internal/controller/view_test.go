@@ -29,6 +29,16 @@ func TestInstanceView(t *testing.T) {
 				return fmt.Sprintf("address %q of %s", addr, name)
 			}
 		}
+		// Every fleet's serving instances, as the agents' scraper sees them: the same two.
+		all := e.ctrl.ServingInstances()
+		if len(all) != 2 {
+			return fmt.Sprintf("ServingInstances = %+v, want web's two serving instances", all)
+		}
+		for _, in := range all {
+			if in.Fleet != "web" || in.Revision == "" || in.Region == "" || addrs[in.Name] != in.Address {
+				return fmt.Sprintf("ServingInstances has %+v, want web's with its region, revision and address %q", in, addrs[in.Name])
+			}
+		}
 		return ""
 	})
 }

@@ -34,6 +34,7 @@ import (
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/store/etcd"
+	"herd.dev/herd/internal/usage"
 )
 
 // Options configure a control plane.
@@ -156,19 +157,25 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	// The agents' CPU figures, for fleets autoscaled on cpu: only their serving instances are read.
-	var scaler *autoscaler.Loop
-	cpu, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
-		var out []agentmetrics.Target
-		for _, t := range scaler.CPUTargets() {
-			out = append(out, agentmetrics.Target{Fleet: t.Fleet, Instance: t.Instance, Address: t.Address})
+	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
+	// and every instance's node figures for /metrics and herd top.
+	agents, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
+		serving := ctrl.ServingInstances()
+		out := make([]agentmetrics.Target, 0, len(serving))
+		for _, in := range serving {
+			out = append(out, agentmetrics.Target{Fleet: in.Fleet, Region: in.Region, Revision: in.Revision, Instance: in.Name, Address: in.Address})
 		}
 		return out
 	}})
 	if err != nil {
 		return err
 	}
-	scaler, err = autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: cpu, Logger: log})
+	// What herd top shows: the agents' figures and the load balancer's rates over a short window.
+	usageSampler, err := usage.New(usage.Options{LB: balancer, Nodes: agents})
+	if err != nil {
+		return err
+	}
+	scaler, err := autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: agents, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -191,7 +198,8 @@ func Run(ctx context.Context, opts Options) error {
 		KubeProxy:        kubeProxy,
 		Events:           recorder,
 		LBHealth:         targets.Health,
-		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st), queueMetrics),
+		Usage:            usageSampler.Report,
+		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			if ctrl.Synced() {
@@ -217,7 +225,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 7) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 8) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -236,7 +244,8 @@ func Run(ctx context.Context, opts Options) error {
 	run(lbCtx, &lbDone, "events", recorder.Start)
 	run(runCtx, &wg, "controller", ctrl.Start)
 	run(runCtx, &wg, "autoscaler", scaler.Start)
-	run(runCtx, &wg, "agent metrics", cpu.Start)
+	run(runCtx, &wg, "agent metrics", agents.Start)
+	run(runCtx, &wg, "usage", usageSampler.Start)
 	for _, l := range []net.Listener{ln, kubeLn} {
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

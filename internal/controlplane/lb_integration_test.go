@@ -47,22 +47,29 @@ func loopbackBackends(t *testing.T, n, port int, handle func(addr string, w http
 // cluster and the load balancer's port.
 func loopbackFleet(t *testing.T, n int, handle func(addr string, w http.ResponseWriter, r *http.Request), spec string) (*cluster, int) {
 	t.Helper()
+	manifest, lbPort := loopbackManifest(t, n, handle, spec)
+	c := newCluster(t)
+	c.up()
+	c.apply(manifest)
+	return c, lbPort
+}
+
+// loopbackManifest starts n loopback backends answering with handle and returns the manifest of
+// fleet "web" on them, as loopbackFleet applies it, and its load balancer port.
+func loopbackManifest(t *testing.T, n int, handle func(addr string, w http.ResponseWriter, r *http.Request), spec string) (string, int) {
 	if handle == nil {
 		handle = func(addr string, w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s\n", addr) }
 	}
 	instancePort, lbPort := freePort(t), freePort(t)
 	loopbackBackends(t, n, instancePort, handle)
-	c := newCluster(t)
-	c.up()
-	c.apply(fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
+	return fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: web}
 spec:
   image: hello
   listeners: [{port: %d, instancePort: %d}]
   healthCheck: {path: /healthz, interval: 200ms, timeout: 100ms, healthyThreshold: 1}
-%s`, lbPort, instancePort, spec))
-	return c, lbPort
+%s`, lbPort, instancePort, spec), lbPort
 }
 
 // getHello sends GET url with client and fails unless a loopback backend answered it as

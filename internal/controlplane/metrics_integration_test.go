@@ -54,6 +54,7 @@ func TestIntegrationMetrics(t *testing.T) {
 		"herd_lb_requests_total", "herd_lb_request_duration_seconds", "herd_lb_target_healthy", "herd_lb_bad_requests_total",
 		"herd_controller_reconciles_total", "herd_controller_reconcile_errors_total", "herd_controller_synced",
 		"herd_fleets", "herd_instances", "herd_workqueue_depth", "herd_workqueue_work_duration_seconds",
+		"herd_instance_phase", "herd_instance_lb_state", "herd_instance_agent_up", "herd_fleet_replicas", "herd_fleet_condition",
 		"go_goroutines", "process_resident_memory_bytes",
 	}
 	var body string

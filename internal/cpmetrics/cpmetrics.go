@@ -1,6 +1,6 @@
 // Package cpmetrics exposes the control plane's own state to Prometheus: the controller's work,
 // through its exported counters, and the fleets and instances it keeps, read from the store at
-// scrape time. herd up registers it, with the load balancer's collector, in the registry it
+// scrape time, each instance with its phase and the load balancer's view of it. herd up registers it, with the load balancer's collector, in the registry it
 // serves at /metrics.
 package cpmetrics
 
@@ -49,6 +49,23 @@ var (
 		"Fleets in the store, by phase (Pending, Scaling, Ready, Degraded, Deleting).", []string{"phase"}, nil)
 	descInstances = prometheus.NewDesc("herd_instances",
 		"Instance records in the store, by fleet and phase.", []string{"fleet", "phase"}, nil)
+	descReplicas = prometheus.NewDesc("herd_fleet_replicas",
+		"A fleet's bounds and desired count of instances (spec.replicas), by bound: min, max, desired.",
+		[]string{"fleet", "bound"}, nil)
+	descRollout = prometheus.NewDesc("herd_fleet_rollout",
+		"1 for a fleet's latest BlueGreen or Canary rollout, with its revision, strategy and phase (Progressing, Paused, Succeeded, RolledBack, Failed).",
+		[]string{"fleet", "revision", "strategy", "phase"}, nil)
+	descCondition = prometheus.NewDesc("herd_fleet_condition",
+		"1 for each of a fleet's conditions (Ready, Available, Progressing, LoadBalancerReady, Degraded), with its status.",
+		[]string{"fleet", "condition", "status"}, nil)
+
+	instanceLabels = []string{"fleet", "region", "revision", "instance"}
+	descPhase      = prometheus.NewDesc("herd_instance_phase",
+		"1 for each instance, with its phase (Pending, Booting, Ready, Unhealthy, Terminating, Failed).",
+		append(instanceLabels, "phase"), nil)
+	descLBState = prometheus.NewDesc("herd_instance_lb_state",
+		"1 for each instance the load balancer has, with its worst state over the fleet's listeners (healthy, unknown, draining, unhealthy, ejected).",
+		append(instanceLabels, "state"), nil)
 )
 
 // Handler serves the collectors, with the Go runtime's and the process's metrics, in the Prometheus
@@ -64,21 +81,22 @@ func Handler(log *slog.Logger, cs ...prometheus.Collector) http.Handler {
 
 // collector implements prometheus.Collector.
 type collector struct {
-	ctrl  Controller
-	store store.Store
+	ctrl     Controller
+	store    store.Store
+	lbHealth func() map[string]string
 }
 
-// New returns a collector of the controller's counters and of the fleets and instances in st.
-func New(ctrl Controller, st store.Store) prometheus.Collector {
-	return collector{ctrl: ctrl, store: st}
+// New returns a collector of the controller's counters and of the fleets and instances in st;
+// lbHealth, if set, gives the load balancer's state of each instance by name.
+func New(ctrl Controller, st store.Store, lbHealth func() map[string]string) prometheus.Collector {
+	return collector{ctrl: ctrl, store: st, lbHealth: lbHealth}
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descReconciles
-	ch <- descErrors
-	ch <- descSynced
-	ch <- descFleets
-	ch <- descInstances
+	for _, d := range []*prometheus.Desc{descReconciles, descErrors, descSynced, descFleets, descInstances,
+		descReplicas, descRollout, descCondition, descPhase, descLBState} {
+		ch <- d
+	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -106,6 +124,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		byPhase[phase]++
 		perFleet[f.Metadata.Name] = map[v1alpha1.InstancePhase]int{}
+		collectFleet(ch, f)
 	}
 	for phase, n := range byPhase {
 		ch <- prometheus.MustNewConstMetric(descFleets, prometheus.GaugeValue, float64(n), phase)
@@ -115,16 +134,41 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(descInstances, fmt.Errorf("list instances: %w", err))
 		return
 	}
+	var health map[string]string
+	if c.lbHealth != nil {
+		health = c.lbHealth()
+	}
 	for _, in := range insts {
 		// Instances of a deleted fleet stay until they are gone: they are counted too.
 		if perFleet[in.Spec.Fleet] == nil {
 			perFleet[in.Spec.Fleet] = map[v1alpha1.InstancePhase]int{}
 		}
 		perFleet[in.Spec.Fleet][in.Status.Phase]++
+		labels := []string{in.Spec.Fleet, in.Spec.Region, in.Spec.Revision, in.Metadata.Name}
+		ch <- prometheus.MustNewConstMetric(descPhase, prometheus.GaugeValue, 1, append(labels, string(in.Status.Phase))...)
+		if state, ok := health[in.Metadata.Name]; ok {
+			ch <- prometheus.MustNewConstMetric(descLBState, prometheus.GaugeValue, 1, append(labels, state)...)
+		}
 	}
 	for fleet, counts := range perFleet {
 		for _, phase := range Phases {
 			ch <- prometheus.MustNewConstMetric(descInstances, prometheus.GaugeValue, float64(counts[phase]), fleet, string(phase))
 		}
+	}
+}
+
+// collectFleet sends a fleet's replica bounds, latest rollout and conditions.
+func collectFleet(ch chan<- prometheus.Metric, f *v1alpha1.Fleet) {
+	name := f.Metadata.Name
+	for bound, v := range map[string]*int32{"min": f.Spec.Replicas.Min, "max": f.Spec.Replicas.Max, "desired": f.Spec.Replicas.Desired} {
+		if v != nil {
+			ch <- prometheus.MustNewConstMetric(descReplicas, prometheus.GaugeValue, float64(*v), name, bound)
+		}
+	}
+	if ro := f.Status.Rollout; ro != nil {
+		ch <- prometheus.MustNewConstMetric(descRollout, prometheus.GaugeValue, 1, name, ro.Revision, string(ro.Strategy), ro.Phase)
+	}
+	for _, cond := range f.Status.Conditions {
+		ch <- prometheus.MustNewConstMetric(descCondition, prometheus.GaugeValue, 1, name, cond.Type, string(cond.Status))
 	}
 }

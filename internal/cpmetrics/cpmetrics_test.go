@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/promtest"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -42,6 +42,10 @@ func filledStore(t *testing.T) store.Store {
 	st := memory.New()
 	web := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}}
 	web.Status.Phase = "Ready"
+	two, three := int32(2), int32(3)
+	web.Spec.Replicas = v1alpha1.Replicas{Min: &two, Desired: &three}
+	web.Status.Rollout = &v1alpha1.RolloutStatus{Revision: "web-2", Strategy: v1alpha1.StrategyCanary, Phase: v1alpha1.RolloutProgressing}
+	web.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "RollingOut"}}
 	put(t, st, store.Fleets, web)
 	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "new"}})
 	for name, in := range map[string]struct {
@@ -52,66 +56,21 @@ func filledStore(t *testing.T) store.Store {
 		"web-c": {"web", v1alpha1.PhaseBooting}, "old-a": {"old", v1alpha1.PhaseTerminating},
 	} {
 		i := &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: name}}
-		i.Spec.Fleet, i.Status.Phase = in.fleet, in.phase
+		i.Spec.Fleet, i.Spec.Region, i.Spec.Revision, i.Status.Phase = in.fleet, "r1", in.fleet+"-1", in.phase
 		put(t, st, store.Instances, i)
 	}
 	return st
 }
 
-// gather returns each metric family's samples as "labels=value" strings.
-func gather(t *testing.T, c prometheus.Collector) map[string]map[string]float64 {
-	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	out := map[string]map[string]float64{}
-	for _, mf := range mfs {
-		samples := map[string]float64{}
-		for _, m := range mf.GetMetric() {
-			samples[labels(m)] = value(m)
-		}
-		out[mf.GetName()] = samples
-	}
-	return out
-}
-
-func labels(m *dto.Metric) string {
-	var ls []string
-	for _, l := range m.GetLabel() {
-		ls = append(ls, l.GetName()+"="+l.GetValue())
-	}
-	return strings.Join(ls, ",")
-}
-
-// value is a counter's or gauge's value, or a histogram's count of observations.
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return m.Gauge.GetValue()
-}
-
 func TestCollectorReportsTheControllerAndTheStore(t *testing.T) {
-	got := gather(t, New(fakeController{reconciles: 42, errors: 3, synced: true}, filledStore(t)))
+	got := promtest.Gather(t, New(fakeController{reconciles: 42, errors: 3, synced: true}, filledStore(t), nil))
 	want := map[string]map[string]float64{
 		"herd_controller_reconciles_total":       {"": 42},
 		"herd_controller_reconcile_errors_total": {"": 3},
 		"herd_controller_synced":                 {"": 1},
 		"herd_fleets":                            {"phase=Ready": 1, "phase=Pending": 1},
 	}
-	for family, samples := range want {
-		for l, v := range samples {
-			if g, ok := got[family][l]; !ok || g != v {
-				t.Errorf("%s{%s} = %v (present %v), want %v", family, l, g, ok, v)
-			}
-		}
-	}
+	promtest.Want(t, got, want)
 	inst := got["herd_instances"]
 	for l, v := range map[string]float64{
 		"fleet=web,phase=Ready": 2, "fleet=web,phase=Booting": 1, "fleet=web,phase=Failed": 0,
@@ -127,7 +86,7 @@ func TestCollectorReportsTheControllerAndTheStore(t *testing.T) {
 }
 
 func TestHandlerServesTheExpositionFormat(t *testing.T) {
-	h := Handler(slog.New(slog.DiscardHandler), New(fakeController{reconciles: 7}, filledStore(t)))
+	h := Handler(slog.New(slog.DiscardHandler), New(fakeController{reconciles: 7}, filledStore(t), nil))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
@@ -135,5 +94,34 @@ func TestHandlerServesTheExpositionFormat(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+func TestCollectorReportsEachInstanceAndFleet(t *testing.T) {
+	health := func() map[string]string { return map[string]string{"web-a": "healthy", "web-b": "ejected"} }
+	got := promtest.Gather(t, New(fakeController{}, filledStore(t), health))
+	want := map[string]map[string]float64{
+		"herd_instance_phase": {
+			"fleet=web,instance=web-a,phase=Ready,region=r1,revision=web-1":       1,
+			"fleet=web,instance=web-c,phase=Booting,region=r1,revision=web-1":     1,
+			"fleet=old,instance=old-a,phase=Terminating,region=r1,revision=old-1": 1,
+		},
+		"herd_instance_lb_state": {
+			"fleet=web,instance=web-a,region=r1,revision=web-1,state=healthy": 1,
+			"fleet=web,instance=web-b,region=r1,revision=web-1,state=ejected": 1,
+		},
+		"herd_fleet_replicas":  {"bound=min,fleet=web": 2, "bound=desired,fleet=web": 3},
+		"herd_fleet_rollout":   {"fleet=web,phase=Progressing,revision=web-2,strategy=Canary": 1},
+		"herd_fleet_condition": {"condition=Ready,fleet=web,status=False": 1},
+	}
+	promtest.Want(t, got, want)
+	for family, samples := range want {
+		// One series per instance (its current phase or state) and none for what is not set.
+		if len(got[family]) != len(samples) && family != "herd_instance_phase" {
+			t.Errorf("%s has %d series, want %d: %v", family, len(got[family]), len(samples), got[family])
+		}
+	}
+	if n := len(got["herd_instance_phase"]); n != 4 {
+		t.Errorf("herd_instance_phase has %d series, want one per instance (4): %v", n, got["herd_instance_phase"])
 	}
 }

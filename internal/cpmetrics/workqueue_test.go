@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/util/workqueue"
+
+	"herd.dev/herd/internal/promtest"
 )
 
 // A real client-go queue made with QueueMetrics reports its depth, adds, retries and the time
@@ -20,7 +22,7 @@ func TestQueueMetricsFollowAQueue(t *testing.T) {
 	q.Done(key)
 	q.AddRateLimited("c")
 
-	got := gather(t, m)
+	got := promtest.Gather(t, m)
 	for name, want := range map[string]float64{
 		"herd_workqueue_depth":                  1, // b
 		"herd_workqueue_adds_total":             2, // a and b; c waits for its delay
