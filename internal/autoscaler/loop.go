@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -34,7 +32,7 @@ type Load struct {
 }
 
 // CPUSource reports the CPU use of a fleet's instances as their agents measure it;
-// internal/agentmetrics implements it by scraping the agents of CPUTargets.
+// internal/agentmetrics implements it by scraping the agents of the serving instances.
 type CPUSource interface {
 	// FleetCPU returns the fleet's average CPU use per instance, in percent of one core, and how
 	// many instances are behind the figure; ok is false while there is no figure.
@@ -47,18 +45,11 @@ type CPUSource interface {
 type InstanceView interface {
 	// InstanceCounts returns how many of a fleet's instances serve and how many are on their way.
 	InstanceCounts(fleet string) (ready, booting int)
-	// ServingAddresses returns the address of each serving instance of a fleet, by name.
-	ServingAddresses(fleet string) map[string]string
 }
 
 // EventRecorder records events about objects; internal/events implements it.
 type EventRecorder interface {
 	Eventf(object, typ, reason, format string, args ...any)
-}
-
-// ScrapeTarget is a serving instance whose agent a CPUSource reads.
-type ScrapeTarget struct {
-	Fleet, Instance, Address string
 }
 
 // Event reasons of autoscaling.
@@ -103,9 +94,6 @@ type Loop struct {
 	log        *slog.Logger
 	strategies map[string]*Strategy
 	skipped    map[string]string // fleet -> metric whose lack was already logged
-
-	mu        sync.Mutex
-	cpuFleets []string // fleets autoscaled on cpu, as of the last pass
 }
 
 // NewLoop checks the options and returns a loop that is not yet running.
@@ -182,12 +170,6 @@ func (l *Loop) tick(ctx context.Context) error {
 	}
 	seen := map[string]bool{}
 	var errs []error
-	var cpuFleets []string
-	defer func() {
-		l.mu.Lock()
-		l.cpuFleets = cpuFleets
-		l.mu.Unlock()
-	}()
 	for _, f := range fleets {
 		if f.Spec.Autoscaling == nil {
 			continue
@@ -204,7 +186,6 @@ func (l *Loop) tick(ctx context.Context) error {
 				}
 				continue
 			}
-			cpuFleets = append(cpuFleets, name)
 		}
 		delete(l.skipped, name)
 		st := l.strategies[name]
@@ -290,20 +271,4 @@ func (l *Loop) setDesired(ctx context.Context, name string, desired int32) error
 		l.log.Info("fleet autoscaled", "fleet", name, "desired", d)
 	}
 	return nil
-}
-
-// CPUTargets returns the serving instances of the fleets autoscaled on cpu: those whose agents a
-// CPUSource should read.
-func (l *Loop) CPUTargets() []ScrapeTarget {
-	l.mu.Lock()
-	fleets := l.cpuFleets
-	l.mu.Unlock()
-	var out []ScrapeTarget
-	for _, fleet := range fleets {
-		for name, addr := range l.opts.Instances.ServingAddresses(fleet) {
-			out = append(out, ScrapeTarget{Fleet: fleet, Instance: name, Address: addr})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Instance < out[j].Instance })
-	return out
 }

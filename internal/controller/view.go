@@ -7,7 +7,7 @@ import (
 )
 
 // The controller offers a read-only view of its instance records to other loops (the autoscaler's
-// InstanceView): figures and copies, never the records themselves.
+// InstanceView, the agents' scraper): figures and copies, never the records themselves.
 
 // InstanceCounts returns how many of a fleet's instances serve and how many are on their way.
 // Warm-pool instances are in neither: out of rotation, they are not capacity until taken.
@@ -26,19 +26,6 @@ func (c *Controller) InstanceCounts(fleet string) (ready, booting int) {
 		}
 	}
 	return ready, booting
-}
-
-// ServingAddresses returns the address of each ready, in-rotation instance of a fleet, by name.
-func (c *Controller) ServingAddresses(fleet string) map[string]string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]string{}
-	for name, in := range c.instances[fleet] {
-		if serving(in) {
-			out[name] = in.Status.Address
-		}
-	}
-	return out
 }
 
 // ServingInstance is a ready, in-rotation instance with what names it in metrics.
