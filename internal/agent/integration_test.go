@@ -49,6 +49,9 @@ func requireIntegration(t *testing.T) {
 		}
 	}
 	localtest.Exclusive(t)
+	// The kubelet sets host kernel settings; the local provider restores them after its last
+	// instance, and these tests run the agent without it.
+	localtest.KeepKernelSettings(t)
 }
 
 var instanceSeq atomic.Int32

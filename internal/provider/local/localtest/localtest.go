@@ -234,6 +234,29 @@ func under(p string, dirs []string) bool {
 	return false
 }
 
+// KeepKernelSettings puts KernelSettings back to their values of now when the test ends: for
+// tests that boot a kubelet without the local provider, which is what records and restores them
+// otherwise.
+func KeepKernelSettings(t *testing.T) {
+	t.Helper()
+	before := kernelSettings()
+	t.Cleanup(func() {
+		for _, line := range strings.Split(before, "\n") {
+			name, value, ok := strings.Cut(line, "=")
+			if !ok {
+				continue
+			}
+			path := filepath.Join(sysctlDir, strings.ReplaceAll(name, ".", "/"))
+			if err := os.WriteFile(path, []byte(value+"\n"), 0o644); err != nil {
+				t.Errorf("put %s back to %s: %v", name, value, err)
+			}
+		}
+		if after := kernelSettings(); after != before {
+			t.Errorf("kernel settings after the test:\n%s\nwant:\n%s", after, before)
+		}
+	})
+}
+
 // kernelSettings reads KernelSettings from the host, one "name=value" line each (a setting the
 // kernel lacks is left out).
 func kernelSettings() string {
