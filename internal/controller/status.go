@@ -84,13 +84,13 @@ func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 	st.Rollout = s.ro
 	st.Healing = s.healState().status(now)
 	st.History = s.history(now)
-	st.Conditions = fleetcond.Update(s.stored.Status.Conditions, s.conditionInputs(cur, now), now)
+	st.Conditions = fleetcond.Update(s.stored.Status.Conditions, s.conditionInputs(cur, st.Healing), now)
 	return st
 }
 
 // conditionInputs gathers what the fleet's conditions are computed from; cur is the current revision's
-// status.
-func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, now time.Time) fleetcond.Observed {
+// status and healing the status healing keeps, both as fleetStatus computed them.
+func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, healing *v1alpha1.HealingStatus) fleetcond.Observed {
 	f := s.fleet
 	o := fleetcond.Observed{
 		Generation: f.Metadata.Generation,
@@ -99,7 +99,7 @@ func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, now time.Time) fle
 		Revision:   s.revision,
 		Rollout:    s.ro,
 		Listeners:  len(f.Spec.Listeners),
-		Healing:    s.healState().status(now),
+		Healing:    healing,
 	}
 	if f.Spec.Rollout.MaxUnavailable != nil {
 		o.MaxUnavailable = *f.Spec.Rollout.MaxUnavailable
