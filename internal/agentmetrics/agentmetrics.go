@@ -50,6 +50,11 @@ const (
 	// staleIntervals is how many intervals a sample stays usable; past that the instance has
 	// failed several scrapes in a row and its last rate no longer describes it.
 	staleIntervals = 3
+	// An agent that failed failuresBeforeBackoff scrapes in a row (an instance without an agent,
+	// such as the fake provider's, or one that hangs) is tried only every backoffIntervals
+	// intervals, so dead addresses do not cost a connection each per pass.
+	failuresBeforeBackoff = 3
+	backoffIntervals      = 15
 )
 
 // Target is one instance to scrape.
@@ -103,6 +108,9 @@ type series struct {
 	sample  sample
 	rate    float64 // percent of one core between the last two samples
 	hasRate bool    // false until there are two usable samples
+	// failures counts scrapes failed in a row, the last at tried.
+	failures int
+	tried    time.Time
 }
 
 // sample is what one scrape of an agent read. Only the CPU counter is required; the others are
@@ -169,7 +177,7 @@ func (s *Scraper) Start(ctx context.Context) error {
 func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	s.pass.Lock()
 	defer s.pass.Unlock()
-	targets := s.forget(s.opts.Targets())
+	targets := s.due(s.forget(s.opts.Targets()))
 	sem := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -226,6 +234,23 @@ func (s *Scraper) forget(targets []Target) []Target {
 		}
 	}
 	return unique
+}
+
+// due returns the targets to scrape on this pass: all but those backing off after failures in a
+// row, until their backoff has passed.
+func (s *Scraper) due(targets []Target) []Target {
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := targets[:0]
+	for _, t := range targets {
+		sr := s.series[key{t.Fleet, t.Instance}]
+		if sr == nil || sr.target.Address != t.Address || sr.failures < failuresBeforeBackoff ||
+			now.Sub(sr.tried) >= backoffIntervals*s.opts.Interval {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // scrape takes one sample of t and records it; a failure keeps the previous sample, which ages
@@ -340,12 +365,15 @@ func (s *Scraper) failed(t Target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := key{t.Fleet, t.Instance}
+	now := s.opts.Now()
 	if sr := s.series[k]; sr != nil && sr.target.Address == t.Address {
 		sr.up = false
 		sr.target = t
+		sr.failures++
+		sr.tried = now
 		return
 	}
-	s.series[k] = &series{target: t}
+	s.series[k] = &series{target: t, failures: 1, tried: now}
 }
 
 // stale reports whether a sample taken at "at" is too old to use at now.

@@ -48,6 +48,7 @@ type fakeAgent struct {
 	mu   sync.Mutex
 	cpu  float64
 	mode string
+	hits int // requests served
 }
 
 func (a *fakeAgent) set(cpu float64) {
@@ -71,6 +72,7 @@ func (a *fakeAgent) setMode(mode string) {
 func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	mode := a.mode
+	a.hits++
 	a.mu.Unlock()
 	switch mode {
 	case modeHang:
@@ -384,5 +386,42 @@ func TestNew(t *testing.T) {
 				t.Errorf("default client's transport %T uses a proxy from the environment", o.Client.Transport)
 			}
 		})
+	}
+}
+
+func (a *fakeAgent) served() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.hits
+}
+
+// An agent that keeps failing is asked again only after a backoff, so addresses without an agent
+// cost no connection per pass; once it answers, it is scraped on every pass again.
+func TestFailingAgentBacksOff(t *testing.T) {
+	e := newEnv(t, "web")
+	a := e.agents[0]
+	a.setMode(mode500)
+	for range failuresBeforeBackoff {
+		e.passAt(1)
+	}
+	if n := a.served(); n != failuresBeforeBackoff {
+		t.Fatalf("%d requests in %d passes, want one a pass until the backoff", n, failuresBeforeBackoff)
+	}
+	// The last failure was one interval ago; the next try is due backoffIntervals after it.
+	for range backoffIntervals - 1 {
+		e.passAt(1)
+	}
+	if n := a.served(); n != failuresBeforeBackoff {
+		t.Fatalf("%d requests during the backoff, want none (%d before)", n-failuresBeforeBackoff, failuresBeforeBackoff)
+	}
+	a.setMode("")
+	e.passAt(1)
+	if n := a.served(); n != failuresBeforeBackoff+1 {
+		t.Fatalf("%d requests when the backoff ended, want one more than %d", n, failuresBeforeBackoff)
+	}
+	e.passAt(2)
+	e.passAt(3)
+	if n := a.served(); n != failuresBeforeBackoff+3 {
+		t.Fatalf("%d requests after the agent answered again, want one a pass (%d)", n, failuresBeforeBackoff+3)
 	}
 }
