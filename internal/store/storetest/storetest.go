@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,10 +144,6 @@ func snapshotOf(recs []store.Record) string {
 
 func equalRecord(a, b store.Record) bool {
 	return a.Kind == b.Kind && a.Name == b.Name && bytes.Equal(a.Value, b.Value) && a.ResourceVersion == b.ResourceVersion
-}
-
-func equalRecords(a, b []store.Record) bool {
-	return slices.EqualFunc(a, b, equalRecord)
 }
 
 // next returns the next event of ch, failing the test if ch closes or nothing comes.
