@@ -48,6 +48,7 @@ type LB struct {
 	engine      Engine
 	checker     *checker
 	wake        waker // wakes requests held for a target
+	changes     changeHub
 	badRequests atomic.Uint64
 
 	mu        sync.Mutex // guards the fields below; never taken on the request path
@@ -259,6 +260,7 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 			if t == nil {
 				t = newTarget(key, lb.log)
 				t.wake = &lb.wake
+				t.changes = &lb.changes
 				lb.targets[key] = t
 			} else if t.draining.Load() {
 				t.undrain()

@@ -86,6 +86,10 @@ type target struct {
 	ejectCfg     HealthCheck
 
 	wake *waker // signalled when the target becomes usable; nil in tests that build targets alone
+	// changes receives the target's state changes and failed requests; nil in tests that build
+	// targets alone. errorNoticed is when failed requests were last sent (unix nanoseconds).
+	changes      *changeHub
+	errorNoticed atomic.Int64
 }
 
 // transportSettings are the listener settings a target's connections depend on.
@@ -143,6 +147,7 @@ func (t *target) noteStateLocked() {
 		if t.wake != nil && t.usable() {
 			t.wake.signal()
 		}
+		t.changes.send(TargetChange{Fleet: t.key.fleet, ID: t.key.id, State: s})
 	}
 }
 
@@ -225,6 +230,9 @@ func (t *target) eject(reason error) {
 // observe feeds a proxied request's outcome to passive health checking: a connection that failed (err
 // set, not a timeout) ejects the target at once; 5xx answers and timeouts eject it after threshold in a row.
 func (t *target) observe(code int, err error, timeout bool, threshold int) {
+	if err != nil || code >= 500 {
+		t.noteErrors()
+	}
 	switch {
 	case err != nil && !timeout:
 		t.eject(err)
