@@ -129,6 +129,15 @@ type OptionsValidator interface {
 	ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList
 }
 
+// Notifier MAY be implemented by a provider that learns of changes to its instances on its own
+// side (an instance failed, or vanished): the controller then looks at the instance's fleet at once,
+// where it would otherwise notice only at its next periodic resync.
+type Notifier interface {
+	// Notify registers f, called with the fleet label of an instance that changed. f returns at
+	// once and never calls back into the provider.
+	Notify(f func(fleet string))
+}
+
 // KubeAccessor MAY be implemented by a provider whose instances run Kubernetes that herd can
 // reach: it gives herd up an administrator's kubeconfig for an instance's API server, which herd
 // up uses to read pods' logs and to proxy debug access (`herd logs`, `herd kubectl`). The API

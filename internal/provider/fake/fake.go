@@ -18,6 +18,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
 )
 
@@ -34,6 +36,7 @@ const Name = "fake"
 var (
 	_ provider.Provider         = (*Provider)(nil)
 	_ provider.OptionsValidator = (*Provider)(nil)
+	_ provider.Notifier         = (*Provider)(nil)
 )
 
 // Options configure a fake provider.
@@ -62,11 +65,15 @@ type Provider struct {
 
 	mu        sync.Mutex
 	instances map[string]*record
-	nextAddr  uint32
-	calls     map[string]int
-	failNext  map[string][]error // method -> errors to return on the next calls
-	failFunc  func(method, name string) error
-	broken    map[string]string // image -> reason its instances fail once booted
+	// byFleet indexes instances by their fleet label, so that listing one fleet costs its own
+	// instances, not every instance of the provider.
+	byFleet  map[string]map[string]*record
+	notify   []func(fleet string)
+	nextAddr uint32
+	calls    map[string]int
+	failNext map[string][]error // method -> errors to return on the next calls
+	failFunc func(method, name string) error
+	broken   map[string]string // image -> reason its instances fail once booted
 }
 
 // New returns a fake provider, loading instances from opts.StateDir if set.
@@ -74,7 +81,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Provider{opts: opts, instances: map[string]*record{}, calls: map[string]int{}, failNext: map[string][]error{}, broken: map[string]string{}}
+	p := &Provider{opts: opts, instances: map[string]*record{}, byFleet: map[string]map[string]*record{}, calls: map[string]int{}, failNext: map[string][]error{}, broken: map[string]string{}}
 	if opts.StateDir == "" {
 		return p, nil
 	}
@@ -97,7 +104,7 @@ func New(opts Options) (*Provider, error) {
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil, fmt.Errorf("fake provider state %s: %w", e.Name(), err)
 		}
-		p.instances[r.Spec.Name] = &r
+		p.add(&r)
 		// Continue numbering after the highest number in use, so addresses never repeat.
 		var n uint32
 		if _, err := fmt.Sscanf(r.ID, "fake-%d", &n); err == nil && n > p.nextAddr {
@@ -130,28 +137,85 @@ func (p *Provider) FailWith(f func(method, name string) error) {
 	p.failFunc = f
 }
 
+// Notify implements provider.Notifier: f hears of instances killed (Kill) and of the fleets
+// whose instances' image broke or was mended (BreakImage).
+func (p *Provider) Notify(f func(fleet string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notify = append(p.notify, f)
+}
+
+// notifyLocked returns a function that tells every subscriber of fleets, to call once p.mu is
+// released. p.mu must be held.
+func (p *Provider) notifyLocked(fleets ...string) func() {
+	subs := slices.Clone(p.notify)
+	return func() {
+		for _, fleet := range fleets {
+			for _, f := range subs {
+				f(fleet)
+			}
+		}
+	}
+}
+
 // Kill marks an instance Failed, as if its machine died.
 func (p *Provider) Kill(name, reason string) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	r, ok := p.instances[name]
 	if !ok {
+		p.mu.Unlock()
 		return provider.ErrNotFound
 	}
 	r.Failed = reason
-	return p.persist(r)
+	err := p.persist(r)
+	tell := p.notifyLocked(r.Spec.Labels[v1alpha1.LabelFleet])
+	p.mu.Unlock()
+	tell()
+	return err
 }
 
 // BreakImage makes every instance of image, present and future, fail with reason once it has
 // booted, as a broken image does; reason "" mends the image.
 func (p *Provider) BreakImage(image, reason string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if reason == "" {
 		delete(p.broken, image)
-		return
+	} else {
+		p.broken[image] = reason
 	}
-	p.broken[image] = reason
+	var fleets []string
+	for fleet, byName := range p.byFleet {
+		for _, r := range byName {
+			if r.Spec.Image == image {
+				fleets = append(fleets, fleet)
+				break
+			}
+		}
+	}
+	sort.Strings(fleets)
+	tell := p.notifyLocked(fleets...)
+	p.mu.Unlock()
+	tell()
+}
+
+// add indexes a record. p.mu must be held.
+func (p *Provider) add(r *record) {
+	p.instances[r.Spec.Name] = r
+	fleet := r.Spec.Labels[v1alpha1.LabelFleet]
+	if p.byFleet[fleet] == nil {
+		p.byFleet[fleet] = map[string]*record{}
+	}
+	p.byFleet[fleet][r.Spec.Name] = r
+}
+
+// remove drops a record from the indexes. p.mu must be held.
+func (p *Provider) remove(r *record) {
+	delete(p.instances, r.Spec.Name)
+	fleet := r.Spec.Labels[v1alpha1.LabelFleet]
+	delete(p.byFleet[fleet], r.Spec.Name)
+	if len(p.byFleet[fleet]) == 0 {
+		delete(p.byFleet, fleet)
+	}
 }
 
 // Calls returns how many times method was called.
@@ -241,7 +305,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := p.persist(r); err != nil {
 		return provider.Instance{}, err
 	}
-	p.instances[spec.Name] = r
+	p.add(r)
 	return p.view(r), nil
 }
 
@@ -266,8 +330,12 @@ func (p *Provider) List(ctx context.Context, opts provider.ListOptions) ([]provi
 	if err := p.injected("List", ""); err != nil {
 		return nil, err
 	}
-	out := make([]provider.Instance, 0, len(p.instances))
-	for _, r := range p.instances {
+	from := p.instances
+	if opts.Fleet != "" {
+		from = p.byFleet[opts.Fleet]
+	}
+	out := make([]provider.Instance, 0, len(from))
+	for _, r := range from {
 		if opts.Matches(r.Spec.Labels) {
 			out = append(out, p.view(r))
 		}
@@ -283,7 +351,8 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	if err := p.injected("Delete", name); err != nil {
 		return err
 	}
-	if _, ok := p.instances[name]; !ok {
+	r, ok := p.instances[name]
+	if !ok {
 		return nil
 	}
 	if p.opts.StateDir != "" {
@@ -291,7 +360,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 			return fmt.Errorf("fake: delete %s: %w", name, err)
 		}
 	}
-	delete(p.instances, name)
+	p.remove(r)
 	return nil
 }
 
