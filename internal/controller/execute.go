@@ -80,48 +80,61 @@ func (s *scope) executeDeleted(p *plan) (Result, error) {
 	return Result{RequeueAfter: c.opts.PollInterval}, errors.Join(s.errs...)
 }
 
-// commit writes every changed record and every removal in one transaction, then updates the
-// controller's index. Nothing is written when nothing changed.
+// commit writes every changed record and every removal, then updates the controller's index.
+// Nothing is written when nothing changed. The writes go in one transaction (one fsync on bbolt)
+// unless the store limits the ops of a transaction (etcd's --max-txn-ops): then in as few as fit.
+// Each record is crash-safe on its own (see the package comment), so a fleet's records need not be
+// written atomically; the index is updated transaction by transaction, so it matches the store
+// even when a later one fails.
 func (s *scope) commit() error {
 	if len(s.dirty) == 0 && len(s.removed) == 0 {
 		return nil
 	}
 	var ops []store.Op
-	var written []*v1alpha1.Instance
-	for name := range s.dirty {
+	var touched []*v1alpha1.Instance // the record of each op, in op order
+	for _, name := range sortedKeys(s.dirty) {
 		in := s.records[name]
 		op, err := store.PutOp(store.Instances, in)
 		if err != nil {
 			return err
 		}
 		ops = append(ops, op)
-		written = append(written, in)
+		touched = append(touched, in)
 	}
-	var deleted []*v1alpha1.Instance
-	for _, in := range s.removed {
+	for _, name := range sortedKeys(s.removed) {
+		in := s.removed[name]
 		if in.Metadata.ResourceVersion == 0 {
 			continue // never stored
 		}
 		ops = append(ops, store.Op{Type: store.OpDelete, Kind: store.Instances, Name: in.Metadata.Name, ResourceVersion: in.Metadata.ResourceVersion})
-		deleted = append(deleted, in)
+		touched = append(touched, in)
 	}
-	recs, err := s.c.opts.Store.Txn(s.ctx, ops...)
-	if err != nil {
-		// The index no longer matches the store (which only this controller writes, so this is
-		// rare): reload the fleet's records before the retry.
-		s.c.reloadFleet(s.ctx, s.fleetName())
-		return fmt.Errorf("write instances of fleet %s: %w", s.fleetName(), err)
+	size := store.MaxTxnOps(s.c.opts.Store)
+	if size <= 0 {
+		size = len(ops)
 	}
-	s.c.mu.Lock()
-	for i, in := range written {
-		in.Metadata.ResourceVersion = recs[i].ResourceVersion
-		cp := *in
-		s.c.cacheLocked(&cp)
+	for from := 0; from < len(ops); from += size {
+		to := min(from+size, len(ops))
+		recs, err := s.c.opts.Store.Txn(s.ctx, ops[from:to]...)
+		if err != nil {
+			// The index no longer matches the store (which only this controller writes, so this
+			// is rare): reload the fleet's records before the retry.
+			s.c.reloadFleet(s.ctx, s.fleetName())
+			return fmt.Errorf("write instances of fleet %s: %w", s.fleetName(), err)
+		}
+		s.c.mu.Lock()
+		for i, op := range ops[from:to] {
+			in := touched[from+i]
+			if op.Type == store.OpDelete {
+				delete(s.c.instances[in.Spec.Fleet], in.Metadata.Name)
+				continue
+			}
+			in.Metadata.ResourceVersion = recs[i].ResourceVersion
+			cp := *in
+			s.c.cacheLocked(&cp)
+		}
+		s.c.mu.Unlock()
 	}
-	for _, in := range deleted {
-		delete(s.c.instances[in.Spec.Fleet], in.Metadata.Name)
-	}
-	s.c.mu.Unlock()
 	s.dirty = nil
 	s.removed = nil
 	return nil

@@ -114,6 +114,22 @@ type Store interface {
 	Close() error
 }
 
+// TxnLimiter MAY be implemented by a Store that refuses a Txn of more than some number of ops
+// (etcd's --max-txn-ops). Writers that can split their writes into several Txns, such as the
+// controller writing a fleet's instance records, keep each Txn within it.
+type TxnLimiter interface {
+	// MaxTxnOps is the most ops one Txn may hold; 0 means no limit.
+	MaxTxnOps() int
+}
+
+// MaxTxnOps returns s's limit on the ops of one Txn, or 0 when it has none.
+func MaxTxnOps(s Store) int {
+	if l, ok := s.(TxnLimiter); ok {
+		return l.MaxTxnOps()
+	}
+	return 0
+}
+
 // Create stores a new record.
 func Create(ctx context.Context, s Store, kind, name string, value []byte) (Record, error) {
 	recs, err := s.Txn(ctx, Op{Type: OpCreate, Kind: kind, Name: name, Value: value})
