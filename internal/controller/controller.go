@@ -46,8 +46,10 @@ type Options struct {
 	Logger    *slog.Logger
 	// Workers is how many fleets are reconciled at once. Default: 4.
 	Workers int
-	// ResyncPeriod is how often every fleet is reconciled even when nothing changed, to notice
-	// instances that changed on the provider's side. Default: 10s.
+	// ResyncPeriod is how often every fleet is reconciled even when nothing changed: a safety net
+	// for changes nobody reported (an instance that died on a provider that does not notify, a
+	// fleet without listeners). Each resync spreads the fleets evenly over the period, so the
+	// work is a trickle, not a burst. Default: 5m.
 	ResyncPeriod time.Duration
 	// PollInterval is how soon a fleet with booting or terminating instances is looked at again.
 	// Default: 1s.
@@ -63,7 +65,8 @@ type Options struct {
 	// peers, are replaced (self-healing; see heal.go).
 	Health HealthSource
 	// HealthPollInterval is how often a fleet with listeners is looked at for unhealthy instances
-	// when Health is set. Default: 1s.
+	// when Health is set and cannot notify (HealthNotifier), and how soon a fleet whose instances
+	// fail requests is judged for outliers when it can. Default: 1s.
 	HealthPollInterval time.Duration
 	// HealBackoffBase and HealBackoffMax bound the pause in healing after replacements that fail
 	// themselves (e.g. a broken image): base, doubling with each failure in a row, up to max.
@@ -132,6 +135,11 @@ type Controller struct {
 
 	healing sync.Map // fleet -> *healState
 
+	// healthNotified is true when Options.Health reports changes (HealthNotifier), so that no
+	// fleet is polled for health; healthChanges and providerChanges count the notifications.
+	healthNotified                 bool
+	healthChanges, providerChanges atomic.Int64
+
 	synced     atomic.Bool
 	reconciles atomic.Int64
 	failures   atomic.Int64 // reconciles that returned an error
@@ -150,7 +158,7 @@ func New(opts Options) (*Controller, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	orDefault(&opts.Workers, 4)
-	orDefault(&opts.ResyncPeriod, 10*time.Second)
+	orDefault(&opts.ResyncPeriod, 5*time.Minute)
 	orDefault(&opts.PollInterval, time.Second)
 	orDefault(&opts.RetryBase, 200*time.Millisecond)
 	orDefault(&opts.RetryMax, 30*time.Second)
@@ -168,7 +176,7 @@ func New(opts Options) (*Controller, error) {
 		opts.Events = own
 	}
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBase, opts.RetryMax)
-	return &Controller{
+	c := &Controller{
 		opts:    opts,
 		log:     log,
 		clock:   opts.Clock,
@@ -179,7 +187,27 @@ func New(opts Options) (*Controller, error) {
 		events:    opts.Events,
 		ownEvents: own,
 		instances: map[string]map[string]*v1alpha1.Instance{},
-	}, nil
+	}
+	// Changes are what bring a settled fleet back: the load balancer's (health) and the
+	// providers' (an instance failed or vanished on their side).
+	if n, ok := opts.Health.(HealthNotifier); ok {
+		c.healthNotified = n.NotifyHealth(c.healthChanged)
+	}
+	for _, p := range opts.Providers {
+		if n, ok := p.(provider.Notifier); ok {
+			n.Notify(c.providerChanged)
+		}
+	}
+	return c, nil
+}
+
+// providerChanged enqueues the fleet of an instance that changed on its provider's side.
+func (c *Controller) providerChanged(fleet string) {
+	if fleet == "" {
+		return
+	}
+	c.providerChanges.Add(1)
+	c.queue.Add(fleet)
 }
 
 // orDefault sets an option left at zero (or below) to its default.
@@ -344,20 +372,28 @@ func (c *Controller) rewatch(ctx context.Context) (<-chan store.Event, error) {
 	return w, nil
 }
 
+// enqueueAll is the safety resync: every fleet that exists or has records is reconciled once more,
+// spread evenly over the resync period so that the work trickles rather than bursts.
 func (c *Controller) enqueueAll(ctx context.Context) {
 	recs, _, err := c.opts.Store.List(ctx, store.Fleets)
 	if err != nil {
 		c.log.Error("resync: list fleets", "err", err)
 		return
 	}
+	keys := map[string]bool{}
 	for _, r := range recs {
-		c.queue.Add(r.Name)
+		keys[r.Name] = true
 	}
 	c.mu.Lock()
 	for f := range c.instances {
-		c.queue.Add(f)
+		keys[f] = true
 	}
 	c.mu.Unlock()
+	names := sortedKeys(keys)
+	step := c.opts.ResyncPeriod / time.Duration(len(names)+1)
+	for i, name := range names {
+		c.queue.AddAfter(name, time.Duration(i)*step)
+	}
 }
 
 func (c *Controller) process(ctx context.Context, key string) {

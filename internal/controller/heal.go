@@ -21,6 +21,23 @@ type HealthSource interface {
 	InstanceStats(name string) (requests, errors5xx uint64)
 }
 
+// HealthNotifier MAY be implemented by a HealthSource that can tell when the load balancer's view
+// of an instance changes. The controller then looks at a fleet when one of its instances changes
+// state, and while its instances fail requests, instead of polling every fleet with listeners
+// every HealthPollInterval: a settled fleet costs nothing.
+type HealthNotifier interface {
+	// NotifyHealth registers f, called on every change, and reports whether changes will be
+	// reported at all. f returns at once and never calls back into the source.
+	NotifyHealth(f func(HealthChange)) bool
+}
+
+// HealthChange names an instance whose state in the load balancer changed, or, with Errors, one
+// that failed requests (reported at most about once a second per instance).
+type HealthChange struct {
+	Fleet, Instance string
+	Errors          bool
+}
+
 // Load-balancer states the healing logic acts on.
 const (
 	HealthHealthy   = "healthy"

@@ -173,14 +173,29 @@ func (s *scope) noteReplacements() {
 }
 
 // healRequeue says how soon a fleet should be looked at again for healing: when an instance may
-// become due or a backoff ends, and at least every HealthPollInterval while the load balancer
-// judges its instances.
+// become due or a backoff ends. A health source that cannot notify (HealthNotifier) is polled
+// every HealthPollInterval instead while the load balancer judges the fleet's instances.
 func (s *scope) healRequeue() time.Duration {
 	if len(s.records) == 0 {
 		return 0
 	}
-	if s.lbHealth() != nil {
+	if s.lbHealth() != nil && !s.c.healthNotified {
 		return sooner(s.healRecheck, s.c.opts.HealthPollInterval)
 	}
 	return s.healRecheck
+}
+
+// healthChanged enqueues the fleet of an instance whose health changed: at once for a new state,
+// within HealthPollInterval for failed requests, so that a fleet answering errors is judged for
+// outliers about once per interval however many requests fail.
+func (c *Controller) healthChanged(ch HealthChange) {
+	if ch.Fleet == "" {
+		return
+	}
+	c.healthChanges.Add(1)
+	if ch.Errors {
+		c.queue.AddAfter(ch.Fleet, c.opts.HealthPollInterval)
+		return
+	}
+	c.queue.Add(ch.Fleet)
 }

@@ -2,6 +2,7 @@ package lbsync
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"herd.dev/herd/internal/autoscaler"
@@ -10,15 +11,22 @@ import (
 )
 
 var (
-	_ controller.HealthSource = (*Monitor)(nil)
-	_ autoscaler.LoadSource   = (*Monitor)(nil)
-	_ controller.StatsSource  = (*Monitor)(nil)
+	_ controller.HealthSource   = (*Monitor)(nil)
+	_ controller.HealthNotifier = (*Monitor)(nil)
+	_ autoscaler.LoadSource     = (*Monitor)(nil)
+	_ controller.StatsSource    = (*Monitor)(nil)
 )
 
 // Observed is what the Monitor reads of the load balancer; *lb.LB has it.
 type Observed interface {
 	Health() []lb.TargetHealth
 	Metrics() lb.Snapshot
+}
+
+// Notifying is what an Observed offers when it can tell of changes: *lb.LB has it. Without it, the
+// Monitor cannot notify (NotifyHealth registers nothing) and the controller polls.
+type Notifying interface {
+	OnTargetChange(func(lb.TargetChange))
 }
 
 // MonitorOptions configure a Monitor. Zero values take the defaults.
@@ -44,6 +52,10 @@ type Monitor struct {
 	src  Observed
 	opts MonitorOptions
 	now  func() time.Time
+
+	// stale is set by every change the load balancer reports, so that the next InstanceHealth
+	// reads the load balancer again rather than its cached view.
+	stale atomic.Bool
 
 	mu       sync.Mutex
 	healthAt time.Time
@@ -94,7 +106,28 @@ func NewMonitor(src Observed, opts MonitorOptions) *Monitor {
 	if opts.LoadKeep <= 0 {
 		opts.LoadKeep = 10 * time.Second
 	}
-	return &Monitor{src: src, opts: opts, now: time.Now}
+	m := &Monitor{src: src, opts: opts, now: time.Now}
+	if n, ok := src.(Notifying); ok {
+		n.OnTargetChange(func(lb.TargetChange) { m.stale.Store(true) })
+	}
+	return m
+}
+
+// NotifyHealth implements controller.HealthNotifier: f hears of every target whose state changed
+// and, at most once a second per target, of targets failing requests. Without a notifying load
+// balancer it registers nothing and returns false.
+func (m *Monitor) NotifyHealth(f func(controller.HealthChange)) bool {
+	n, ok := m.src.(Notifying)
+	if !ok {
+		return false
+	}
+	// Called by the load balancer with a target's lock held: f only enqueues (the controller's
+	// work queue) and m.mu is not taken here, since InstanceHealth holds it while reading the
+	// load balancer.
+	n.OnTargetChange(func(c lb.TargetChange) {
+		f(controller.HealthChange{Fleet: c.Fleet, Instance: c.ID, Errors: c.Errors})
+	})
+	return true
 }
 
 // stateRank orders states from best to worst; an instance reports its worst listener.
@@ -105,7 +138,9 @@ func (m *Monitor) InstanceHealth(name string) (string, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if m.health == nil || now.Sub(m.healthAt) >= m.opts.HealthTTL {
+	// A change reported since the last read makes the cache stale: a reconcile that the change
+	// triggered must see it, or nothing would bring the fleet back to act on it.
+	if stale := m.stale.Swap(false); stale || m.health == nil || now.Sub(m.healthAt) >= m.opts.HealthTTL {
 		m.health = map[string]instHealth{}
 		m.healthAt = now
 		for _, h := range m.src.Health() {
