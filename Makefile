@@ -28,6 +28,8 @@ lint:
 demo:
 	./hack/demo.sh
 
+# The controller at 50,000 fake instances on bbolt and 5,000 on a real 3-member etcd cluster (Debian's
+# etcd, from make deps). Its last line is the figures.
 bench-controller: build
 	$(GO) run ./hack/bench/controller
 
