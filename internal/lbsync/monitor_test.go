@@ -84,3 +84,51 @@ func TestMonitor(t *testing.T) {
 		t.Fatalf("web-a stats over the last minute %d/%d, want 100/0", r, e)
 	}
 }
+
+// notifyingObserved is a fakeObserved that reports changes as the load balancer does.
+type notifyingObserved struct {
+	fakeObserved
+	subs []func(lb.TargetChange)
+}
+
+func (n *notifyingObserved) OnTargetChange(f func(lb.TargetChange)) { n.subs = append(n.subs, f) }
+
+func (n *notifyingObserved) change(c lb.TargetChange) {
+	for _, f := range n.subs {
+		f(c)
+	}
+}
+
+// The Monitor passes the load balancer's changes on to the controller, fleet and instance named,
+// and a change makes its cached view stale at once rather than after its TTL, so that the
+// reconcile the change brings sees it.
+func TestMonitorNotifiesHealthChanges(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	src := &notifyingObserved{fakeObserved: fakeObserved{health: []lb.TargetHealth{
+		{Listener: "web/http", Fleet: "web", ID: "web-a", State: lb.StateHealthy, Since: t0},
+	}}}
+	m := NewMonitor(src, MonitorOptions{HealthTTL: time.Hour})
+	m.now = func() time.Time { return t0 }
+	var got []controller.HealthChange
+	if !m.NotifyHealth(func(c controller.HealthChange) { got = append(got, c) }) {
+		t.Fatal("NotifyHealth reports no notifications from a load balancer that notifies")
+	}
+	if st, _ := m.InstanceHealth("web-a"); st != controller.HealthHealthy {
+		t.Fatalf("web-a is %q, want healthy", st)
+	}
+	src.health[0].State = lb.StateUnhealthy
+	src.change(lb.TargetChange{Fleet: "web", ID: "web-a", State: lb.StateUnhealthy})
+	src.change(lb.TargetChange{Fleet: "web", ID: "web-a", State: lb.StateUnhealthy, Errors: true})
+	want := []controller.HealthChange{{Fleet: "web", Instance: "web-a"}, {Fleet: "web", Instance: "web-a", Errors: true}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("changes passed on: %+v, want %+v", got, want)
+	}
+	if st, _ := m.InstanceHealth("web-a"); st != controller.HealthUnhealthy {
+		t.Fatalf("after the change web-a is %q within the cache's TTL, want unhealthy", st)
+	}
+
+	plain := NewMonitor(&fakeObserved{}, MonitorOptions{})
+	if plain.NotifyHealth(func(controller.HealthChange) {}) {
+		t.Error("NotifyHealth claims notifications from a load balancer that cannot notify")
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/bolt"
+	"herd.dev/herd/internal/store/storetest"
 )
 
 func main() {
@@ -82,7 +83,7 @@ type figures struct {
 func (b bench) run() figures {
 	ctx := context.Background()
 	total := b.fleets * b.perFleet
-	counted := &countingStore{Store: b.store}
+	counted := &storetest.Counting{Store: b.store}
 	prov, err := fake.New(fake.Options{})
 	check(err)
 	for i := range b.fleets {

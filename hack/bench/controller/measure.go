@@ -10,7 +10,6 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/storetest"
 )
 
 // handle is a running controller and what its start-up took.
@@ -33,13 +33,13 @@ type handle struct {
 // start starts a controller on st and returns once it has reconciled every fleet and holds every
 // instance Ready, with every fleet's status Ready in the store; it then checks that the store
 // holds every instance record Ready (outside the time measured).
-func (b bench) start(st *countingStore, prov *fake.Provider, phase string) handle {
+func (b bench) start(st *storetest.Counting, prov *fake.Provider, phase string) handle {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctrl, err := controller.New(controller.Options{Store: st, Providers: map[string]provider.Provider{fake.Name: prov}, Logger: log, Health: allHealthy{}})
 	check(err)
 	stopProfile := b.cpuProfile(phase)
-	writes0 := st.writes.Load()
+	writes0 := st.Writes.Load()
 	begin := time.Now()
 	done := make(chan struct{})
 	go func() {
@@ -57,7 +57,7 @@ func (b bench) start(st *countingStore, prov *fake.Provider, phase string) handl
 	}
 	took := time.Since(begin).Seconds()
 	stopProfile()
-	h := handle{ctrl: ctrl, took: took, reconciles: ctrl.Reconciles(), writes: st.writes.Load() - writes0,
+	h := handle{ctrl: ctrl, took: took, reconciles: ctrl.Reconciles(), writes: st.Writes.Load() - writes0,
 		stop: func() { cancel(); <-done }}
 	b.checkRecords()
 	return h
@@ -97,11 +97,11 @@ func (b bench) checkRecords() {
 }
 
 // quiesce waits until the store has seen no write for a second (at most a minute).
-func quiesce(st *countingStore) {
+func quiesce(st *storetest.Counting) {
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
-		n := st.writes.Load()
+		n := st.Writes.Load()
 		time.Sleep(time.Second)
-		if st.writes.Load() == n {
+		if st.Writes.Load() == n {
 			return
 		}
 	}
@@ -115,42 +115,21 @@ type steadyWindow struct {
 }
 
 // window measures the process over b.steady with nothing changing.
-func (b bench) window(h handle, st *countingStore, prov *fake.Provider) steadyWindow {
+func (b bench) window(h handle, st *storetest.Counting, prov *fake.Provider) steadyWindow {
 	runtime.GC()
 	stopProfile := b.cpuProfile("steady")
-	rec0, reads0, writes0, lists0 := h.ctrl.Reconciles(), st.reads.Load(), st.writes.Load(), prov.Calls("List")
+	rec0, reads0, writes0, lists0 := h.ctrl.Reconciles(), st.Reads.Load(), st.Writes.Load(), prov.Calls("List")
 	cpu0, t0 := cpuSeconds(), time.Now()
 	time.Sleep(b.steady)
 	w := steadyWindow{
 		cores:      (cpuSeconds() - cpu0) / time.Since(t0).Seconds(),
 		reconciles: h.ctrl.Reconciles() - rec0,
-		reads:      st.reads.Load() - reads0,
-		writes:     st.writes.Load() - writes0,
+		reads:      st.Reads.Load() - reads0,
+		writes:     st.Writes.Load() - writes0,
 		lists:      int64(prov.Calls("List") - lists0),
 	}
 	stopProfile()
 	return w
-}
-
-// countingStore counts the controller's store calls.
-type countingStore struct {
-	store.Store
-	reads, writes atomic.Int64
-}
-
-func (s *countingStore) Get(ctx context.Context, kind, name string) (store.Record, error) {
-	s.reads.Add(1)
-	return s.Store.Get(ctx, kind, name)
-}
-
-func (s *countingStore) List(ctx context.Context, kind string) ([]store.Record, int64, error) {
-	s.reads.Add(1)
-	return s.Store.List(ctx, kind)
-}
-
-func (s *countingStore) Txn(ctx context.Context, ops ...store.Op) ([]store.Record, error) {
-	s.writes.Add(1)
-	return s.Store.Txn(ctx, ops...)
 }
 
 // allHealthy stands in for the load balancer: every instance healthy, no errors. Like herd's load
@@ -216,6 +195,3 @@ func loadAverage() string {
 	}
 	return strings.Join(f[:3], " ")
 }
-
-// MaxTxnOps passes the store's limit on (store.TxnLimiter), which embedding would hide.
-func (s *countingStore) MaxTxnOps() int { return store.MaxTxnOps(s.Store) }

@@ -111,3 +111,41 @@ func TestValidateOptions(t *testing.T) {
 		t.Errorf("%d errors, want 2: %v", len(errs), errs)
 	}
 }
+
+// Listing one fleet returns its instances only, also after deletions (the fleet index stays in
+// step), and Kill and BreakImage tell subscribers the fleets they touched.
+func TestFleetIndexAndNotify(t *testing.T) {
+	ctx := context.Background()
+	p, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told []string
+	p.Notify(func(fleet string) { told = append(told, fleet) })
+	for _, name := range []string{"a-1", "a-2", "b-1"} {
+		spec := provider.InstanceSpec{Name: name, Image: "img-" + name[:1], Labels: map[string]string{"herd.dev/fleet": name[:1]}}
+		if _, err := p.Create(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Delete(ctx, "a-1"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := p.List(ctx, provider.ListOptions{Fleet: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != "a-2" {
+		t.Fatalf("fleet a lists %+v, want a-2 alone", list)
+	}
+	if all, _ := p.List(ctx, provider.ListOptions{}); len(all) != 2 {
+		t.Fatalf("%d instances in all, want 2", len(all))
+	}
+	if err := p.Kill("b-1", "machine lost"); err != nil {
+		t.Fatal(err)
+	}
+	p.BreakImage("img-a", "broken")
+	if strings.Join(told, ",") != "b,a" {
+		t.Fatalf("subscribers were told of fleets %v, want b (Kill) then a (BreakImage)", told)
+	}
+}
