@@ -136,9 +136,9 @@ type Controller struct {
 	healing sync.Map // fleet -> *healState
 
 	// healthNotified is true when Options.Health reports changes (HealthNotifier), so that no
-	// fleet is polled for health; healthChanges and providerChanges count the notifications.
-	healthNotified                 bool
-	healthChanges, providerChanges atomic.Int64
+	// fleet is polled for health; providerChanges counts the providers' notifications.
+	healthNotified  bool
+	providerChanges atomic.Int64
 
 	synced     atomic.Bool
 	reconciles atomic.Int64

@@ -192,7 +192,6 @@ func (c *Controller) healthChanged(ch HealthChange) {
 	if ch.Fleet == "" {
 		return
 	}
-	c.healthChanges.Add(1)
 	if ch.Errors {
 		c.queue.AddAfter(ch.Fleet, c.opts.HealthPollInterval)
 		return

@@ -128,7 +128,7 @@ func fleet(i, perFleet int) *v1alpha1.Fleet {
 	desired := int32(perFleet)
 	f := &v1alpha1.Fleet{
 		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindFleet},
-		Metadata: v1alpha1.ObjectMeta{Name: fmt.Sprintf("fleet-%03d", i), Generation: 1},
+		Metadata: v1alpha1.ObjectMeta{Name: fleetName(i), Generation: 1},
 		Spec: v1alpha1.FleetSpec{
 			Image: "sha256:bench", Replicas: v1alpha1.Replicas{Desired: &desired, Max: &desired},
 			Listeners: []v1alpha1.Listener{{Port: int32(20000 + i), InstancePort: 30080}},
@@ -137,6 +137,8 @@ func fleet(i, perFleet int) *v1alpha1.Fleet {
 	v1alpha1.SetFleetDefaults(f, fake.Name)
 	return f
 }
+
+func fleetName(i int) string { return fmt.Sprintf("fleet-%03d", i) }
 
 // deleteInstanceRecords deletes every instance record, in transactions of at most 100 ops (within
 // etcd's default limit of 128).
