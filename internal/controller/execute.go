@@ -45,9 +45,11 @@ func (s *scope) execute(p *plan) (Result, error) {
 	if stored {
 		s.emitAll(p.StatusEvents)
 	}
-	// A settled fleet is looked at again by the periodic resync; a busy one sooner.
+	// A settled fleet is looked at again when something changes or at the safety resync; a busy
+	// one sooner, and so is one whose listeners the load balancer refused: a port taken on the
+	// host frees without anything telling the controller, so binding it is retried.
 	res := Result{}
-	if s.busy() {
+	if s.busy() || (c.opts.Targets != nil && c.opts.Targets.ListenerError(s.fleetName()) != nil) {
 		res.RequeueAfter = c.opts.PollInterval
 	}
 	res.RequeueAfter = sooner(sooner(res.RequeueAfter, p.Requeue), s.healRequeue())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,4 +335,60 @@ func TestSafetyResyncSpreadsFleets(t *testing.T) {
 		}
 		return e.queue.idle()
 	})
+}
+
+// refusingSink is a TargetSink whose load balancer refuses the fleet's listeners while refused is
+// set, as when another program holds the port.
+type refusingSink struct {
+	drainSink
+	refused atomic.Bool
+}
+
+func (r *refusingSink) ListenerError(string) error {
+	if r.refused.Load() {
+		return fmt.Errorf("listen tcp 127.0.0.1:8080: bind: address already in use")
+	}
+	return nil
+}
+
+// Nothing notifies when a port taken on the host frees, so a fleet whose listeners were refused is
+// looked at again every PollInterval until they are served; then it settles.
+func TestRefusedListenerIsRetried(t *testing.T) {
+	p, err := fake.New(fake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memory.New()
+	op, err := store.PutOp(store.Fleets, healFleet("a", 2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Txn(context.Background(), op); err != nil {
+		t.Fatal(err)
+	}
+	sink := &refusingSink{drainSink: drainSink{released: map[string]bool{}}}
+	sink.refused.Store(true)
+	c, err := New(Options{Store: st, Providers: map[string]provider.Provider{fake.Name: p}, Targets: sink,
+		Health: &notifyingHealth{fakeHealth: newFakeHealth()}, PollInterval: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.queue.ShutDown()
+	reconcile := func() Result {
+		t.Helper()
+		var res Result
+		for range 3 { // create, then refresh until settled
+			if res, err = c.Reconcile(context.Background(), "a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res
+	}
+	if res := reconcile(); res.RequeueAfter != 2*time.Second {
+		t.Errorf("a fleet whose listeners are refused is requeued after %s, want the poll interval 2s", res.RequeueAfter)
+	}
+	sink.refused.Store(false)
+	if res := reconcile(); res.RequeueAfter != 0 {
+		t.Errorf("once its listeners are served the fleet is requeued after %s, want never", res.RequeueAfter)
+	}
 }
