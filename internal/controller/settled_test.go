@@ -284,29 +284,8 @@ func TestHealthSourceWithoutNotificationsIsPolled(t *testing.T) {
 		{"notifying", &notifyingHealth{fakeHealth: newFakeHealth()}, 0},
 		{"polled", newFakeHealth(), 3 * time.Second},
 	} {
-		p, err := fake.New(fake.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := memory.New()
-		op, err := store.PutOp(store.Fleets, healFleet("a", 2, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Txn(context.Background(), op); err != nil {
-			t.Fatal(err)
-		}
-		c, err := New(Options{Store: st, Providers: map[string]provider.Provider{fake.Name: p}, Health: tc.health, HealthPollInterval: 3 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res Result
-		for range 3 { // create, then refresh until settled
-			if res, err = c.Reconcile(context.Background(), "a"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c.queue.ShutDown()
+		c := unstartedController(t, Options{Health: tc.health, HealthPollInterval: 3 * time.Second})
+		res := reconcileUntilSettled(t, c)
 		if res.RequeueAfter != tc.want {
 			t.Errorf("%s: a settled fleet is requeued after %s, want %s", tc.name, res.RequeueAfter, tc.want)
 		}
@@ -354,41 +333,54 @@ func (r *refusingSink) ListenerError(string) error {
 // Nothing notifies when a port taken on the host frees, so a fleet whose listeners were refused is
 // looked at again every PollInterval until they are served; then it settles.
 func TestRefusedListenerIsRetried(t *testing.T) {
+	sink := &refusingSink{drainSink: drainSink{released: map[string]bool{}}}
+	sink.refused.Store(true)
+	c := unstartedController(t, Options{Targets: sink, Health: &notifyingHealth{fakeHealth: newFakeHealth()}, PollInterval: 2 * time.Second})
+	if res := reconcileUntilSettled(t, c); res.RequeueAfter != 2*time.Second {
+		t.Errorf("a fleet whose listeners are refused is requeued after %s, want the poll interval 2s", res.RequeueAfter)
+	}
+	sink.refused.Store(false)
+	if res := reconcileUntilSettled(t, c); res.RequeueAfter != 0 {
+		t.Errorf("once its listeners are served the fleet is requeued after %s, want never", res.RequeueAfter)
+	}
+}
+
+// unstartedController is a controller, not started, on a memory store holding fleet a (two
+// instances, a listener) and a fake provider whose instances are ready at once; opts gives the
+// rest. Tests drive it by calling Reconcile.
+func unstartedController(t *testing.T, opts Options) *Controller {
+	t.Helper()
 	p, err := fake.New(fake.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := memory.New()
+	opts.Store = memory.New()
+	opts.Providers = map[string]provider.Provider{fake.Name: p}
 	op, err := store.PutOp(store.Fleets, healFleet("a", 2, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Txn(context.Background(), op); err != nil {
+	if _, err := opts.Store.Txn(context.Background(), op); err != nil {
 		t.Fatal(err)
 	}
-	sink := &refusingSink{drainSink: drainSink{released: map[string]bool{}}}
-	sink.refused.Store(true)
-	c, err := New(Options{Store: st, Providers: map[string]provider.Provider{fake.Name: p}, Targets: sink,
-		Health: &notifyingHealth{fakeHealth: newFakeHealth()}, PollInterval: 2 * time.Second})
+	c, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.queue.ShutDown()
-	reconcile := func() Result {
-		t.Helper()
-		var res Result
-		for range 3 { // create, then refresh until settled
-			if res, err = c.Reconcile(context.Background(), "a"); err != nil {
-				t.Fatal(err)
-			}
+	t.Cleanup(c.queue.ShutDown)
+	return c
+}
+
+// reconcileUntilSettled reconciles fleet a three times (create, then refresh until nothing
+// changes) and returns the last result.
+func reconcileUntilSettled(t *testing.T, c *Controller) Result {
+	t.Helper()
+	var res Result
+	for range 3 {
+		var err error
+		if res, err = c.Reconcile(context.Background(), "a"); err != nil {
+			t.Fatal(err)
 		}
-		return res
 	}
-	if res := reconcile(); res.RequeueAfter != 2*time.Second {
-		t.Errorf("a fleet whose listeners are refused is requeued after %s, want the poll interval 2s", res.RequeueAfter)
-	}
-	sink.refused.Store(false)
-	if res := reconcile(); res.RequeueAfter != 0 {
-		t.Errorf("once its listeners are served the fleet is requeued after %s, want never", res.RequeueAfter)
-	}
+	return res
 }
