@@ -96,7 +96,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	}
 	eps := c.cfg.Endpoints()
 	first := int(c.current.Load())
-	var err error
+	var err, answered error
 	for i := range eps {
 		n := (first + i) % len(eps)
 		var resp *http.Response
@@ -108,6 +108,14 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		if ctx.Err() != nil || !failover(method, err) {
 			return nil, err
 		}
+		if _, ok := err.(*APIError); ok {
+			answered = err
+		}
+	}
+	// When every replica failed, what one of them answered (503: etcd has no quorum) says more
+	// than another's connection refused.
+	if answered != nil {
+		return nil, answered
 	}
 	return nil, err
 }

@@ -72,8 +72,8 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("POST calls: busy %d, good %d; want 2 and 2", busyCalls.Load(), goodCalls.Load())
 	}
 
-	// Every replica down: the error names the last one tried.
-	c = New(&Config{Server: dead, Servers: []string{dead, busy.URL}, Token: "t"})
+	// No replica can answer: the 503 says why, whichever replica was tried last.
+	c = New(&Config{Server: busy.URL, Servers: []string{busy.URL, dead}, Token: "t"})
 	if _, err := c.ListFleets(ctx); !IsUnavailable(err) {
 		t.Fatalf("GET with no replica able to answer: %v; want 503", err)
 	}
