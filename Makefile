@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale kubernetes deps
+	bench-autoscale bench-ha kubernetes deps
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
@@ -52,6 +52,14 @@ bench-failover: deps kubernetes
 # TestIntegrationAutoscale, which builds its own herd; needs root). Its last line is the figures.
 bench-autoscale: deps kubernetes
 	$(GO) run ./hack/bench/e2e -test TestIntegrationAutoscale -figures autoscale -env HERD_BENCH_AUTOSCALE=1
+
+# Three herd up replicas on a 3-member etcd (Debian's, with 50/500 ms heartbeat/election and a
+# 1 s leader lease), a fleet of real instances of examples/hello under load and a rolling update:
+# SIGKILL the leader mid-rollout with a client running herd scale in a loop, then take etcd
+# members away (the end-to-end test TestIntegrationHATakeover; needs root). Its last line is the
+# figures.
+bench-ha: deps kubernetes
+	$(GO) run ./hack/bench/e2e -test TestIntegrationHATakeover -figures ha
 
 # Debian packages needed by real instances and benchmarks.
 deps:

@@ -159,6 +159,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		// etcd without quorum: nothing is wrong with the request, and a retry later will do.
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
 	if code >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}

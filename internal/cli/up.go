@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"herd.dev/herd/internal/controlplane"
+	"herd.dev/herd/internal/leader"
 	"herd.dev/herd/internal/store/etcd"
 )
 
@@ -25,10 +26,20 @@ metrics (the load balancer's and the controller's) at /metrics, behind the same 
 
 On first start it generates an API token and writes the client config (server address and token,
 mode 0600) that the other commands read. Instances keep running when the control plane stops; the
-next 'herd up' adopts them.`,
+next 'herd up' adopts them.
+
+With --store etcd, several 'herd up' replicas can share one etcd: every replica serves the API and
+its own load balancer, and one at a time, elected through etcd, runs the controller. When the
+leader dies, another takes over once its lease (--leader-lease-ttl) runs out. Replicas on one
+machine need their own --listen and --lb-address (127.0.0.2, 127.0.0.3, ...) and the same
+--data-dir (the local provider's instances live there); they share the API token, kept in etcd,
+and each adds its address to the client config, whose client tries the others when one is down.`,
 		Example: `  herd up
   herd up --provider fake --data-dir /tmp/herd --listen 127.0.0.1:0
-  herd up --store etcd --etcd-endpoints http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379`,
+  herd up --store etcd --etcd-endpoints http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379
+
+  # a second replica of the same control plane on this machine
+  herd up --store etcd --etcd-endpoints ... --listen 127.0.0.1:7444 --lb-address 127.0.0.2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := etcdFlags(cmd, &opts, etcdPasswordFile); err != nil {
@@ -48,7 +59,7 @@ next 'herd up' adopts them.`,
 	}
 	cmd.Flags().StringVar(&opts.DataDir, "data-dir", controlplane.DefaultDataDir(), "directory for the store, the API token and provider state")
 	cmd.Flags().StringVar(&opts.Listen, "listen", "127.0.0.1:7443", "address of the control-plane API (keep it on localhost)")
-	cmd.Flags().StringVar(&opts.LBAddress, "lb-address", "127.0.0.1", "host the load balancer's fleet listeners bind on (0.0.0.0 to serve other machines)")
+	cmd.Flags().StringVar(&opts.LBAddress, "lb-address", "127.0.0.1", "host the load balancer's fleet listeners bind on (0.0.0.0 to serve other machines; each replica on one machine needs its own, e.g. 127.0.0.2)")
 	cmd.Flags().StringVar(&opts.Provider, "provider", "local", fmt.Sprintf("default provider for regions that name none (%v)", controlplane.ProviderNames()))
 	cmd.Flags().StringVar(&opts.Store, "store", controlplane.StoreBolt, fmt.Sprintf("where the state is kept: %s (a file in --data-dir) or %s (an etcd cluster, with --etcd-endpoints)", controlplane.StoreBolt, controlplane.StoreEtcd))
 	cmd.Flags().StringSliceVar(&opts.Etcd.Endpoints, "etcd-endpoints", nil, "client URLs of the etcd members, comma-separated (with --store etcd)")
@@ -59,6 +70,8 @@ next 'herd up' adopts them.`,
 	cmd.Flags().IntVar(&opts.Etcd.MaxTxnOps, "etcd-max-txn-ops", etcd.DefaultMaxTxnOps, "most records one write may change: the etcd server's --max-txn-ops (a fleet's instance changes are written together)")
 	cmd.Flags().StringVar(&opts.Etcd.Username, "etcd-username", "", "etcd user (with --etcd-password-file)")
 	cmd.Flags().StringVar(&etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password (with --etcd-username)")
+	cmd.Flags().DurationVar(&opts.Etcd.RequestTimeout, "etcd-request-timeout", etcd.DefaultRequestTimeout, "how long a read or write waits for etcd before the API answers 503 \"etcd has no quorum\"")
+	cmd.Flags().IntVar(&opts.LeaderLeaseTTL, "leader-lease-ttl", leader.DefaultTTL, "seconds a dead leader keeps the controller before another replica takes over (with --store etcd); etcd raises it to 1.5x its election timeout, so 1 needs etcd's --election-timeout at most 500")
 	return cmd
 }
 
@@ -66,7 +79,7 @@ next 'herd up' adopts them.`,
 // the etcd password file.
 func etcdFlags(cmd *cobra.Command, opts *controlplane.Options, passwordFile string) error {
 	var given []string
-	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-max-txn-ops", "etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file"} {
+	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-max-txn-ops", "etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file", "etcd-request-timeout", "leader-lease-ttl"} {
 		if cmd.Flags().Changed(f) {
 			given = append(given, "--"+f)
 		}
@@ -78,6 +91,8 @@ func etcdFlags(cmd *cobra.Command, opts *controlplane.Options, passwordFile stri
 		return nil
 	case len(opts.Etcd.Endpoints) == 0:
 		return fmt.Errorf("--store %s needs --etcd-endpoints: the client URLs of the etcd members, comma-separated (e.g. http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379)", controlplane.StoreEtcd)
+	case opts.LeaderLeaseTTL < 1:
+		return fmt.Errorf("--leader-lease-ttl %d: give whole seconds, at least 1 (etcd leases count in seconds)", opts.LeaderLeaseTTL)
 	case (opts.Etcd.CertFile == "") != (opts.Etcd.KeyFile == ""):
 		return errors.New("--etcd-cert and --etcd-key go together: give both or neither")
 	case (opts.Etcd.Username == "") != (passwordFile == ""):

@@ -14,7 +14,7 @@ import (
 func newVersionCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the client's version and, if it is reachable, the control plane's",
+		Short: "Print the client's version and, if it is reachable, the control plane's and which replica leads it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmt.Fprintf(g.out, "Client Version: %s (Kubernetes %s)\n", version.Version, kubebin.Version)
@@ -31,6 +31,11 @@ func newVersionCmd(g *globals) *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(g.out, "Server Version: %s\n", v)
+			// Replicas on a shared etcd say which of them runs the controller.
+			if st, err := c.Status(ctx); err == nil && st["leader"] != "" {
+				fmt.Fprintf(g.out, "Controller Leader: %s\n", st["leader"])
+				fmt.Fprintf(g.out, "Answered By: %s (%s)\n", st["replica"], st["role"])
+			}
 			return nil
 		},
 	}

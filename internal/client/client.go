@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,15 +20,20 @@ import (
 	"herd.dev/herd/internal/apiserver"
 )
 
-// Client talks to one control plane.
+// Client talks to one control plane, through any of its replicas (Config.Endpoints): it sends
+// each request to the replica that answered last, and moves on to the next one when a replica
+// cannot be reached (the request never left, so any request may go elsewhere), or, for the
+// idempotent methods (GET, PUT, DELETE), when it fails on the way or answers 503.
 type Client struct {
 	cfg  Config
 	http *http.Client
+	// current is the index in cfg.Endpoints() of the replica that answered last.
+	current *atomic.Int64
 }
 
 // New returns a client for cfg.
 func New(cfg *Config) *Client {
-	return &Client{cfg: *cfg, http: &http.Client{Timeout: 30 * time.Second}}
+	return &Client{cfg: *cfg, http: &http.Client{Timeout: 30 * time.Second}, current: new(atomic.Int64)}
 }
 
 // APIError is a refusal from the API, with the field problems when validation failed.
@@ -48,6 +55,13 @@ func (e *APIError) Error() string {
 		lines = append(lines, f.Field+": "+f.Message)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// IsUnavailable reports whether err is the API's 503: the control plane's store cannot answer
+// (etcd without quorum), and a retry later will do.
+func IsUnavailable(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == http.StatusServiceUnavailable
 }
 
 // IsNotFound reports whether err is the API's 404.
@@ -73,32 +87,86 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 }
 
 func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
-	var body io.Reader
+	var data []byte
 	if in != nil {
-		data, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if data, err = json.Marshal(in); err != nil {
 			return nil, err
 		}
+	}
+	eps := c.cfg.Endpoints()
+	first := int(c.current.Load())
+	var err, answered error
+	for i := range eps {
+		n := (first + i) % len(eps)
+		var resp *http.Response
+		resp, err = c.sendTo(ctx, eps[n], method, path, data)
+		if err == nil {
+			c.current.Store(int64(n))
+			return resp, nil
+		}
+		if ctx.Err() != nil || !failover(method, err) {
+			return nil, err
+		}
+		if _, ok := err.(*APIError); ok {
+			answered = err
+		}
+	}
+	// When every replica failed, what one of them answered (503: etcd has no quorum) says more
+	// than another's connection refused.
+	if answered != nil {
+		return nil, answered
+	}
+	return nil, err
+}
+
+// failover reports whether a request that failed with err may be sent to another replica: when
+// it never reached this one, or when it is idempotent and failed on the way or met a replica
+// that cannot serve (503: its store has no quorum, or it is stopping).
+func failover(method string, err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
+	default:
+		return false
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Code == http.StatusServiceUnavailable
+	}
+	return true // a transport failure after the request left: safe to repeat
+}
+
+// sendTo sends one request to the replica at server.
+func (c *Client) sendTo(ctx context.Context, server, method, path string, data []byte) (*http.Response, error) {
+	var body io.Reader
+	if data != nil {
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.cfg.Server, "/")+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(server, "/")+path, body)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	if in != nil {
+	if data != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("cannot reach the herd control plane at %s (connection refused): is it running? Start it with `herd up`", c.cfg.Server)
+			return nil, fmt.Errorf("cannot reach the herd control plane at %s (connection refused): is it running? Start it with `herd up`: %w", server, err)
 		}
-		return nil, fmt.Errorf("cannot reach the herd control plane at %s: %w", c.cfg.Server, err)
+		return nil, fmt.Errorf("cannot reach the herd control plane at %s: %w", server, err)
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
-		ae := &APIError{Code: resp.StatusCode, Server: c.cfg.Server}
+		ae := &APIError{Code: resp.StatusCode, Server: server}
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		if json.Unmarshal(data, &ae.Body) != nil || ae.Body.Error == "" {
 			ae.Body.Error = fmt.Sprintf("%s %s: %s", method, path, resp.Status)
@@ -227,7 +295,7 @@ func (c *Client) WatchFleet(ctx context.Context, name string, fn func(apiserver.
 // stream GETs path, a stream of JSON lines, and calls fn with each line until fn reports it is
 // done, the stream ends or ctx ends.
 func (c *Client) stream(ctx context.Context, path string, fn func(line []byte) (done bool)) error {
-	streaming := &Client{cfg: c.cfg, http: &http.Client{}} // no overall timeout on a stream
+	streaming := &Client{cfg: c.cfg, http: &http.Client{}, current: c.current} // no overall timeout on a stream
 	resp, err := streaming.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return err

@@ -7,16 +7,34 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"sigs.k8s.io/yaml"
 )
 
 // Config is the client config file.
 type Config struct {
-	// Server is the API's base URL, e.g. http://127.0.0.1:7443.
+	// Server is the API's base URL, e.g. http://127.0.0.1:7443: the first of Servers. Configs
+	// written before Servers existed have only this.
 	Server string `json:"server"`
+	// Servers are the base URLs of every replica of the control plane (herd up on a shared etcd);
+	// the client tries them in turn when one does not answer. Default: [Server].
+	Servers []string `json:"servers,omitempty"`
 	// Token is the bearer token. The file holding it is mode 0600.
 	Token string `json:"token"`
+}
+
+// Endpoints returns the servers the client may use, in order, without repeats.
+func (c *Config) Endpoints() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range append([]string{c.Server}, c.Servers...) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // DefaultConfigPath is $HERD_CONFIG, or $XDG_CONFIG_HOME/herd/config, or ~/.config/herd/config.
@@ -51,10 +69,31 @@ func LoadConfig(path string) (*Config, error) {
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return nil, fmt.Errorf("client config %s: %w", path, err)
 	}
-	if c.Server == "" || c.Token == "" {
-		return nil, fmt.Errorf("client config %s: server and token are required; `herd up` rewrites it", path)
+	if len(c.Endpoints()) == 0 || c.Token == "" {
+		return nil, fmt.Errorf("client config %s: server (or servers) and token are required; `herd up` rewrites it", path)
+	}
+	if c.Server == "" {
+		c.Server = c.Servers[0]
 	}
 	return &c, nil
+}
+
+// AddServer records that the control plane with token serves at server: it writes a config with
+// server alone, unless the file already holds a config with the same token (another replica of
+// the same control plane), whose servers it keeps, adding server to them.
+func AddServer(path, server, token string) error {
+	c := &Config{Server: server, Token: token}
+	if old, err := LoadConfig(path); err == nil && old.Token == token {
+		c.Server = old.Server
+		c.Servers = old.Endpoints()
+		if !slices.Contains(c.Servers, server) {
+			c.Servers = append(c.Servers, server)
+		}
+		if len(c.Servers) == 1 {
+			c.Servers = nil
+		}
+	}
+	return SaveConfig(path, c)
 }
 
 // SaveConfig writes a client config atomically, mode 0600, in a 0700 directory.

@@ -5,8 +5,6 @@ package controlplane
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +47,12 @@ type Options struct {
 	Store string
 	// Etcd says which etcd to use when Store is StoreEtcd.
 	Etcd etcd.Config
+	// LeaderLeaseTTL is, on etcd, the lease of the replica that runs the controller, in seconds:
+	// how long a replica that died keeps the leadership. Default: leader.DefaultTTL.
+	LeaderLeaseTTL int
+	// NewProvider, when set, builds the default provider instead of the one Provider names
+	// (Provider must still be a known name): tests share one provider among replicas.
+	NewProvider func(dataDir string, log *slog.Logger) (provider.Provider, error)
 	// LBAddress is the host the load balancer's fleet listeners bind on. Default: 127.0.0.1.
 	LBAddress string
 	// ConfigPath is where the client config (server URL and token) is written.
@@ -122,16 +126,18 @@ func Run(ctx context.Context, opts Options) error {
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	token, err := loadOrCreateToken(filepath.Join(opts.DataDir, "token"))
-	if err != nil {
-		return err
-	}
 	st, err := openStore(ctx, opts, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-
+	token, err := apiToken(ctx, st, filepath.Join(opts.DataDir, "token"))
+	if err != nil {
+		return err
+	}
+	if opts.NewProvider != nil {
+		factory = opts.NewProvider
+	}
 	prov, err := factory(opts.DataDir, log)
 	if err != nil {
 		return fmt.Errorf("provider %s: %w", opts.Provider, err)
@@ -152,11 +158,11 @@ func Run(ctx context.Context, opts Options) error {
 	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
 	recorder := events.New(events.Options{Store: st, Logger: log})
 	queueMetrics := cpmetrics.NewQueueMetrics()
-	ctrl, err := controller.New(controller.Options{Store: st, Providers: providers, Logger: log, ResolveImage: resolve,
-		Targets: targets, Health: monitor, Stats: monitor, Events: recorder, QueueMetrics: queueMetrics})
-	if err != nil {
-		return err
-	}
+	// The controller and the autoscaler run in terms (leading.go): for as long as herd up runs on
+	// bolt, while this replica leads on etcd. ctrl is the controller of the term in progress.
+	ctrl := &leading{log: log, deps: termDeps{store: st, providers: providers, targets: targets,
+		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor,
+			Events: recorder, QueueMetrics: queueMetrics}}}
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
 	// and every instance's node figures for /metrics and herd top.
 	agents, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
@@ -175,10 +181,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	scaler, err := autoscaler.NewLoop(autoscaler.LoopOptions{Store: st, Instances: ctrl, Events: recorder, Load: monitor, CPU: agents, Logger: log})
-	if err != nil {
-		return err
-	}
+	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: monitor, CPU: agents, Logger: log}
 
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -202,11 +205,7 @@ func Run(ctx context.Context, opts Options) error {
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
-			if ctrl.Synced() {
-				s["controller"] = "synced"
-			} else {
-				s["controller"] = "syncing"
-			}
+			ctrl.status(s)
 			return s
 		},
 	})
@@ -216,7 +215,14 @@ func Run(ctx context.Context, opts Options) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	if err := client.SaveConfig(opts.ConfigPath, &client.Config{Server: url, Token: token}); err != nil {
+	if es, ok := st.(*etcd.Store); ok {
+		if err := ctrl.campaign(es, opts, url); err != nil {
+			ln.Close()
+			kubeLn.Close()
+			return err
+		}
+	}
+	if err := client.AddServer(opts.ConfigPath, url, token); err != nil {
 		ln.Close()
 		kubeLn.Close()
 		return err
@@ -242,8 +248,7 @@ func Run(ctx context.Context, opts Options) error {
 	run(lbCtx, &lbDone, "load balancer", balancer.Start)
 	// The event writer stops last too, so that the events of the last reconciles are stored.
 	run(lbCtx, &lbDone, "events", recorder.Start)
-	run(runCtx, &wg, "controller", ctrl.Start)
-	run(runCtx, &wg, "autoscaler", scaler.Start)
+	run(runCtx, &wg, "controller", ctrl.run)
 	run(runCtx, &wg, "agent metrics", agents.Start)
 	run(runCtx, &wg, "usage", usageSampler.Start)
 	for _, l := range []net.Listener{ln, kubeLn} {
@@ -273,28 +278,6 @@ func Run(ctx context.Context, opts Options) error {
 	lbDone.Wait()
 	log.Info("stopped")
 	return runErr
-}
-
-// loadOrCreateToken returns the API token, generating it (mode 0600) on first start so that it
-// stays the same across restarts and existing client configs keep working.
-func loadOrCreateToken(path string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err == nil {
-		if t := strings.TrimSpace(string(data)); len(t) >= 32 {
-			return t, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	t := hex.EncodeToString(b)
-	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write token: %w", err)
-	}
-	return t, nil
 }
 
 // providersAs returns the providers that implement T (an optional provider interface), by name.

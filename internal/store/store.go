@@ -30,6 +30,12 @@ var (
 	// ErrCompacted means a watch asked for changes older than the store still remembers: list again.
 	ErrCompacted = errors.New("requested resource version is too old: list again")
 	ErrClosed    = errors.New("store is closed")
+	// ErrUnavailable means the store cannot answer now (etcd without quorum): nothing was
+	// decided, or, for a write, its outcome is unknown. Retry later; nothing needs to be undone.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrFenced means a write was refused because the writer no longer holds the leadership it
+	// was made under (see etcd's Store.Fenced): another replica leads, and this one must stop.
+	ErrFenced = errors.New("not the leader any more: write refused")
 )
 
 // Record is one stored object. The Value of a record handed out by Watch is shared with other

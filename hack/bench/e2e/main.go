@@ -1,9 +1,10 @@
 // Command e2e runs one scenario of test/e2e on real local instances as a benchmark (make
-// bench-failover, make bench-autoscale): it runs the named test once, shows its output, and prints
+// bench-failover, make bench-autoscale, make bench-ha): it runs the named test once, shows its output, and prints
 // the figures the test logged as the last line, e.g.
 //
 //	failover: failed_requests=<int> ejection_ms=<int> replacement_ready_s=<float>
 //	autoscale: decision_s=<float> new_capacity_serving_s=<float> warm_pool_serving_s=<float>
+//	ha: takeover_s=<float> failed_requests=<int> lost_acked_writes=<int> orphans=<int> duplicates=<int>
 //
 // The scenarios need root and the host dependencies (make deps, make kubernetes). It exits non-zero
 // when the test fails or is skipped, after printing the figures if the test measured them.

@@ -20,6 +20,14 @@
 // etcd cancels later (compaction, a lost leader) has its channel closed, and the caller lists
 // again. Compaction itself is left to etcd (--auto-compaction-retention) or its operator.
 //
+// Reads are linearizable (etcd's default), so a member cut off from the quorum fails a read
+// rather than serve stale data. Every request is bounded by RequestTimeout; a request etcd cannot
+// serve (no leader, no quorum, no answer in time) fails with a *NoQuorumError, which is a
+// store.ErrUnavailable and says "etcd has no quorum" and what to do.
+//
+// Fenced returns a view of the store whose writes commit only while an etcd key (a leader
+// election's key) still has the create revision it had when leadership was won.
+//
 // Requests are bounded before they are sent: a Txn over MaxTxnOps keys or MaxRequestBytes fails
 // with an error that says so, instead of an etcd error after the fact.
 package etcd
@@ -69,6 +77,9 @@ type Config struct {
 	Username, Password string
 	// DialTimeout bounds New's check that the cluster answers. Default: DefaultDialTimeout.
 	DialTimeout time.Duration
+	// RequestTimeout bounds each read and write; one that etcd has not answered by then fails
+	// with a *NoQuorumError (store.ErrUnavailable). Default: DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// MaxTxnOps is the most keys one Txn may write: set it to the server's --max-txn-ops.
 	// Default: DefaultMaxTxnOps.
 	MaxTxnOps int
@@ -165,6 +176,9 @@ func (c *Config) defaults() error {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
 	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
 	if c.MaxTxnOps <= 0 {
 		c.MaxTxnOps = DefaultMaxTxnOps
 	}
@@ -195,9 +209,11 @@ func (s *Store) Get(ctx context.Context, kind, name string) (store.Record, error
 	if s.closed.Load() {
 		return store.Record{}, fmt.Errorf("get %s/%s: %w", kind, name, store.ErrClosed)
 	}
-	resp, err := s.cli.Get(ctx, s.key(kind, name))
+	rctx, cancel := s.request(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.key(kind, name))
 	if err != nil {
-		return store.Record{}, fmt.Errorf("get %s/%s: %w", kind, name, err)
+		return store.Record{}, fmt.Errorf("get %s/%s: %w", kind, name, s.unavailable(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
 		return store.Record{}, fmt.Errorf("get %s/%s: %w", kind, name, store.ErrNotFound)
@@ -212,9 +228,11 @@ func (s *Store) List(ctx context.Context, kind string) ([]store.Record, int64, e
 		return nil, 0, fmt.Errorf("list %s: %w", kind, store.ErrClosed)
 	}
 	p := s.kindPrefix(kind)
-	resp, err := s.cli.Get(ctx, p, clientv3.WithPrefix())
+	rctx, cancel := s.request(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, p, clientv3.WithPrefix())
 	if err != nil {
-		return nil, 0, fmt.Errorf("list %s: %w", kind, err)
+		return nil, 0, fmt.Errorf("list %s: %w", kind, s.unavailable(ctx, err))
 	}
 	recs := make([]store.Record, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -223,6 +241,13 @@ func (s *Store) List(ctx context.Context, kind string) ([]store.Record, int64, e
 	}
 	return recs, resp.Header.Revision, nil
 }
+
+// Client returns the store's etcd client, for what herd keeps in etcd beside the records:
+// leader election among herd up replicas (internal/leader).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Prefix returns the prefix of the store's keys.
+func (s *Store) Prefix() string { return s.cfg.Prefix }
 
 // Close implements store.Store: it ends every watch, then closes the etcd client.
 func (s *Store) Close() error {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"herd.dev/herd/internal/store"
@@ -32,31 +31,7 @@ const watchHistory = store.DefaultWatchHistory / 10
 // startCluster starts a 3-member etcd cluster of real etcd servers on loopback for the test, and
 // stops it when the test ends. It skips under -short and when no etcd server is installed.
 func startCluster(t *testing.T) *etcdcluster.Cluster {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a 3-member etcd cluster")
-	}
-	bin, err := etcdcluster.FindBinary()
-	if err != nil {
-		t.Skip(err)
-	}
-	start := time.Now()
-	c, err := etcdcluster.Start(context.Background(), etcdcluster.Config{
-		Dir:           t.TempDir(),
-		Binary:        bin,
-		Args:          []string{"--max-txn-ops=" + strconv.Itoa(maxTxnOps)},
-		DieWithParent: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stop the etcd cluster: %v", err)
-		}
-	})
-	t.Logf("etcd cluster of %d members (%s) healthy in %s", len(c.Members), bin, time.Since(start).Round(time.Millisecond))
-	return c
+	return etcdcluster.StartTest(t, "--max-txn-ops="+strconv.Itoa(maxTxnOps))
 }
 
 var prefixes atomic.Int64
@@ -80,13 +55,7 @@ func openStore(t *testing.T, c *etcdcluster.Cluster) *etcd.Store {
 
 // adminClient is a plain etcd client on c, for what the store does not do itself (compaction).
 func adminClient(t *testing.T, c *etcdcluster.Cluster) *clientv3.Client {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	return cli
+	return c.Client(t)
 }
 
 // waitWritable waits until the cluster commits a write: after losing its leader, the members left

@@ -27,6 +27,11 @@ const requestOverhead = 32
 
 // Txn implements store.Store; the package comment says how ops map to one etcd transaction.
 func (s *Store) Txn(ctx context.Context, ops ...store.Op) ([]store.Record, error) {
+	return s.txn(ctx, nil, ops)
+}
+
+// txn is Txn, with the fence's compare added when f is not nil.
+func (s *Store) txn(ctx context.Context, f *fence, ops []store.Op) ([]store.Record, error) {
 	if s.closed.Load() {
 		return nil, fmt.Errorf("txn: %w", store.ErrClosed)
 	}
@@ -57,19 +62,29 @@ func (s *Store) Txn(ctx context.Context, ops ...store.Op) ([]store.Record, error
 		}
 		reads = append(reads, clientv3.OpGet(p.key))
 	}
+	rctx, cancel := s.request(ctx)
+	defer cancel()
 	if doomed {
 		// Some op fails whatever the store holds: read the keys and let the replay name it.
-		resp, err := s.cli.Txn(ctx).Then(reads...).Commit()
+		resp, err := s.cli.Txn(rctx).Then(reads...).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("txn: %w", err)
+			return nil, fmt.Errorf("txn: %w", s.unavailable(ctx, err))
 		}
 		return nil, s.failure(ops, plans, resp.Responses)
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(writes...).Else(reads...).Commit()
+	if f != nil {
+		// The fence is the last compare and its key the last read, after the plans' own.
+		cmps = append(cmps, f.compare())
+		reads = append(reads, clientv3.OpGet(f.key))
+	}
+	resp, err := s.cli.Txn(rctx).If(cmps...).Then(writes...).Else(reads...).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("txn: %w", err)
+		return nil, fmt.Errorf("txn: %w", s.unavailable(ctx, err))
 	}
 	if !resp.Succeeded {
+		if f != nil && !f.holds(resp.Responses[len(plans)]) {
+			return nil, f.refused(len(ops))
+		}
 		return nil, s.failure(ops, plans, resp.Responses)
 	}
 	// Replay the ops on the values the writes replaced, which is what the compares held to:

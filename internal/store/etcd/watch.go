@@ -32,7 +32,10 @@ func (s *Store) Watch(ctx context.Context, kind string, since int64) (<-chan sto
 	// etcd reports a compacted start revision only on the watch channel, after the fact; a read
 	// at that revision says so now, which is when the contract wants ErrCompacted. (A revision
 	// not reached yet is fine: the watch waits for it.)
-	_, err := s.cli.Get(ctx, s.cfg.Prefix, clientv3.WithRev(since+1), clientv3.WithCountOnly())
+	rctx, cancelRead := s.request(ctx)
+	_, err := s.cli.Get(rctx, s.cfg.Prefix, clientv3.WithRev(since+1), clientv3.WithCountOnly())
+	cancelRead()
+	err = s.unavailable(ctx, err)
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return nil, fmt.Errorf("watch %s from revision %d: etcd has compacted it away: %w", what, since, store.ErrCompacted)

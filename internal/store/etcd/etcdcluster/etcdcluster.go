@@ -40,6 +40,13 @@ type Config struct {
 	DieWithParent bool
 }
 
+// FastElection are member arguments for a cluster that elects a leader within half a second of
+// losing one (heartbeat 50 ms, election timeout 500 ms, against etcd's 100 ms and 1 s), which
+// also lowers etcd's minimum lease TTL (1.5 election timeouts, rounded up to whole seconds) from
+// 2 s to 1 s: herd up replicas on such a cluster can use a 1 s leader lease. Fit for loopback
+// and a LAN; over a WAN keep etcd's defaults.
+var FastElection = []string{"--heartbeat-interval=50", "--election-timeout=500"}
+
 // Member is one etcd server of the cluster.
 type Member struct {
 	Name      string `json:"name"`

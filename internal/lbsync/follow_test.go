@@ -1,0 +1,122 @@
+package lbsync
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+// put writes obj (created when it has no resource version) and sets its new version.
+func put(t *testing.T, st store.Store, kind string, obj store.Object) {
+	t.Helper()
+	op, err := store.PutOp(kind, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.Txn(context.Background(), op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.GetMeta().ResourceVersion = recs[0].ResourceVersion
+}
+
+// lastConfig returns what the load balancer was last given, under the Sync's lock (Follow
+// applies from its own goroutine).
+func lastConfig(s *Sync, fl *fakeLB) (lb.Config, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(fl.applied) == 0 {
+		return lb.Config{}, 0
+	}
+	return fl.applied[len(fl.applied)-1], len(fl.applied)
+}
+
+// describe sums a config up as listener -> group:weight:targets.
+func describe(c lb.Config) string {
+	out := ""
+	for _, l := range c.Listeners {
+		out += l.Address + " ->"
+		for _, g := range l.Groups {
+			out += fmt.Sprintf(" %s:%d:%d", g.Name, g.Weight, len(g.Targets))
+		}
+		out += ";"
+	}
+	return out
+}
+
+func waitConfig(t *testing.T, s *Sync, fl *fakeLB, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, _ := lastConfig(s, fl)
+		got := describe(c)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("load balancer config %q, want %q", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestFollow configures the load balancer from the store as a replica that does not lead does:
+// a canary's weights from the fleet's status, instances as the leader records them, a deleted
+// fleet removed; and when the store stops answering, the last configuration stays.
+func TestFollow(t *testing.T) {
+	st := memory.New()
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+	}, Status: v1alpha1.FleetStatus{Rollout: &v1alpha1.RolloutStatus{Revision: "web-2", PreviousRevision: "web-1",
+		Phase: v1alpha1.RolloutProgressing, Weights: map[string]int32{"web-1": 80, "web-2": 20}}}}
+	put(t, st, store.Fleets, f)
+	a := inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1")
+	put(t, st, store.Instances, a)
+	put(t, st, store.Instances, inst("web-b", "web-2", v1alpha1.PhaseBooting, "10.0.0.2"))
+
+	fl := &fakeLB{}
+	s := New(fl, "127.0.0.1", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Follow(ctx, st) }()
+	waitConfig(t, s, fl, "127.0.0.1:8080 -> web-1:80:1 web-2:20:1;")
+
+	// The leader records a new instance and ends the rollout: proportional weights again.
+	put(t, st, store.Instances, inst("web-c", "web-2", v1alpha1.PhaseReady, "10.0.0.3"))
+	f.Status.Rollout.Phase = v1alpha1.RolloutSucceeded
+	put(t, st, store.Fleets, f)
+	waitConfig(t, s, fl, "127.0.0.1:8080 -> web-1:1:1 web-2:2:2;")
+
+	// An instance on its way out is no target.
+	a.Status.Phase = v1alpha1.PhaseTerminating
+	put(t, st, store.Instances, a)
+	waitConfig(t, s, fl, "127.0.0.1:8080 -> web-2:2:2;")
+
+	// The store stops answering: the load balancer keeps what it had.
+	_, applies := lastConfig(s, fl)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // nothing to wait for: Follow must do nothing
+	if c, n := lastConfig(s, fl); n != applies || describe(c) != "127.0.0.1:8080 -> web-2:2:2;" {
+		t.Fatalf("after the store closed: %d applies (was %d), config %q", n, applies, describe(c))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// A fleet deleted while nobody followed is removed when following starts again.
+	st2 := memory.New()
+	defer st2.Close()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	go func() { _ = s.Follow(ctx2, st2) }()
+	waitConfig(t, s, fl, "")
+}
