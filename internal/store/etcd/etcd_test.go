@@ -75,6 +75,14 @@ func TestTxnRefusedBeforeSending(t *testing.T) {
 			}
 		})
 	}
+	// A fenced Txn carries one more compare and read, so it may write one key less.
+	if _, err := s.Fenced("/herd/leader", 1).Txn(context.Background(), fiveKeys[:4]...); err == nil ||
+		!strings.Contains(err.Error(), "writes 4 keys, over etcd's limit of 3 per transaction (the server's --max-txn-ops, less one for the leader's fence)") {
+		t.Errorf("fenced Txn of 4 keys at a limit of 4: %v", err)
+	}
+	if got := store.MaxTxnOps(s.Fenced("/herd/leader", 1)); got != 3 {
+		t.Errorf("MaxTxnOps of the fenced store = %d, want 3", got)
+	}
 	// Writes to one key count once: etcd gets one put per key.
 	if plans, _, err := s.plan(sameKeyTwice); err != nil || len(plans) != 1 {
 		t.Errorf("plan of 5 puts to one key = %d keys, %v; want 1 key", len(plans), err)

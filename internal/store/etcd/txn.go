@@ -48,6 +48,14 @@ func (s *Store) txn(ctx context.Context, f *fence, ops []store.Op) ([]store.Reco
 	if err != nil {
 		return nil, err
 	}
+	if limit := s.maxTxnOps(f); len(plans) > limit {
+		why := "the server's --max-txn-ops"
+		if f != nil {
+			why += ", less one for the leader's fence"
+		}
+		return nil, fmt.Errorf("txn of %d ops writes %d keys, over etcd's limit of %d per transaction (%s): write fewer at a time",
+			len(ops), len(plans), limit, why)
+	}
 	var cmps []clientv3.Cmp
 	writes := make([]clientv3.Op, 0, len(plans))
 	reads := make([]clientv3.Op, 0, len(plans))
@@ -155,10 +163,6 @@ func (s *Store) plan(ops []store.Op) (plans []*keyPlan, doomed bool, err error) 
 	}
 	for _, p := range plans {
 		size += len(p.value)
-	}
-	if len(plans) > s.cfg.MaxTxnOps {
-		return nil, false, fmt.Errorf("txn of %d ops writes %d keys, over etcd's limit of %d per transaction (the server's --max-txn-ops): write fewer at a time",
-			len(ops), len(plans), s.cfg.MaxTxnOps)
 	}
 	if size > s.cfg.MaxRequestBytes {
 		return nil, false, fmt.Errorf("txn of %d ops is about %d bytes, over etcd's request limit of %d bytes (the server's --max-request-bytes): write fewer at a time",
