@@ -4,7 +4,8 @@
 # store), iptables, conntrack and iproute2 (network namespaces, bridges,
 # kube-proxy), openssl (instance certificates and keys), prometheus (its
 # promtool checks the shipped alert rules; the integration tests run a real
-# Prometheus scraping herd up).
+# Prometheus scraping herd up), chromium (the dashboard's tests drive a real
+# headless browser).
 #
 # Idempotent: when everything is installed it checks and exits quietly, without
 # touching apt's lists. Otherwise it runs `apt-get update` once and installs what
@@ -14,7 +15,7 @@
 # Needs root (or sudo) and Debian or a derivative with apt.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus)
+packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium)
 
 # Files each package must provide; checked after installing, so that a broken
 # install fails here rather than when an instance boots.
@@ -22,7 +23,7 @@ required=(
 	/usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc
 	/usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap
 	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
-	/usr/bin/prometheus /usr/bin/promtool
+	/usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium
 )
 
 # System services these packages ship; herd runs its own instances of them (and

@@ -106,6 +106,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)
 	s.mux.HandleFunc("GET /v1/instances/{name}/logs", s.instanceLogs)
+	s.mux.HandleFunc("GET /v1/instances/{name}/pods", s.instancePods)
 	s.mux.HandleFunc("POST /v1/instances/{name}/kubeconfig", s.issueKubeconfig)
 	s.mux.HandleFunc("GET /v1/usage", s.getUsage)
 	if opts.Metrics != nil {

@@ -47,7 +47,8 @@ func newKubeAPI(t *testing.T) *kubeAPI {
 		switch {
 		case r.URL.Path == "/api/v1/pods":
 			fmt.Fprint(w, `{"kind":"PodList","apiVersion":"v1","items":[
-				{"metadata":{"name":"hello-abc","namespace":"default"},"spec":{"containers":[{"name":"hello"}]}},
+				{"metadata":{"name":"hello-abc","namespace":"default"},"spec":{"containers":[{"name":"hello"}]},
+				 "status":{"phase":"Running","podIP":"10.0.0.5","containerStatuses":[{"name":"hello","ready":true,"restartCount":2}]}},
 				{"metadata":{"name":"coredns-1","namespace":"kube-system"},"spec":{"containers":[{"name":"coredns"}]}}]}`)
 		case r.URL.Path == "/api/v1/namespaces/default/pods/hello-abc/log":
 			w.Header().Set("Content-Type", "text/plain")

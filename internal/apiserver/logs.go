@@ -130,27 +130,11 @@ func (s *Server) instanceLogs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	in, ok := s.instance(w, r, r.PathValue("name"))
+	in, core, pods, ok := s.instancePodList(w, r)
 	if !ok {
 		return
 	}
-	cfg, ok := s.restConfig(w, r, in)
-	if !ok {
-		return
-	}
-	core, err := corev1client.NewForConfig(cfg)
-	if err != nil {
-		s.fail(w, r, http.StatusBadGateway, fmt.Errorf("instance %s: %w", in.Metadata.Name, err))
-		return
-	}
-	listCtx, cancelList := context.WithTimeout(r.Context(), 10*time.Second)
-	pods, err := core.Pods(metav1.NamespaceAll).List(listCtx, metav1.ListOptions{})
-	cancelList()
-	if err != nil {
-		s.fail(w, r, http.StatusBadGateway, fmt.Errorf("instance %s: list its pods: %w", in.Metadata.Name, err))
-		return
-	}
-	streams, err := selectStreams(in.Metadata.Name, pods.Items, q)
+	streams, err := selectStreams(in.Metadata.Name, pods, q)
 	if err != nil {
 		s.fail(w, r, http.StatusNotFound, err)
 		return

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -57,15 +58,21 @@ per line with fleet, region, revision, instance, namespace, pod, container, time
 	f := cmd.Flags()
 	f.StringVarP(&q.Container, "container", "c", "", "only this container of each pod (default: all)")
 	f.StringVar(&q.Pod, "pod", "", "only this pod, NAME or NAMESPACE/NAME (default: every pod outside kube-system)")
-	f.BoolVarP(&q.Follow, "follow", "f", false, "keep printing new lines until Ctrl-C or the instance is deleted")
+	f.BoolVarP(&q.Follow, "follow", "f", false, "keep printing new lines until Ctrl-C or the instance is deleted; with fleet/NAME, also of the instances that start later")
 	f.DurationVar(&q.Since, "since", 0, "only lines newer than this, e.g. 5m (default: all)")
 	f.Int64Var(&q.Tail, "tail", -1, "only the last N lines of each container (-1: all)")
 	f.StringVarP(&output, "output", "o", "", "json: one JSON object per line, for log shippers")
 	return cmd
 }
 
+// followInterval is how often `herd logs fleet/NAME -f` looks for instances of the fleet that
+// became Ready since it started: one list of the fleet's instances, cheap next to the streams.
+var followInterval = 5 * time.Second
+
 // fleetLogs prints the logs of every instance of fleet at once. An instance whose logs cannot be
-// read is reported and the others go on; it fails only when none could be read.
+// read is reported and the others go on; it fails only when none could be read. With Follow it
+// also follows the instances that become Ready later (scale-out, healing, a rollout), until
+// ctx ends or the fleet is deleted.
 func fleetLogs(ctx context.Context, c *client.Client, fleet string, q apiserver.LogQuery, p *logPrinter) error {
 	if _, err := c.GetFleet(ctx, fleet); err != nil {
 		if client.IsNotFound(err) {
@@ -77,31 +84,76 @@ func fleetLogs(ctx context.Context, c *client.Client, fleet string, q apiserver.
 	if err != nil {
 		return err
 	}
-	var names []string
-	for _, in := range insts {
-		if in.Status.Phase != v1alpha1.PhasePending {
-			names = append(names, in.Metadata.Name)
-		}
-	}
-	if len(names) == 0 {
-		return fmt.Errorf("fleet %s has no instances running yet: see herd get instances --fleet %s", fleet, fleet)
-	}
 	var wg sync.WaitGroup
-	errs := make([]error, len(names))
-	for i, name := range names {
+	var mu sync.Mutex
+	var errs []error
+	read := 0
+	started := map[string]bool{}
+	start := func(name string) {
+		started[name] = true
 		wg.Go(func() {
-			if errs[i] = c.Logs(ctx, name, q, p.print); errs[i] != nil {
-				p.warn("instance %s: %v", name, errs[i])
+			err := c.Logs(ctx, name, q, p.print)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				p.warn("instance %s: %v", name, err)
+				return
 			}
+			read++
 		})
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err == nil {
-			return nil
+	for _, in := range insts {
+		if in.Status.Phase != v1alpha1.PhasePending {
+			start(in.Metadata.Name)
 		}
 	}
+	if len(started) == 0 && !q.Follow {
+		return fmt.Errorf("fleet %s has no instances running yet: see herd get instances --fleet %s", fleet, fleet)
+	}
+	if q.Follow {
+		followNewInstances(ctx, c, fleet, p, started, start)
+	}
+	wg.Wait()
+	if read > 0 || (q.Follow && ctx.Err() != nil) {
+		return nil
+	}
+	if len(errs) == 0 {
+		return fmt.Errorf("fleet %s was deleted", fleet)
+	}
 	return fmt.Errorf("no instance of fleet %s gave its logs: %w", fleet, errors.Join(errs...))
+}
+
+// followNewInstances lists the fleet's instances every followInterval and starts following each
+// Ready one not started yet (its Kubernetes API answers once it is Ready), until ctx ends or the
+// fleet is gone.
+func followNewInstances(ctx context.Context, c *client.Client, fleet string, p *logPrinter, started map[string]bool, start func(string)) {
+	tick := time.NewTicker(followInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		insts, err := c.ListInstances(ctx, fleet)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.warn("list the instances of fleet %s: %v", fleet, err)
+			}
+			continue
+		}
+		if len(insts) == 0 {
+			if _, err := c.GetFleet(ctx, fleet); client.IsNotFound(err) {
+				return
+			}
+		}
+		for _, in := range insts {
+			if in.Status.Phase == v1alpha1.PhaseReady && !started[in.Metadata.Name] {
+				start(in.Metadata.Name)
+			}
+		}
+	}
 }
 
 // logPrinter prints log lines from any number of goroutines, one whole line at a time.

@@ -33,6 +33,7 @@ import (
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/store/etcd"
 	"herd.dev/herd/internal/usage"
+	"herd.dev/herd/internal/web"
 )
 
 // Options configure a control plane.
@@ -177,7 +178,8 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	// What herd top shows: the agents' figures and the load balancer's rates over a short window.
-	usageSampler, err := usage.New(usage.Options{LB: balancer, Nodes: agents})
+	// Sampled every second, so that the dashboard's charts move each second.
+	usageSampler, err := usage.New(usage.Options{LB: balancer, Nodes: agents, Every: time.Second})
 	if err != nil {
 		return err
 	}
@@ -209,12 +211,15 @@ func Run(ctx context.Context, opts Options) error {
 			return s
 		},
 	})
+	// The dashboard serves /ui and hands everything else to the API.
+	dashboard := web.New(web.Options{Store: st, Token: token, API: api, LBHealth: targets.Health, Usage: usageSampler, Logger: log})
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           dashboard,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(dashboard.Close) // ends the dashboard's streams, which would hold Shutdown
 	if es, ok := st.(*etcd.Store); ok {
 		if err := ctrl.campaign(es, opts, url); err != nil {
 			ln.Close()
@@ -258,7 +263,7 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		})
 	}
-	log.Info("control plane up", "api", url, "kube_proxy", kubeProxy.URL, "data_dir", opts.DataDir, "client_config", opts.ConfigPath, "provider", prov.Name())
+	log.Info("control plane up", "api", url, "dashboard", url+"/ui/", "kube_proxy", kubeProxy.URL, "data_dir", opts.DataDir, "client_config", opts.ConfigPath, "provider", prov.Name())
 	if opts.Ready != nil {
 		opts.Ready(url)
 	}

@@ -199,3 +199,62 @@ func addKnown(sum, v *float64) *float64 {
 	x := *sum + *v
 	return &x
 }
+
+// GroupUsage is the load balancer's figures for a fleet's instances of one revision in one region,
+// what the dashboard charts while a rollout moves traffic between revisions.
+type GroupUsage struct {
+	Revision string `json:"revision"`
+	Region   string `json:"region"`
+	apiserver.Usage
+}
+
+// Groups sums the load balancer's counters of instances per revision and region and gives their
+// rates over the newest span of at least window between two samples (or the longest span there is),
+// sorted by revision and region. Nil while there are fewer than two samples. An instance whose
+// counters started over within the span counts from zero, so one re-added target does not make its
+// group's rates negative.
+func (s *Sampler) Groups(instances []*v1alpha1.Instance, window time.Duration) []GroupUsage {
+	s.mu.Lock()
+	n := len(s.samples)
+	if n < 2 {
+		s.mu.Unlock()
+		return nil
+	}
+	last := s.samples[n-1]
+	i := n - 2
+	for i > 0 && last.at.Sub(s.samples[i].at) < window {
+		i--
+	}
+	first := s.samples[i] // samples are never modified once taken: safe to read unlocked
+	s.mu.Unlock()
+	elapsed := last.at.Sub(first.at).Seconds()
+	if elapsed <= 0 {
+		return nil
+	}
+
+	type key struct{ revision, region string }
+	cur, prev := map[key]lb.Stats{}, map[key]lb.Stats{}
+	for _, in := range instances {
+		k := key{in.Spec.Revision, in.Spec.Region}
+		c, ok := last.instances[in.Metadata.Name]
+		if !ok {
+			continue
+		}
+		p := first.instances[in.Metadata.Name]
+		if p.Total() > c.Total() {
+			p = lb.Stats{}
+		}
+		cur[k], prev[k] = cur[k].Add(c), prev[k].Add(p)
+	}
+	out := make([]GroupUsage, 0, len(cur))
+	for k, c := range cur {
+		out = append(out, GroupUsage{Revision: k.revision, Region: k.region, Usage: rates(c, prev[k], elapsed)})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Revision != out[j].Revision {
+			return out[i].Revision < out[j].Revision
+		}
+		return out[i].Region < out[j].Region
+	})
+	return out
+}

@@ -135,3 +135,55 @@ func TestNew(t *testing.T) {
 		t.Errorf("defaults: %+v, %v", s, err)
 	}
 }
+
+// TestGroups sums instances per revision and region over the newest span of at least the window,
+// and counts an instance whose counters started over from zero.
+func TestGroups(t *testing.T) {
+	counters := &fakeLB{targets: map[[2]string][2]uint64{}}
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := New(Options{LB: counters, Every: time.Second, Window: 10 * time.Second, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := instance("web-a", v1alpha1.PhaseReady), instance("web-b", v1alpha1.PhaseReady), instance("web-c", v1alpha1.PhaseReady)
+	c.Spec.Revision = "web-2"
+	insts := []*v1alpha1.Instance{a, b, c}
+	if g := s.Groups(insts, 2*time.Second); g != nil {
+		t.Fatalf("groups before any sample: %+v", g)
+	}
+	step := func(a2xx, a5xx, b2xx, c2xx uint64) {
+		now = now.Add(time.Second)
+		counters.set("web/http", "web-a", a2xx, a5xx)
+		counters.set("web/http", "web-b", b2xx, 0)
+		counters.set("web/http", "web-c", c2xx, 0)
+		s.Sample()
+	}
+	step(0, 0, 0, 100)
+	step(10, 0, 10, 200)
+	step(20, 2, 20, 300)
+	step(30, 2, 30, 40) // web-c's target was re-added: its counters started over at 0
+
+	g := s.Groups(insts, 2*time.Second)
+	if len(g) != 2 || g[0].Revision != "web-1" || g[1].Revision != "web-2" || g[0].Region != "local" {
+		t.Fatalf("groups = %+v, want web-1 and web-2 in local", g)
+	}
+	// web-1 over the last 2 s: a 20 + 2, b 20 -> 42 requests, 2 of them 5xx.
+	if !near(g[0].RequestsPerSecond, 21) || !near(g[0].Errors5xxPerSecond, 1) || g[0].LatencyP95Seconds == nil {
+		t.Errorf("web-1 = rps %v, 5xx/s %v, p95 %v; want 21, 1 and a p95", deref(g[0].RequestsPerSecond), deref(g[0].Errors5xxPerSecond), g[0].LatencyP95Seconds)
+	}
+	// web-2: counts from zero after the restart, 40 requests over 2 s.
+	if !near(g[1].RequestsPerSecond, 20) {
+		t.Errorf("web-2 rps = %v, want 20", deref(g[1].RequestsPerSecond))
+	}
+	// A window longer than the samples kept uses the longest span there is (3 s).
+	if g := s.Groups(insts[:1], time.Minute); len(g) != 1 || !near(g[0].RequestsPerSecond, 32.0/3) {
+		t.Errorf("groups over a long window = %+v, want web-a's 32 requests over 3 s", g)
+	}
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

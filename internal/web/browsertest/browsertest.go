@@ -1,0 +1,132 @@
+// Package browsertest drives Debian's chromium, headless, from Go tests of the dashboard: a fresh
+// profile per test, no network of its own (no updates, sync or background fetches, which would
+// try to reach the internet and fail), and helpers to log in, wait on the page and keep
+// screenshots in the test's artifact directory.
+package browsertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// Chromium is Debian's browser, installed by hack/install-deps.sh.
+const Chromium = "/usr/bin/chromium"
+
+// New starts a headless chromium for the test and returns a tab's context; both end with the test.
+func New(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(Chromium); err != nil {
+		t.Fatalf("%s: %v (hack/install-deps.sh installs Debian's chromium)", Chromium, err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(Chromium),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// Start the browser now, so that its start-up is not counted in the first step's time.
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// Run runs actions with a deadline, failing the test with what was being done.
+func Run(t *testing.T, ctx context.Context, timeout time.Duration, what string, actions ...chromedp.Action) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// WaitTrue polls a JavaScript expression until it is true, failing the test with the last value
+// of describe (an expression saying what the page shows) at the deadline.
+func WaitTrue(t *testing.T, ctx context.Context, timeout time.Duration, expr, describe string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var ok bool
+		err := chromedp.Run(ctx, chromedp.Evaluate(expr, &ok))
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			var state string
+			_ = chromedp.Run(ctx, chromedp.Evaluate(describe, &state))
+			t.Fatalf("not true after %s: %s (err %v); the page shows: %s", timeout, expr, err, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Screenshot saves the whole page as PNG under the test's artifact directory and logs its path.
+func Screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var png []byte
+	Run(t, ctx, 30*time.Second, "screenshot "+name, chromedp.FullScreenshot(&png, 90))
+	path := filepath.Join(t.ArtifactDir(), name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s: %s (%d KiB)", name, path, len(png)/1024)
+}
+
+// Login opens base's dashboard, which sends the browser to the login form, and submits token.
+func Login(t *testing.T, ctx context.Context, base, token string) {
+	t.Helper()
+	Run(t, ctx, 30*time.Second, "log in",
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.WaitVisible("#token", chromedp.ByID),
+		chromedp.SendKeys("#token", token, chromedp.ByID),
+		chromedp.Submit("#token", chromedp.ByID),
+	)
+	// The form answers with a redirect: to the dashboard, or back to the form saying it failed.
+	WaitTrue(t, ctx, 30*time.Second, `document.readyState === 'complete' && (location.pathname !== '/ui/login' || location.search.includes('failed'))`,
+		`location.href + ': ' + document.body.innerText`)
+}
+
+// Location returns the page's URL.
+func Location(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	var loc string
+	Run(t, ctx, 10*time.Second, "read the location", chromedp.Location(&loc))
+	return loc
+}
+
+// Fetch runs fetch(path) in the page (with its cookies) and returns the status and body.
+func Fetch(t *testing.T, ctx context.Context, path string) (int, string) {
+	t.Helper()
+	var res struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	}
+	expr := fmt.Sprintf(`(async () => { const ac = new AbortController(); setTimeout(() => ac.abort(), 1500);
+		const r = await fetch(%q, {signal: ac.signal});
+		let body = ''; try { body = await r.text(); } catch (e) { body = 'aborted'; }
+		return {status: r.status, body}; })()`, path)
+	Run(t, ctx, 10*time.Second, "fetch "+path, chromedp.Evaluate(expr, &res, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
+		return p.WithAwaitPromise(true)
+	}))
+	return res.Status, res.Body
+}
