@@ -90,10 +90,24 @@ func (p *Provider) setChaos(ctx context.Context, rn *regionNet, c *Chaos) error 
 		return nil
 	}
 	rn.Chaos = c
-	dir := p.regionNetDir(rn.Region)
-	if err := writeRegionNet(dir, rn); err != nil {
+	if err := writeRegionNet(p.regionNetDir(rn.Region), rn); err != nil {
 		return err
 	}
+	if err := p.syncRelay(rn); err != nil {
+		return err
+	}
+	action := "restore"
+	if c != nil {
+		action = c.Action
+	}
+	p.log.Info("region link changed", "region", rn.Region, "action", action, "shape", rn.effectiveShape().String())
+	return nil
+}
+
+// syncRelay gives the region's relay its link's config now, starting it if it is not running,
+// and records it. The caller holds the provider lock.
+func (p *Provider) syncRelay(rn *regionNet) error {
+	dir := p.regionNetDir(rn.Region)
 	inet, err := p.readInternet()
 	if err != nil {
 		return err
@@ -107,14 +121,7 @@ func (p *Provider) setChaos(ctx context.Context, rn *regionNet, c *Chaos) error 
 	}
 	if pid != rn.RelayPID || start != rn.RelayStart {
 		rn.RelayPID, rn.RelayStart = pid, start
-		if err := writeRegionNet(dir, rn); err != nil {
-			return err
-		}
+		return writeRegionNet(dir, rn)
 	}
-	action := "restore"
-	if c != nil {
-		action = c.Action
-	}
-	p.log.Info("region link changed", "region", rn.Region, "action", action, "shape", rn.effectiveShape().String())
 	return nil
 }

@@ -191,13 +191,18 @@ func (p *Provider) RemoveNetworks(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		regions, err := readRegions(p.regionsDir())
+		if err != nil {
+			return err
+		}
 		for _, rn := range nets {
-			if inUse[rn.Region] {
-				continue
+			if _, ok := regions[rn.Region]; !ok {
+				regions[rn.Region] = &regionRecord{Region: rn.Region}
 			}
-			errs = append(errs, p.removeRegionNet(ctx, rn.Region))
-			if rn.Bridge != "" {
-				errs = append(errs, deleteLink(context.WithoutCancel(ctx), rn.Bridge))
+		}
+		for region := range regions {
+			if !inUse[region] {
+				errs = append(errs, p.removeRegion(ctx, region))
 			}
 		}
 		// A crash between the last removals and the internet's left its namespace alone.

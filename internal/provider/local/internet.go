@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -253,6 +255,10 @@ func (p *Provider) ensureRelay(dir string, cfg linkConfig, pid int, start uint64
 			return 0, 0, fmt.Errorf("tell the link relay %d of the new shape: %w", pid, err)
 		}
 	} else {
+		// A relay started by a process that crashed before recording it holds the devices.
+		if err := killStrays(context.Background(), path); err != nil {
+			return 0, 0, err
+		}
 		var err error
 		pid, start, err = p.startDetached(filepath.Join(dir, linkLogFile), "", 0, p.opts.HerdBinary, linkRelayCommand, "--link-config", path)
 		if err != nil {
@@ -308,6 +314,34 @@ func (p *Provider) startDetached(logPath, netns string, cloneflags uintptr, args
 		return 0, 0, fmt.Errorf("%s: pid %d vanished at once", strings.Join(cmd.Args, " "), pid)
 	}
 	return pid, st.StartTime, nil
+}
+
+// killStrays kills every process whose command line has the argument arg (a config or token
+// path only one process may use) and waits until they are gone.
+func killStrays(ctx context.Context, arg string) error {
+	entries, err := os.ReadDir(procDir)
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
+		if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			continue
+		}
+		st, ok := readProcStat(pid)
+		if !ok {
+			continue
+		}
+		if err := stopProcess(ctx, pid, st.StartTime, 0); err != nil {
+			return fmt.Errorf("stop process %d left by a crash: %w", pid, err)
+		}
+	}
+	return nil
 }
 
 // stopProcess stops a detached process: SIGTERM, then SIGKILL after timeout.

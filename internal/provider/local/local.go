@@ -10,6 +10,8 @@
 //	lock                     flock taken to allocate subnets and addresses and to add or remove bridges
 //	host-settings.json       the host's kernel settings from before the first instance (hostsettings.go)
 //	regions/<region>.json    the region's /24 subnet (from 10.213.0.0/16), bridge and last address given
+//	net/                     the regions' networks, the internet namespace and client networks
+//	                         (docs/regions.md): records, link relays' configs, load balancers' tokens
 //	instances/<name>/        one instance (mode 0700):
 //	  lock                   flock held by Create and Delete of this instance
 //	  instance.json          the provider's record (spec, bundle, address, netns, veth, cgroup root,
@@ -41,6 +43,12 @@
 // instance records and locks, network.go sets up namespaces, bridges and veths, teardown.go
 // removes what an instance left on the host, hostsettings.go records and restores the kernel
 // settings the kubelet changes, and deps.go checks the host.
+//
+// Each region is also a network of its own (docs/regions.md): region.go makes and removes a
+// region's router namespace and its link to the internet namespace (internet.go), whose latency,
+// jitter and loss (shape.go) the link relay applies to every packet (linkrelay.go); regionlb.go
+// runs the regional load balancer in the router namespace, chaos.go cuts or degrades a region's
+// link, and client.go attaches client networks to the internet.
 package local
 
 import (

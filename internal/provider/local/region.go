@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -381,6 +382,15 @@ func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
 	return nil
 }
 
+// removeRegion removes a region's network and its bridge, which no instance uses. The caller
+// holds the provider lock.
+func (p *Provider) removeRegion(ctx context.Context, region string) error {
+	if err := p.removeRegionNet(ctx, region); err != nil {
+		return err
+	}
+	return deleteLink(context.WithoutCancel(ctx), bridgeName(p.opts.DataDir, region))
+}
+
 // killNetnsProcesses kills every process in network namespace ns.
 func killNetnsProcesses(ctx context.Context, ns string) error {
 	ino := netnsInode(ns)
@@ -399,16 +409,29 @@ func (p *Provider) reconcileNetworks(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		records, err := p.records()
+		if err != nil {
+			return err
+		}
 		var errs []error
 		for _, rn := range nets {
 			if rn.Phase != netReady {
 				p.log.Warn("removing a region network a crash left half made or half removed", "region", rn.Region, "phase", rn.Phase)
-				errs = append(errs, p.removeRegionNet(ctx, rn.Region))
+				if slices.ContainsFunc(records, func(r *record) bool { return r.Spec.Region == rn.Region }) {
+					errs = append(errs, p.removeRegionNet(ctx, rn.Region)) // its instances keep the bridge
+				} else {
+					errs = append(errs, p.removeRegion(ctx, rn.Region))
+				}
 				continue
 			}
-			if rn.Chaos != nil {
+			switch {
+			case rn.Chaos != nil:
 				p.log.Warn("undoing a chaos action left from before this start", "region", rn.Region, "action", rn.Chaos.Action, "since", rn.Chaos.Since)
 				errs = append(errs, p.setChaos(ctx, rn, nil))
+			case !alive(rn.RelayPID, rn.RelayStart) && netnsExists(rn.RouterNetns):
+				// Without its relay the region is cut off: start it again.
+				p.log.Warn("restarting the link relay of a region", "region", rn.Region)
+				errs = append(errs, p.syncRelay(rn))
 			}
 		}
 		return errors.Join(errs...)

@@ -76,6 +76,10 @@ func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB,
 			out.PID = rn.LBPID
 			return nil
 		}
+		// A load balancer started by a process that crashed before recording it holds the port.
+		if err := killStrays(ctx, tokenPath); err != nil {
+			return err
+		}
 		pid, start, err := p.startDetached(filepath.Join(dir, lbLogFile), rn.RouterNetns, 0,
 			p.opts.HerdBinary, "lb", "--admin-addr", admin, "--token-file", tokenPath)
 		if err != nil {
