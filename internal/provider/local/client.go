@@ -25,8 +25,11 @@ type ClientNetwork struct {
 	Netns string `json:"netns"`
 	// Address is the client's address on the internet.
 	Address string `json:"address"`
-	// Shape is its link's shape.
+	// Shape is its link's shape: its distance to the internet, added to every region's.
 	Shape Shape `json:"shape"`
+	// RegionLatency adds round-trip time between this client network and some regions, by
+	// region name: clients in different places are not equally far from every region.
+	RegionLatency map[string]time.Duration `json:"regionLatency,omitempty"`
 	// The link relay's pid and start time.
 	RelayPID   int    `json:"relayPid,omitempty"`
 	RelayStart uint64 `json:"relayStart,omitempty"`
@@ -41,8 +44,9 @@ func (p *Provider) clientDir(name string) string { return filepath.Join(p.netDir
 func (p *Provider) ClientNetns(name string) string { return clientNetns(p.opts.DataDir, name) }
 
 // AddClient makes (or repairs, or reshapes) a client network on the internet: a namespace with
-// one link to the internet namespace, shaped as shape says, and a default route through it.
-func (p *Provider) AddClient(ctx context.Context, name string, shape Shape) (ClientNetwork, error) {
+// one link to the internet namespace, shaped as shape says, with regionLatency (region name ->
+// round trip) more to some regions, and a default route through it.
+func (p *Provider) AddClient(ctx context.Context, name string, shape Shape, regionLatency map[string]time.Duration) (ClientNetwork, error) {
 	if !labelRE.MatchString(name) || len(name) > 63 {
 		return ClientNetwork{}, fmt.Errorf("client network %q: the name must be a DNS label", name)
 	}
@@ -64,37 +68,83 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape Shape) (Cli
 		if c == nil {
 			c = &ClientNetwork{Name: name}
 		}
-		c.Netns, c.Address, c.Shape = clientNetns(p.opts.DataDir, name), addr.String(), shape
+		c.Netns, c.Address, c.Shape, c.RegionLatency = clientNetns(p.opts.DataDir, name), addr.String(), shape, regionLatency
 		if err := writeClient(dir, c); err != nil {
 			return err
 		}
 		if err := ensureNetns(ctx, c.Netns, false); err != nil {
 			return err
 		}
-		sn, _ := netip.ParsePrefix(inet.Subnet)
-		l := link{
-			cfg: linkConfig{
-				Name:  "client " + name,
-				A:     linkEnd{Netns: c.Netns, Device: "eth0"},
-				B:     linkEnd{Netns: inet.Netns, Device: hubDevice(p.opts.DataDir, "client/"+name)},
-				Shape: shape,
-			},
-			addrA: addr, hub: hostAddr(sn, hubHost), defaultRoute: true,
-		}
-		if err := ensureLinkDevices(ctx, l); err != nil {
+		if err := ensureLinkDevices(ctx, p.clientLink(c, inet)); err != nil {
 			return err
 		}
-		c.RelayPID, c.RelayStart, err = p.ensureRelay(dir, l.cfg, c.RelayPID, c.RelayStart)
-		if err != nil {
-			return fmt.Errorf("link relay: %w", err)
+		if err := p.syncClientRelay(c, inet); err != nil {
+			return err
 		}
 		out = *c
-		return writeClient(dir, c)
+		return nil
 	})
 	if err != nil {
 		return ClientNetwork{}, fmt.Errorf("client network %s: %w", name, err)
 	}
 	return out, nil
+}
+
+// clientLink is the client network's link: its eth0 to the internet's hub device, with the extra
+// latency to each region that has an address on the internet.
+func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
+	sn, _ := netip.ParsePrefix(inet.Subnet)
+	addr, _ := netip.ParseAddr(c.Address)
+	cfg := linkConfig{
+		Name:  "client " + c.Name,
+		A:     linkEnd{Netns: c.Netns, Device: "eth0"},
+		B:     linkEnd{Netns: inet.Netns, Device: hubDevice(p.opts.DataDir, "client/"+c.Name)},
+		Shape: c.Shape,
+	}
+	for region, d := range c.RegionLatency {
+		if h, ok := inet.Hosts["region/"+region]; ok {
+			if cfg.PeerLatency == nil {
+				cfg.PeerLatency = map[netip.Addr]time.Duration{}
+			}
+			cfg.PeerLatency[hostAddr(sn, h)] = d
+		}
+	}
+	return link{cfg: cfg, addrA: addr, hub: hostAddr(sn, hubHost), defaultRoute: true}
+}
+
+// syncClientRelay gives the client network's relay its link's config now and records it. The
+// caller holds the provider lock.
+func (p *Provider) syncClientRelay(c *ClientNetwork, inet *internetRecord) error {
+	dir := p.clientDir(c.Name)
+	pid, start, err := p.ensureRelay(dir, p.clientLink(c, inet).cfg, c.RelayPID, c.RelayStart)
+	if err != nil {
+		return fmt.Errorf("client network %s: link relay: %w", c.Name, err)
+	}
+	c.RelayPID, c.RelayStart = pid, start
+	return writeClient(dir, c)
+}
+
+// syncClients gives every client network's relay the internet's addresses of the regions it has
+// a latency to, after a region got or gave back its address. The caller holds the provider lock.
+func (p *Provider) syncClients() error {
+	inet, err := p.readInternet()
+	if err != nil || inet == nil {
+		return err
+	}
+	names, err := p.clientNames()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		c, err := readClient(p.clientDir(n))
+		if err != nil || c == nil || len(c.RegionLatency) == 0 {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, p.syncClientRelay(c, inet))
+	}
+	return errors.Join(errs...)
 }
 
 // RemoveClient removes a client network: its processes, namespace, link and record (and the

@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -43,6 +44,9 @@ type linkConfig struct {
 	B    linkEnd `json:"b"`
 	// Shape is applied to packets in both directions.
 	Shape Shape `json:"shape"`
+	// PeerLatency adds round-trip time to the packets between end A and some addresses beyond
+	// end B (IPv4 address -> extra round trip): a client network's own distance to each region.
+	PeerLatency map[netip.Addr]time.Duration `json:"peerLatency,omitempty"`
 	// Generation changes with every write; the relay writes the generation it applies to
 	// <config>.applied, so that whoever changed the shape can wait until it holds.
 	Generation int64 `json:"generation"`
@@ -100,8 +104,8 @@ func RunLinkRelay(ctx context.Context, configPath string, log *slog.Logger) erro
 			log.Error("acknowledge the config", "err", err)
 		}
 	}
-	var shape atomic.Pointer[Shape]
-	shape.Store(&cfg.Shape)
+	var shape atomic.Pointer[linkConfig]
+	shape.Store(&cfg)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -117,7 +121,7 @@ func RunLinkRelay(ctx context.Context, configPath string, log *slog.Logger) erro
 				log.Error("link config not reloaded; the shape stays", "err", err)
 				continue
 			}
-			shape.Store(&c.Shape)
+			shape.Store(&c)
 			log.Info("shape changed", "shape", c.Shape.String())
 			ack(c.Generation)
 		}
@@ -127,8 +131,8 @@ func RunLinkRelay(ctx context.Context, configPath string, log *slog.Logger) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
-	go func() { errc <- relay(ctx, a, b, &shape) }()
-	go func() { errc <- relay(ctx, b, a, &shape) }()
+	go func() { errc <- relay(ctx, a, b, &shape, ipv4Dst) }()
+	go func() { errc <- relay(ctx, b, a, &shape, ipv4Src) }()
 	ack(cfg.Generation)
 	select {
 	case <-ctx.Done():
@@ -165,14 +169,21 @@ func openTun(end linkEnd) (*os.File, error) {
 	return f, nil
 }
 
+// Offsets of the source and destination addresses in an IPv4 header.
+const (
+	ipv4Src = 12
+	ipv4Dst = 16
+)
+
 type delayed struct {
 	pkt []byte
 	due time.Time
 }
 
 // relay copies packets from one device to the other, each after its delay and in the order they
-// came, dropping those the shape loses.
-func relay(ctx context.Context, from, to *os.File, shape *atomic.Pointer[Shape]) error {
+// came, dropping those the shape loses. peerAt is the offset in the IPv4 header of the address
+// beyond end B (the destination from A to B, the source from B to A).
+func relay(ctx context.Context, from, to *os.File, cfg *atomic.Pointer[linkConfig], peerAt int) error {
 	q := make(chan delayed, relayQueue)
 	werr := make(chan error, 1)
 	go func() {
@@ -213,11 +224,15 @@ func relay(ctx context.Context, from, to *os.File, shape *atomic.Pointer[Shape])
 			return err
 		default:
 		}
-		s := shape.Load()
-		if s.drops(rnd) {
+		c := cfg.Load()
+		if c.Shape.drops(rnd) {
 			continue
 		}
-		due := time.Now().Add(s.oneWayDelay(rnd))
+		delay := c.Shape.oneWayDelay(rnd)
+		if len(c.PeerLatency) > 0 && n >= 20 && buf[0]>>4 == 4 {
+			delay += c.PeerLatency[netip.AddrFrom4([4]byte(buf[peerAt:peerAt+4]))] / 2
+		}
+		due := time.Now().Add(delay)
 		if due.Before(last) {
 			due = last // jitter never reorders packets
 		}

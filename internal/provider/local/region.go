@@ -275,6 +275,9 @@ func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape
 	if err := writeRegionNet(dir, rn); err != nil {
 		return nil, err
 	}
+	if err := p.syncClients(); err != nil {
+		return nil, err
+	}
 	p.log.Info("region network ready", "region", rn.Region, "router", rn.RouterNetns, "lan", rn.LANAddress, "wan", rn.WANAddress, "shape", rn.effectiveShape().String())
 	return rn, nil
 }
@@ -372,6 +375,9 @@ func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
 		return fmt.Errorf("remove the network of region %s: %w", region, err)
 	}
 	if err := p.releaseInternet(ctx, "region/"+region); err != nil {
+		return err
+	}
+	if err := p.syncClients(); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {

@@ -65,7 +65,7 @@ func regionEnv(t *testing.T, regions ...string) (*local.Provider, local.Options)
 			o.Netns = append(o.Netns, router, internet)
 			o.Links = append(o.Links, veth, p.BridgeName(r))
 		}
-		o.Netns = append(o.Netns, p.ClientNetns("home"))
+		o.Netns = append(o.Netns, p.ClientNetns("home"), p.ClientNetns("remote"))
 		localtest.AssertClean(t, before, o)
 		if t.Failed() {
 			logs, _ := filepath.Glob(filepath.Join(dataDir, "providers", "local", "net", "*", "*", "*.log"))
@@ -176,7 +176,7 @@ func connectRTTs(t *testing.T, ns, addr string, n int) []time.Duration {
 func TestIntegrationRegionLatency(t *testing.T) {
 	p, _ := regionEnv(t, "near", "far")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{})
+	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +201,30 @@ func TestIntegrationRegionLatency(t *testing.T) {
 	}
 	if median["far"] <= median["near"] {
 		t.Errorf("the far region (%s) answers no slower than the near one (%s)", median["far"], median["near"])
+	}
+	// A client network 30 ms from the internet is 30 ms further from every region, and 100 ms
+	// more from the near region than from the far one.
+	remote, err := p.AddClient(ctx, "remote", local.Shape{Latency: 30 * time.Millisecond}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near, err := p.Region("near")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtts := connectRTTs(t, remote.Netns, net.JoinHostPort(near.WANAddress.String(), "7000"), 21)
+	t.Logf("remote client (30ms, 100ms more to near) -> near region (10ms): TCP connect min %s, median %s, max %s (21 samples)", rtts[0], rtts[len(rtts)/2], rtts[len(rtts)-1])
+	if rtts[len(rtts)/2] < 140*time.Millisecond {
+		t.Errorf("the remote client reaches the near region in %s, below the 140ms of both links and its own latency to it", rtts[len(rtts)/2])
+	}
+	far, err := p.Region("far")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtts = connectRTTs(t, remote.Netns, net.JoinHostPort(far.WANAddress.String(), "7000"), 21)
+	t.Logf("remote client (30ms) -> far region (60ms): TCP connect min %s, median %s, max %s (21 samples)", rtts[0], rtts[len(rtts)/2], rtts[len(rtts)-1])
+	if rtts[len(rtts)/2] < 90*time.Millisecond {
+		t.Errorf("the remote client reaches the far region in %s, below the 90ms of both links", rtts[len(rtts)/2])
 	}
 	// The host (the control plane) reaches the router over the bridge, not through the link.
 	rn, err := p.Region("far")
@@ -297,7 +321,7 @@ func getFrom(t *testing.T, ns, url string, timeout time.Duration) string {
 func TestIntegrationRegionLB(t *testing.T) {
 	p, opts := regionEnv(t, "web")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{})
+	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +381,7 @@ func TestIntegrationRegionLB(t *testing.T) {
 func TestIntegrationRegionPartition(t *testing.T) {
 	p, opts := regionEnv(t, "cut")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{})
+	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
