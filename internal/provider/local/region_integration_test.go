@@ -126,6 +126,41 @@ func acceptAndClose(t *testing.T, ns, addr string) net.Listener {
 	return ln
 }
 
+// acceptAndDiscard listens on addr in namespace ns and reads every connection to its end.
+func acceptAndDiscard(t *testing.T, ns, addr string) net.Listener {
+	ln := listenIn(t, ns, addr)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	return ln
+}
+
+// sendBulk sends size bytes from namespace ns to addr over TCP.
+func sendBulk(t *testing.T, ns, addr string, size int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dialIn(ctx, ns, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	if _, err := io.CopyN(c, zeros{}, int64(size)); err != nil {
+		t.Fatalf("send %d bytes to %s: %v", size, addr, err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
+
 // serveHTTP answers every request on ln with body.
 func serveHTTP(t *testing.T, ln net.Listener, body string) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
@@ -239,6 +274,43 @@ func TestIntegrationRegionLatency(t *testing.T) {
 	}
 	c.Close()
 	t.Logf("host -> far router over the bridge: TCP connect %s", time.Since(start))
+}
+
+// udpThrough sends n datagrams from namespace from to addr, received in namespace to, and
+// returns how many arrived once no more come.
+func udpThrough(t *testing.T, from, to string, addr netip.AddrPort, n int) (got, sent int) {
+	t.Helper()
+	var rc, sc net.PacketConn
+	if err := inNetns(to, func() (err error) { rc, err = net.ListenPacket("udp", addr.String()); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := inNetns(from, func() (err error) { sc, err = net.ListenPacket("udp", ":0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	done := make(chan int)
+	go func() {
+		buf := make([]byte, 64)
+		count := 0
+		for {
+			rc.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, _, err := rc.ReadFrom(buf); err != nil {
+				done <- count
+				return
+			}
+			count++
+		}
+	}()
+	for i := range n {
+		if _, err := sc.WriteTo([]byte(fmt.Sprint(i)), net.UDPAddrFromAddrPort(addr)); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		if i%10 == 9 {
+			time.Sleep(time.Millisecond) // paced, so that no queue on the way overflows
+		}
+	}
+	return <-done, n
 }
 
 // instanceLike makes a network namespace with an address on the region's bridge, as an instance
@@ -411,6 +483,11 @@ func TestIntegrationRegionPartition(t *testing.T) {
 		resp.Body.Close()
 	}
 	getFrom(t, client.Netns, wanURL, 10*time.Second)
+	bulk := acceptAndDiscard(t, rn.RouterNetns, net.JoinHostPort(rn.WANAddress.String(), "7004"))
+	const size = 64 << 20
+	start := time.Now()
+	sendBulk(t, client.Netns, bulk.Addr().String(), size)
+	t.Logf("unshaped link: %d MiB from the client to the router in %s (%.0f Mbit/s)", size>>20, time.Since(start), float64(size)*8/time.Since(start).Seconds()/1e6)
 
 	if err := p.Partition(ctx, "cut"); err != nil {
 		t.Fatal(err)
@@ -436,6 +513,16 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	t.Logf("degraded to 80ms: TCP connect median %s", rtts[len(rtts)/2])
 	if rtts[len(rtts)/2] < 80*time.Millisecond {
 		t.Errorf("degraded to 80ms, the median connect takes %s", rtts[len(rtts)/2])
+	}
+
+	// Loss: of datagrams sent one way (10,000 a second), some arrive and some do not.
+	if err := p.Degrade(ctx, "cut", 0, 0.2); err != nil {
+		t.Fatal(err)
+	}
+	got, sent := udpThrough(t, client.Netns, rn.RouterNetns, netip.AddrPortFrom(rn.WANAddress, 7002), 2000)
+	t.Logf("degraded to loss 20%%: %d of %d datagrams arrived (%.1f%% lost)", got, sent, 100*float64(sent-got)/float64(sent))
+	if got == 0 || got == sent {
+		t.Errorf("with loss 20%%, %d of %d datagrams arrived", got, sent)
 	}
 
 	// A partition outlives nothing: the next provider start undoes it.
