@@ -113,21 +113,15 @@ func listenIn(t *testing.T, ns, addr string) net.Listener {
 // acceptAndClose listens on addr in namespace ns and closes every connection it accepts: a
 // TCP connect to it takes one round trip.
 func acceptAndClose(t *testing.T, ns, addr string) net.Listener {
-	ln := listenIn(t, ns, addr)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return ln
+	return acceptEach(t, ns, addr, func(c net.Conn) { c.Close() })
 }
 
 // acceptAndDiscard listens on addr in namespace ns and reads every connection to its end.
 func acceptAndDiscard(t *testing.T, ns, addr string) net.Listener {
+	return acceptEach(t, ns, addr, func(c net.Conn) { go func() { io.Copy(io.Discard, c); c.Close() }() })
+}
+
+func acceptEach(t *testing.T, ns, addr string, handle func(net.Conn)) net.Listener {
 	ln := listenIn(t, ns, addr)
 	go func() {
 		for {
@@ -135,7 +129,7 @@ func acceptAndDiscard(t *testing.T, ns, addr string) net.Listener {
 			if err != nil {
 				return
 			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
+			handle(c)
 		}
 	}()
 	return ln
