@@ -196,7 +196,9 @@ type Region struct {
 	// Provider runs the instances: "local" (real one-node clusters on this machine) or "fake"
 	// (in memory, for tests). Default: the control plane's provider (`herd up --provider`).
 	Provider string `json:"provider,omitempty"`
-	// Options are passed to the provider as they are. Default: none.
+	// Options are passed to the provider as they are, and checked by it on apply. The local
+	// provider takes latency (the round trip its link to the internet adds, e.g. "40ms"), jitter
+	// and loss (e.g. "0.5%"); see docs/regions.md. Default: none.
 	Options map[string]string `json:"options,omitempty"`
 	// Default marks the region new instances go to; exactly one region is the default. Default: the
 	// first region.

@@ -71,6 +71,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newImageCmd(g),
 		newLBCmd(g),
 		newAgentCmd(g),
+		newLinkRelayCmd(g),
 	)
 	return root
 }

@@ -206,7 +206,6 @@ func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error 
 	if err != nil {
 		return err
 	}
-	reg := regions[rec.Spec.Region]
 	if rec.Address == "" {
 		records, err := p.records()
 		if err != nil {
@@ -218,44 +217,9 @@ func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error 
 				others++
 			}
 		}
-		own := map[string]bool{}
-		for _, r := range regions {
-			own[r.Bridge] = true
-		}
-		host, err := hostPrefixes(own)
+		reg, subnet, err := p.regionSubnet(regions, rec.Spec.Region, others)
 		if err != nil {
 			return err
-		}
-		if reg != nil && others == 0 && !linkExists(reg.Bridge) {
-			// The bridge went with the region's last instance: the subnet may have been taken
-			// on the host since.
-			if sn, err := netip.ParsePrefix(reg.Subnet); err != nil || overlapsAny(sn, host) {
-				p.log.Warn("the region's subnet is now used on the host; choosing another", "region", reg.Region, "subnet", reg.Subnet)
-				reg.Subnet = ""
-			}
-		}
-		if reg == nil || reg.Subnet == "" {
-			var taken []netip.Prefix
-			for _, r := range regions {
-				if r.Region == rec.Spec.Region {
-					continue
-				}
-				if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
-					taken = append(taken, sn)
-				}
-			}
-			sn, err := pickSubnet(p.opts.SubnetPool, taken, host)
-			if err != nil {
-				return err
-			}
-			if reg == nil {
-				reg = &regionRecord{Region: rec.Spec.Region, Bridge: bridgeName(p.opts.DataDir, rec.Spec.Region)}
-			}
-			reg.Subnet = sn.String()
-		}
-		subnet, err := netip.ParsePrefix(reg.Subnet)
-		if err != nil {
-			return fmt.Errorf("region %s: subnet %q: %w", reg.Region, reg.Subnet, err)
 		}
 		used := map[int]bool{}
 		for _, r := range records {
@@ -286,7 +250,61 @@ func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error 
 	return nil
 }
 
-// releaseBridge deletes a region's bridge when no instance of the region is left.
+// regionSubnet returns the record of region with the subnet it keeps: the recorded one, or a
+// new one when there is none, or when the bridge went with the region's last instance (others
+// is how many other instances the region has) and the host has taken the subnet since. The
+// caller holds the provider and host locks, and writes the record.
+func (p *Provider) regionSubnet(regions map[string]*regionRecord, region string, others int) (*regionRecord, netip.Prefix, error) {
+	reg := regions[region]
+	own := map[string]bool{}
+	for _, r := range regions {
+		own[r.Bridge] = true
+	}
+	host, err := hostPrefixes(own)
+	if err != nil {
+		return nil, netip.Prefix{}, err
+	}
+	if reg != nil && others == 0 && !linkExists(reg.Bridge) {
+		// The bridge went with the region's last instance: the subnet may have been taken
+		// on the host since.
+		if sn, err := netip.ParsePrefix(reg.Subnet); err != nil || overlapsAny(sn, host) {
+			p.log.Warn("the region's subnet is now used on the host; choosing another", "region", reg.Region, "subnet", reg.Subnet)
+			reg.Subnet = ""
+		}
+	}
+	if reg == nil || reg.Subnet == "" {
+		var taken []netip.Prefix
+		for _, r := range regions {
+			if r.Region == region {
+				continue
+			}
+			if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
+				taken = append(taken, sn)
+			}
+		}
+		// The internet namespace's subnet is not on the host: keep regions off it too.
+		if inet, err := p.readInternet(); err == nil && inet != nil {
+			if sn, err := netip.ParsePrefix(inet.Subnet); err == nil {
+				taken = append(taken, sn)
+			}
+		}
+		sn, err := pickSubnet(p.opts.SubnetPool, taken, host)
+		if err != nil {
+			return nil, netip.Prefix{}, err
+		}
+		if reg == nil {
+			reg = &regionRecord{Region: region, Bridge: bridgeName(p.opts.DataDir, region)}
+		}
+		reg.Subnet = sn.String()
+	}
+	subnet, err := netip.ParsePrefix(reg.Subnet)
+	if err != nil {
+		return nil, netip.Prefix{}, fmt.Errorf("region %s: subnet %q: %w", reg.Region, reg.Subnet, err)
+	}
+	return reg, subnet, nil
+}
+
+// releaseBridge deletes a region's network and bridge when no instance of the region is left.
 func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) error {
 	return p.withProviderLock(func() error {
 		records, err := p.records()
@@ -297,6 +315,9 @@ func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) err
 			if r.Spec.Region == region || r.Bridge == bridge {
 				return nil
 			}
+		}
+		if err := p.removeRegionNet(ctx, region); err != nil {
+			return err
 		}
 		if err := deleteLink(context.WithoutCancel(ctx), bridge); err != nil {
 			return fmt.Errorf("remove the bridge of region %s: %w", region, err)

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -115,6 +114,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := p.allocate(ctx, dir, rec); err != nil {
 		return fail("allocate an address", err)
 	}
+	if _, err := p.EnsureRegion(ctx, spec.Region, spec.Options); err != nil {
+		return fail("region network", err)
+	}
 	if err := p.withProviderLock(p.recordHostSettings); err != nil {
 		return fail("record the host's kernel settings", err)
 	}
@@ -180,36 +182,13 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return 0, 0, err
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, agentLogName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, 0, fmt.Errorf("open agent log: %w", err)
-	}
-	defer logf.Close()
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		return 0, 0, fmt.Errorf("nsenter: %w (install util-linux)", err)
-	}
-	cmd := exec.Command(nsenter, "--net="+filepath.Join(netnsDir, rec.Netns), "--",
+	return p.startDetached(filepath.Join(dir, agentLogName), rec.Netns, syscall.CLONE_NEWNS,
 		p.opts.HerdBinary, "agent",
 		"--name", rec.Spec.Name,
 		"--bundle", rec.BundleDir,
 		"--state-dir", stateDir,
 		"--address", rec.Address,
 		"--cgroup-root", rec.CgroupRoot)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS}
-	if err := cmd.Start(); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
-	}
-	pid := cmd.Process.Pid
-	// Not reaped until Wait below, so /proc/<pid>/stat is there even if it already exited.
-	st, ok := readProcStat(pid)
-	go func() { _ = cmd.Wait() }() // reap it if it exits while this process runs
-	if !ok {
-		return 0, 0, fmt.Errorf("agent pid %d vanished at once", pid)
-	}
-	return pid, st.StartTime, nil
 }
 
 func randomHex(n int) string {

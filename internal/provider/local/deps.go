@@ -57,6 +57,9 @@ func CheckHost(herdBinary string) error {
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		problems = append(problems, "no cgroup file system at /sys/fs/cgroup")
 	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		problems = append(problems, "no /dev/net/tun, which carries the links between regions and the internet: use a kernel with TUN (CONFIG_TUN) and create the device (mknod /dev/net/tun c 10 200)")
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("local provider cannot run instances on this host: %s", strings.Join(problems, "; "))
 	}

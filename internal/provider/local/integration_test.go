@@ -110,7 +110,9 @@ func (w testWriter) Write(b []byte) (int, error) {
 func owned(p *local.Provider, dirs []string, region string, names ...string) localtest.Owned {
 	o := localtest.Owned{Dirs: dirs}
 	if region != "" {
-		o.Links = append(o.Links, p.BridgeName(region))
+		router, internet, veth := p.RegionHostNames(region)
+		o.Links = append(o.Links, p.BridgeName(region), veth)
+		o.Netns = append(o.Netns, router, internet)
 	}
 	for _, n := range names {
 		ns, veth, cg := local.HostNames(n)

@@ -10,6 +10,8 @@
 //	lock                     flock taken to allocate subnets and addresses and to add or remove bridges
 //	host-settings.json       the host's kernel settings from before the first instance (hostsettings.go)
 //	regions/<region>.json    the region's /24 subnet (from 10.213.0.0/16), bridge and last address given
+//	net/                     the regions' networks, the internet namespace and client networks
+//	                         (docs/regions.md): records, link relays' configs, load balancers' tokens
 //	instances/<name>/        one instance (mode 0700):
 //	  lock                   flock held by Create and Delete of this instance
 //	  instance.json          the provider's record (spec, bundle, address, netns, veth, cgroup root,
@@ -41,9 +43,16 @@
 // instance records and locks, network.go sets up namespaces, bridges and veths, teardown.go
 // removes what an instance left on the host, hostsettings.go records and restores the kernel
 // settings the kubelet changes, and deps.go checks the host.
+//
+// Each region is also a network of its own (docs/regions.md): region.go makes and removes a
+// region's router namespace and its link to the internet namespace (internet.go), whose latency,
+// jitter and loss (shape.go) the link relay applies to every packet (linkrelay.go); regionlb.go
+// runs the regional load balancer in the router namespace, chaos.go cuts or degrades a region's
+// link, and client.go attaches client networks to the internet.
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,8 +60,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
@@ -84,6 +91,9 @@ type Options struct {
 	Logger *slog.Logger
 	// SubnetPool is the IPv4 range regions' /24 subnets are taken from. Default: 10.213.0.0/16.
 	SubnetPool netip.Prefix
+	// InternetPool is the IPv4 range the /24 of the internet namespace (where regions' routers
+	// and clients' networks meet) is taken from. Default: 10.216.0.0/16.
+	InternetPool netip.Prefix
 	// StopTimeout bounds how long Delete lets the agent stop the workload and the cluster after
 	// SIGTERM before it kills every process of the instance. Default: 20s.
 	StopTimeout time.Duration
@@ -124,14 +134,19 @@ func New(opts Options) (*Provider, error) {
 	if !opts.SubnetPool.IsValid() {
 		opts.SubnetPool = DefaultSubnetPool
 	}
+	if !opts.InternetPool.IsValid() {
+		opts.InternetPool = DefaultInternetPool
+	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 20 * time.Second
 	}
 	if opts.SysctlRoot == "" {
 		opts.SysctlRoot = DefaultSysctlRoot
 	}
-	if !opts.SubnetPool.Addr().Is4() || opts.SubnetPool.Bits() > subnetBits {
-		return nil, fmt.Errorf("local provider: subnet pool %s must be an IPv4 prefix of /%d or shorter", opts.SubnetPool, subnetBits)
+	for _, pool := range []netip.Prefix{opts.SubnetPool, opts.InternetPool} {
+		if !pool.Addr().Is4() || pool.Bits() > subnetBits {
+			return nil, fmt.Errorf("local provider: subnet pool %s must be an IPv4 prefix of /%d or shorter", pool, subnetBits)
+		}
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("local provider: data dir: %w", err)
@@ -163,6 +178,11 @@ func New(opts Options) (*Provider, error) {
 	if err := p.withProviderLock(p.restoreHostSettings); err != nil {
 		p.log.Warn("the host's kernel settings from before herd's instances could not be restored", "err", err)
 	}
+	// Chaos actions never outlive the herd up that made them, and a crash may have left a
+	// region's network half made or half removed.
+	if err := p.reconcileNetworks(context.Background()); err != nil {
+		p.log.Warn("the regions' networks could not be put in order", "err", err)
+	}
 	return p, nil
 }
 
@@ -191,8 +211,3 @@ func (p *Provider) BridgeName(region string) string { return bridgeName(p.opts.D
 func (p *Provider) instancesDir() string { return filepath.Join(p.dir, "instances") }
 
 func (p *Provider) regionsDir() string { return filepath.Join(p.dir, regionsSubdir) }
-
-// ValidateOptions implements provider.OptionsValidator: the local provider takes no options.
-func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList {
-	return provider.UnknownOptions(path, opts, Name)
-}

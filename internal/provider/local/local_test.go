@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -23,6 +25,14 @@ func TestMain(m *testing.M) {
 	// The provider's tests start this binary as a stand-in for `herd agent` (see fakeagent_test.go).
 	if mode := os.Getenv(fakeAgentEnv); mode != "" && len(os.Args) > 1 && os.Args[1] == "agent" {
 		os.Exit(fakeAgent(mode, os.Args[2:]))
+	}
+	// Regions' links are carried by `herd link-relay`: this binary runs the same code.
+	if len(os.Args) == 4 && os.Args[1] == linkRelayCommand && os.Args[2] == "--link-config" {
+		if err := RunLinkRelay(context.Background(), os.Args[3], slog.Default()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -331,7 +341,8 @@ func TestCreateRejectsBadInputAndChangesNothing(t *testing.T) {
 		{"bad name", provider.InstanceSpec{Name: "Bad_Name", Image: digest}, "DNS label"},
 		{"no image", provider.InstanceSpec{Name: "a"}, "image is required"},
 		{"bad region", provider.InstanceSpec{Name: "a", Image: digest, Region: "Not A Label"}, "region"},
-		{"options", provider.InstanceSpec{Name: "a", Image: digest, Options: map[string]string{"bootDelay": "1s"}}, "options.bootDelay: Forbidden: the local provider takes no options"},
+		{"options", provider.InstanceSpec{Name: "a", Image: digest, Options: map[string]string{"bootDelay": "1s"}}, "options.bootDelay: Forbidden: unknown option: the local provider knows latency, jitter, loss"},
+		{"bad latency", provider.InstanceSpec{Name: "a", Image: digest, Options: map[string]string{"latency": "-5ms"}}, "options.latency: Invalid value: \"-5ms\": must not be negative"},
 		{"missing image", provider.InstanceSpec{Name: "a", Image: "nope"}, "image nope not found: build it with herd image build -f"},
 	}
 	for _, tc := range cases {

@@ -90,6 +90,35 @@ func writeRecord(dir string, r *record) error {
 	return writeFileAtomic(filepath.Join(dir, recordFile), append(data, '\n'))
 }
 
+// readJSONFile decodes the JSON file at path into v; found is false (and err nil) when there is
+// no such file.
+func readJSONFile(path string, v any) (found bool, err error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
+}
+
+// writeJSONFile writes v as indented JSON to path atomically (mode 0600), making its directory
+// (0700) if needed.
+func writeJSONFile(path string, v any) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	return writeFileAtomic(path, append(data, '\n'))
+}
+
 // writeFileAtomic replaces path with data (mode 0600) so that readers and crashes see the old or
 // the new content, never a mix; the directory is synced too, so that the new content survives a
 // power loss once it returns.

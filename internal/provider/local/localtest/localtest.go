@@ -1,12 +1,14 @@
-// Package localtest checks that real local instances left nothing behind on the host: mounts,
-// network namespaces, links, cgroups, iptables rules, the kubelet's /var/log/containers
-// symlinks, processes and directories. The local provider's integration tests and herd's
+// Package localtest checks that real local instances and region networks left nothing behind on
+// the host: mounts, network namespaces (instances', regions' routers', the internet's, client
+// networks'), links, cgroups, iptables rules, traffic shaping (qdiscs), the kubelet's
+// /var/log/containers symlinks, processes (agents, link relays, regional load balancers) and
+// directories (the provider's records). The local provider's integration tests and herd's
 // end-to-end tests share it.
 //
 // Other work may run on the same host at the same time, so the checks look for what belongs to
 // the test (its data directory and the names it gave) rather than for any change at all; only
-// the host's iptables rules, which herd never touches, and the kernel settings instances change
-// and herd restores, must be exactly as they were.
+// the host's iptables rules and traffic shaping, which herd never touches, and the kernel
+// settings instances change and herd restores, must be exactly as they were.
 package localtest
 
 import (
@@ -50,6 +52,10 @@ type Snapshot struct {
 	Iptables string
 	// Sysctls are the values of KernelSettings, "name=value" lines.
 	Sysctls string
+	// Qdiscs are the host's queueing disciplines that shape traffic (netem, tbf, htb, ingress...;
+	// not the kernel's defaults), one "tc qdisc show" line each: herd shapes regions' links
+	// inside their own namespaces and never on the host.
+	Qdiscs string
 	// Netns, Links, Cgroups and Mounts are what existed, for reporting what appeared since.
 	Netns   []string
 	Links   []string
@@ -74,6 +80,9 @@ func take() (Snapshot, error) {
 		return s, err
 	}
 	s.Sysctls = kernelSettings()
+	if s.Qdiscs, err = shapingQdiscs(); err != nil {
+		return s, err
+	}
 	if s.Netns, err = netnsNames(); err != nil {
 		return s, err
 	}
@@ -220,6 +229,9 @@ func AssertClean(t testing.TB, before Snapshot, o Owned) {
 	if now.Sysctls != before.Sysctls {
 		t.Errorf("the host's kernel settings changed:\nbefore:\n%s\nafter:\n%s", before.Sysctls, now.Sysctls)
 	}
+	if now.Qdiscs != before.Qdiscs {
+		t.Errorf("the host's traffic shaping changed:\nbefore:\n%s\nafter:\n%s", before.Qdiscs, now.Qdiscs)
+	}
 	if extra := before.Appeared(now); len(extra) > 0 {
 		t.Logf("appeared on the host meanwhile (not this test's): %s", strings.Join(extra, ", "))
 	}
@@ -267,6 +279,30 @@ func kernelSettings() string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// defaultQdiscs are the kinds the kernel gives links by itself.
+var defaultQdiscs = []string{"noqueue", "pfifo_fast", "mq", "fq_codel", "pfifo", "bfifo"}
+
+// shapingQdiscs lists the host's qdiscs that are not a kernel default ("" without tc).
+func shapingQdiscs() (string, error) {
+	path, err := exec.LookPath("tc")
+	if err != nil {
+		return "", nil
+	}
+	out, err := exec.Command(path, "qdisc", "show").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("tc qdisc show: %w: %s", err, out)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[0] == "qdisc" && !slices.Contains(defaultQdiscs, f[1]) {
+			lines = append(lines, l)
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n"), nil
 }
 
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)

@@ -1,0 +1,358 @@
+// The internet of a data directory: a network namespace that every region's router and every
+// client network is linked to, and the shaped links themselves (a TUN device at each end and a
+// relay process between them, linkrelay.go).
+
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultInternetPool is where the /24 of a data directory's internet namespace comes from.
+var DefaultInternetPool = netip.MustParsePrefix("10.216.0.0/16")
+
+// Addresses in the internet's /24: every link's internet end has the hub address; routers and
+// clients get one address each from 1 to 253.
+const (
+	hubHost      = 254
+	firstNetHost = 1
+	lastNetHost  = 253
+)
+
+// Files and names of the network state, under <provider dir>/net.
+const (
+	netSubdir        = "net"
+	internetFile     = "internet.json"
+	linkConfigFile   = "link.json"
+	linkLogFile      = "link.log"
+	linkRelayCommand = "link-relay"
+)
+
+// internetRecord is net/internet.json: the internet namespace of the data directory, its
+// subnet, and which address each router and client was given.
+type internetRecord struct {
+	Netns  string `json:"netns"`
+	Subnet string `json:"subnet"`
+	// Hosts maps "region/<name>" and "client/<name>" to a host number of Subnet.
+	Hosts map[string]int `json:"hosts"`
+}
+
+func (p *Provider) netDir() string { return filepath.Join(p.dir, netSubdir) }
+
+// internetNetns is the data directory's internet namespace. Instances' namespaces are
+// "herd-<name>", so no instance can take it.
+func internetNetns(dataDir string) string { return "herdinet-" + shortHash(dataDir, 8) }
+
+// InternetNetns returns the name of the internet network namespace (/run/netns/<name>), where
+// clients' traffic to regions is routed.
+func (p *Provider) InternetNetns() string { return internetNetns(p.opts.DataDir) }
+
+func (p *Provider) readInternet() (*internetRecord, error) {
+	var r internetRecord
+	found, err := readJSONFile(filepath.Join(p.netDir(), internetFile), &r)
+	if err != nil || !found {
+		return nil, err
+	}
+	if r.Hosts == nil {
+		r.Hosts = map[string]int{}
+	}
+	return &r, nil
+}
+
+func (p *Provider) writeInternet(r *internetRecord) error {
+	return writeJSONFile(filepath.Join(p.netDir(), internetFile), r)
+}
+
+// ensureInternet returns the internet record, choosing its subnet under the host lock and
+// making its namespace if needed. The caller holds the provider lock.
+func (p *Provider) ensureInternet(ctx context.Context) (*internetRecord, error) {
+	inet, err := p.readInternet()
+	if err != nil {
+		return nil, err
+	}
+	if inet == nil {
+		hostLk, err := lockFile(hostLockPath)
+		if err != nil {
+			return nil, err
+		}
+		defer hostLk.unlock()
+		regions, err := readRegions(p.regionsDir())
+		if err != nil {
+			return nil, err
+		}
+		own := map[string]bool{}
+		var taken []netip.Prefix
+		for _, r := range regions {
+			own[r.Bridge] = true
+			if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
+				taken = append(taken, sn)
+			}
+		}
+		host, err := hostPrefixes(own)
+		if err != nil {
+			return nil, err
+		}
+		sn, err := pickSubnet(p.opts.InternetPool, taken, host)
+		if err != nil {
+			return nil, fmt.Errorf("the internet namespace: %w", err)
+		}
+		inet = &internetRecord{Netns: internetNetns(p.opts.DataDir), Subnet: sn.String(), Hosts: map[string]int{}}
+		if err := p.writeInternet(inet); err != nil {
+			return nil, err
+		}
+	}
+	if err := ensureNetns(ctx, inet.Netns, true); err != nil {
+		return nil, fmt.Errorf("the internet namespace: %w", err)
+	}
+	return inet, nil
+}
+
+// internetHost gives key ("region/x", "client/y") an address of the internet, once.
+func (p *Provider) internetHost(inet *internetRecord, key string) (netip.Addr, error) {
+	sn, err := netip.ParsePrefix(inet.Subnet)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("internet subnet %q: %w", inet.Subnet, err)
+	}
+	if h, ok := inet.Hosts[key]; ok {
+		return hostAddr(sn, h), nil
+	}
+	used := map[int]bool{}
+	for _, h := range inet.Hosts {
+		used[h] = true
+	}
+	for h := firstNetHost; h <= lastNetHost; h++ {
+		if !used[h] {
+			inet.Hosts[key] = h
+			if err := p.writeInternet(inet); err != nil {
+				return netip.Addr{}, err
+			}
+			return hostAddr(sn, h), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("the internet %s has no address left (%d regions and clients)", inet.Subnet, lastNetHost)
+}
+
+// releaseInternet gives key's address back and removes the internet namespace when nothing is
+// linked to it any more. The caller holds the provider lock.
+func (p *Provider) releaseInternet(ctx context.Context, key string) error {
+	inet, err := p.readInternet()
+	if err != nil || inet == nil {
+		return err
+	}
+	if _, ok := inet.Hosts[key]; ok {
+		delete(inet.Hosts, key)
+		if err := p.writeInternet(inet); err != nil {
+			return err
+		}
+	}
+	if len(inet.Hosts) > 0 {
+		return nil
+	}
+	if err := deleteNetns(ctx, inet.Netns, ""); err != nil {
+		return fmt.Errorf("remove the internet namespace: %w", err)
+	}
+	if err := os.Remove(filepath.Join(p.netDir(), internetFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+
+	p.log.Info("internet namespace removed", "netns", inet.Netns)
+	return nil
+}
+
+// pruneNetDir removes the networks' state directories once they are empty.
+func (p *Provider) pruneNetDir() {
+	for _, d := range []string{filepath.Join(p.netDir(), "regions"), filepath.Join(p.netDir(), "clients"), p.netDir()} {
+		_ = os.Remove(d) // fails, as it should, while something is left in it
+	}
+}
+
+// ensureNetns creates a network namespace with its loopback up, and forwarding on if asked.
+func ensureNetns(ctx context.Context, ns string, forward bool) error {
+	if !netnsExists(ns) {
+		if err := run(ctx, "ip", "netns", "add", ns); err != nil && !netnsExists(ns) {
+			return err
+		}
+	}
+	if err := run(ctx, "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
+		return err
+	}
+	if forward {
+		if err := inNetns(filepath.Join(netnsDir, ns), func() error {
+			return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
+		}); err != nil {
+			return fmt.Errorf("enable forwarding in netns %s: %w", ns, err)
+		}
+	}
+	return nil
+}
+
+// nsLinkExists reports whether netns ns has an interface dev.
+func nsLinkExists(ctx context.Context, ns, dev string) bool {
+	return exec.CommandContext(ctx, "ip", "-n", ns, "link", "show", "dev", dev).Run() == nil
+}
+
+// link is a shaped point-to-point link: end A (a router or a client) has address AddrA, end B
+// (the internet) the hub address; each end is a persistent TUN device.
+type link struct {
+	cfg   linkConfig
+	addrA netip.Addr
+	hub   netip.Addr
+	// defaultRoute: A routes everything through the link (a router or a client does).
+	defaultRoute bool
+}
+
+// ensureLinkDevices creates the link's TUN devices with their addresses and routes.
+func ensureLinkDevices(ctx context.Context, l link) error {
+	ends := []struct {
+		end         linkEnd
+		local, peer netip.Addr
+	}{{l.cfg.A, l.addrA, l.hub}, {l.cfg.B, l.hub, l.addrA}}
+	for _, e := range ends {
+		ns, dev := e.end.Netns, e.end.Device
+		if !nsLinkExists(ctx, ns, dev) {
+			if err := run(ctx, "ip", "-n", ns, "tuntap", "add", "dev", dev, "mode", "tun"); err != nil && !nsLinkExists(ctx, ns, dev) {
+				return err
+			}
+		}
+		if err := run(ctx, "ip", "-n", ns, "addr", "replace", e.local.String(), "peer", e.peer.String(), "dev", dev); err != nil {
+			return err
+		}
+		if err := run(ctx, "ip", "-n", ns, "link", "set", dev, "up"); err != nil {
+			return err
+		}
+	}
+	if l.defaultRoute {
+		if err := run(ctx, "ip", "-n", l.cfg.A.Netns, "route", "replace", "default", "dev", l.cfg.A.Device); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureRelay writes the link's config into dir and makes sure its relay runs with it: a
+// running one (pid and start time as recorded) is told to re-read it, a dead one is started.
+// It returns the relay's pid and start time.
+func (p *Provider) ensureRelay(dir string, cfg linkConfig, pid int, start uint64) (int, uint64, error) {
+	path := filepath.Join(dir, linkConfigFile)
+	cfg.Generation = time.Now().UnixNano()
+	if err := writeJSONFile(path, cfg); err != nil {
+		return 0, 0, err
+	}
+	if alive(pid, start) {
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			return 0, 0, fmt.Errorf("tell the link relay %d of the new shape: %w", pid, err)
+		}
+	} else {
+		// A relay started by a process that crashed before recording it holds the devices.
+		if err := killStrays(context.Background(), path); err != nil {
+			return 0, 0, err
+		}
+		var err error
+		pid, start, err = p.startDetached(filepath.Join(dir, linkLogFile), "", 0, p.opts.HerdBinary, linkRelayCommand, "--link-config", path)
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	// Wait until the relay applies this config (or dies): the caller's change holds when this returns.
+	var died bool
+	err := waitFor(context.Background(), relayAckTimeout, func() bool {
+		died = !alive(pid, start)
+		return died || readApplied(path) == cfg.Generation
+	}, "the link relay to apply its config")
+	if err == nil && died {
+		err = fmt.Errorf("the link relay exited: %s", logTail(filepath.Join(dir, linkLogFile), 3))
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return pid, start, nil
+}
+
+// relayAckTimeout bounds how long a link relay may take to attach its devices or to apply a new
+// shape (it takes milliseconds).
+const relayAckTimeout = 10 * time.Second
+
+// startDetached starts a process that outlives this one (its own session, logging to logPath),
+// in netns if not "" and with the namespaces of cloneflags new, and returns its pid and start
+// time, without waiting for it.
+func (p *Provider) startDetached(logPath, netns string, cloneflags uintptr, args ...string) (int, uint64, error) {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, 0, fmt.Errorf("open %s: %w", logPath, err)
+	}
+	defer logf.Close()
+	if netns != "" {
+		nsenter, err := exec.LookPath("nsenter")
+		if err != nil {
+			return 0, 0, fmt.Errorf("nsenter: %w (install util-linux)", err)
+		}
+		args = append([]string{nsenter, "--net=" + filepath.Join(netnsDir, netns), "--"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: cloneflags}
+	if err := cmd.Start(); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
+	}
+	pid := cmd.Process.Pid
+	st, ok := readProcStat(pid)
+	go func() { _ = cmd.Wait() }() // reap it if it exits while this process runs
+	if !ok {
+		return 0, 0, fmt.Errorf("%s: pid %d vanished at once", strings.Join(cmd.Args, " "), pid)
+	}
+	return pid, st.StartTime, nil
+}
+
+// killStrays kills every process whose command line has the argument arg (a config or token
+// path only one process may use) and waits until they are gone.
+func killStrays(ctx context.Context, arg string) error {
+	entries, err := os.ReadDir(procDir)
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
+		if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
+			continue
+		}
+		st, ok := readProcStat(pid)
+		if !ok {
+			continue
+		}
+		if err := stopProcess(ctx, pid, st.StartTime, 0); err != nil {
+			return fmt.Errorf("stop process %d left by a crash: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// stopProcess stops a detached process: SIGTERM, then SIGKILL after timeout.
+func stopProcess(ctx context.Context, pid int, start uint64, timeout time.Duration) error {
+	if !alive(pid, start) {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	if waitFor(ctx, timeout, func() bool { return !alive(pid, start) }, fmt.Sprintf("process %d to stop", pid)) == nil {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	return waitFor(ctx, 5*time.Second, func() bool { return !alive(pid, start) }, fmt.Sprintf("process %d to die", pid))
+}

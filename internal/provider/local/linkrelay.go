@@ -1,0 +1,245 @@
+// The link relay: the process that carries a shaped link's packets between its two TUN devices,
+// delaying and dropping them as the link's Shape says.
+//
+// Links are a pair of persistent TUN devices, one in each network namespace, with a relay
+// process (`herd link-relay`) copying every IP packet from one to the other. Kernel netem would
+// do the same inside the kernel, but it is not built into every kernel (this project's machine
+// has no sch_netem and no modules); the relay needs only TUN, which every kernel herd runs on
+// has. A relay that is not running carries nothing: the link is cut, never unshaped.
+
+package local
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// linkEnd is one end of a link: a persistent TUN device in a network namespace.
+type linkEnd struct {
+	Netns  string `json:"netns"`
+	Device string `json:"device"`
+}
+
+// linkConfig is the relay's config file (written atomically, 0600; re-read on SIGHUP).
+type linkConfig struct {
+	// Name names the link in logs ("region eu", "client home").
+	Name string  `json:"name"`
+	A    linkEnd `json:"a"`
+	B    linkEnd `json:"b"`
+	// Shape is applied to packets in both directions.
+	Shape Shape `json:"shape"`
+	// PeerLatency adds round-trip time to the packets between end A and some addresses beyond
+	// end B (IPv4 address -> extra round trip): a client network's own distance to each region.
+	PeerLatency map[netip.Addr]time.Duration `json:"peerLatency,omitempty"`
+	// Generation changes with every write; the relay writes the generation it applies to
+	// <config>.applied, so that whoever changed the shape can wait until it holds.
+	Generation int64 `json:"generation"`
+}
+
+// appliedPath is where the relay acknowledges the config generation it applies.
+func appliedPath(configPath string) string { return configPath + ".applied" }
+
+func readApplied(configPath string) int64 {
+	data, err := os.ReadFile(appliedPath(configPath))
+	if err != nil {
+		return 0
+	}
+	g, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return g
+}
+
+// relayQueue bounds the packets in flight in one direction; more are dropped, as a full router
+// queue drops them (at 1,500 bytes, 4,096 packets hold 6 MB: 1 Gbit/s for 50 ms).
+const relayQueue = 4096
+
+func readLinkConfig(path string) (linkConfig, error) {
+	var c linkConfig
+	if found, err := readJSONFile(path, &c); err != nil || !found {
+		return c, fmt.Errorf("link config %s: %w", path, cmp.Or(err, fs.ErrNotExist))
+	}
+	if c.A.Netns == "" || c.A.Device == "" || c.B.Netns == "" || c.B.Device == "" {
+		return c, fmt.Errorf("link config %s: both ends need a netns and a device", path)
+	}
+	return c, nil
+}
+
+// RunLinkRelay carries the packets of the link described by the config file until ctx ends or
+// one of its devices goes away (its namespace was deleted). SIGHUP re-reads the file's shape.
+// `herd link-relay` runs it; the local provider starts that detached for every link.
+func RunLinkRelay(ctx context.Context, configPath string, log *slog.Logger) error {
+	cfg, err := readLinkConfig(configPath)
+	if err != nil {
+		return err
+	}
+	log = log.With("component", "link-relay", "link", cfg.Name)
+	a, err := openTun(cfg.A)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	b, err := openTun(cfg.B)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	ack := func(gen int64) {
+		if err := writeFileAtomic(appliedPath(configPath), []byte(strconv.FormatInt(gen, 10)+"\n")); err != nil {
+			log.Error("acknowledge the config", "err", err)
+		}
+	}
+	var shape atomic.Pointer[linkConfig]
+	shape.Store(&cfg)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			c, err := readLinkConfig(configPath)
+			if err != nil {
+				log.Error("link config not reloaded; the shape stays", "err", err)
+				continue
+			}
+			shape.Store(&c)
+			log.Info("shape changed", "shape", c.Shape.String())
+			ack(c.Generation)
+		}
+	}()
+	log.Info("relaying", "a", cfg.A.Netns+"/"+cfg.A.Device, "b", cfg.B.Netns+"/"+cfg.B.Device, "shape", cfg.Shape.String())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- relay(ctx, a, b, &shape, ipv4Dst) }()
+	go func() { errc <- relay(ctx, b, a, &shape, ipv4Src) }()
+	ack(cfg.Generation)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("link %s: %w", cfg.Name, err)
+	}
+}
+
+// openTun attaches to the persistent TUN device of end, from inside its namespace.
+func openTun(end linkEnd) (*os.File, error) {
+	var f *os.File
+	err := inNetns(filepath.Join(netnsDir, end.Netns), func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return fmt.Errorf("open /dev/net/tun: %w", err)
+		}
+		ifr, err := unix.NewIfreq(end.Device)
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("attach to %s: %w", end.Device, err)
+		}
+		f = os.NewFile(uintptr(fd), end.Device)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("link end %s in netns %s: %w", end.Device, end.Netns, err)
+	}
+	return f, nil
+}
+
+// Offsets of the source and destination addresses in an IPv4 header.
+const (
+	ipv4Src = 12
+	ipv4Dst = 16
+)
+
+type delayed struct {
+	pkt []byte
+	due time.Time
+}
+
+// relay copies packets from one device to the other, each after its delay and in the order they
+// came, dropping those the shape loses. peerAt is the offset in the IPv4 header of the address
+// beyond end B (the destination from A to B, the source from B to A).
+func relay(ctx context.Context, from, to *os.File, cfg *atomic.Pointer[linkConfig], peerAt int) error {
+	q := make(chan delayed, relayQueue)
+	werr := make(chan error, 1)
+	go func() {
+		timer := time.NewTimer(0)
+		<-timer.C
+		for {
+			var d delayed
+			select {
+			case <-ctx.Done():
+				return
+			case d = <-q:
+			}
+			if wait := time.Until(d.due); wait > 0 {
+				timer.Reset(wait)
+				select {
+				case <-ctx.Done():
+					return
+				case <-timer.C:
+				}
+			}
+			if _, err := to.Write(d.pkt); err != nil && !errors.Is(err, unix.EIO) && !errors.Is(err, unix.ENOBUFS) {
+				// EIO: the other device is down for a moment; the packet is lost as on a wire.
+				werr <- fmt.Errorf("write %s: %w", to.Name(), err)
+				return
+			}
+		}
+	}()
+	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	buf := make([]byte, 65536)
+	var last time.Time
+	for {
+		n, err := from.Read(buf)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", from.Name(), err)
+		}
+		select {
+		case err := <-werr:
+			return err
+		default:
+		}
+		c := cfg.Load()
+		if c.Shape.drops(rnd) {
+			continue
+		}
+		delay := c.Shape.oneWayDelay(rnd)
+		if len(c.PeerLatency) > 0 && n >= 20 && buf[0]>>4 == 4 {
+			delay += c.PeerLatency[netip.AddrFrom4([4]byte(buf[peerAt:peerAt+4]))] / 2
+		}
+		due := time.Now().Add(delay)
+		if due.Before(last) {
+			due = last // jitter never reorders packets
+		}
+		last = due
+		select {
+		case q <- delayed{pkt: append([]byte(nil), buf[:n]...), due: due}:
+		default: // queue full: dropped
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package local
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"herd.dev/herd/internal/provider/local/localtest"
+)
+
+func TestValidateOptionsNamesTheFieldAndTheFix(t *testing.T) {
+	p := &Provider{}
+	path := field.NewPath("spec", "regions").Index(0).Child("options")
+	cases := []struct {
+		opts map[string]string
+		want []string // substrings of the errors, in order; none: valid
+	}{
+		{map[string]string{}, nil},
+		{map[string]string{"latency": "40ms", "jitter": "5ms", "loss": "0.5%"}, nil},
+		{map[string]string{"loss": "0.2"}, nil},
+		{map[string]string{"loss": "100%"}, nil},
+		{map[string]string{"latency": "-1ms"}, []string{`spec.regions[0].options.latency: Invalid value: "-1ms": must not be negative`}},
+		{map[string]string{"latency": "40"}, []string{"options.latency", "must be a duration such as 40ms"}},
+		{map[string]string{"jitter": "2h"}, []string{"options.jitter", "must be at most 1m0s"}},
+		{map[string]string{"loss": "120%"}, []string{"options.loss", "must be at most 100%"}},
+		{map[string]string{"loss": "-1%"}, []string{"options.loss", "must not be negative"}},
+		{map[string]string{"loss": "lots"}, []string{"options.loss", "must be a percentage"}},
+		{map[string]string{"loss": "NaN%"}, []string{"options.loss", "must be a percentage"}},
+		{map[string]string{"latancy": "40ms"}, []string{"options.latancy: Forbidden", "knows latency, jitter, loss"}},
+	}
+	for _, tc := range cases {
+		errs := p.ValidateOptions(path, tc.opts)
+		got := errs.ToAggregate()
+		if len(tc.want) == 0 {
+			if got != nil {
+				t.Errorf("%v: %v, want valid", tc.opts, got)
+			}
+			continue
+		}
+		if got == nil {
+			t.Errorf("%v: valid, want %q", tc.opts, tc.want)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got.Error(), w) {
+				t.Errorf("%v: %v, want it to contain %q", tc.opts, got, w)
+			}
+		}
+	}
+	s, errs := ParseShape(path, map[string]string{"latency": "40ms", "jitter": "4ms", "loss": "20%"})
+	if len(errs) > 0 || s != (Shape{Latency: 40 * time.Millisecond, Jitter: 4 * time.Millisecond, Loss: 0.2}) {
+		t.Errorf("ParseShape = %+v, %v", s, errs)
+	}
+}
+
+func FuzzParseShape(f *testing.F) {
+	for _, s := range []string{"40ms", "-1s", "1%", "0.5", "100%", "1e309", "NaN", "%", ""} {
+		f.Add(s, s, s)
+	}
+	f.Fuzz(func(t *testing.T, latency, jitter, loss string) {
+		s, errs := ParseShape(field.NewPath("options"), map[string]string{"latency": latency, "jitter": jitter, "loss": loss})
+		if len(errs) > 0 {
+			return
+		}
+		if s.Latency < 0 || s.Latency > maxShapeDelay || s.Jitter < 0 || s.Jitter > maxShapeDelay || !(s.Loss >= 0 && s.Loss <= 1) {
+			t.Fatalf("accepted an out-of-range shape %+v", s)
+		}
+	})
+}
+
+func TestShapeDelaysAndDrops(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	s := Shape{Latency: 40 * time.Millisecond, Jitter: 10 * time.Millisecond}
+	for range 1000 {
+		if d := s.oneWayDelay(rnd); d < 15*time.Millisecond || d > 25*time.Millisecond {
+			t.Fatalf("one-way delay %s outside 20ms ± 5ms", d)
+		}
+	}
+	if d := (Shape{Latency: time.Millisecond, Jitter: time.Second}).oneWayDelay(rnd); d < 0 {
+		t.Fatalf("negative delay %s", d)
+	}
+	dropped := 0
+	for range 10000 {
+		if (Shape{Loss: 0.2}).drops(rnd) {
+			dropped++
+		}
+	}
+	if dropped < 1500 || dropped > 2500 {
+		t.Errorf("loss 20%% dropped %d of 10000", dropped)
+	}
+	if (Shape{}).drops(rnd) || !(Shape{Loss: 1}).drops(rnd) {
+		t.Error("loss 0 drops, or loss 1 passes")
+	}
+}
+
+// regionOwned is what a test's region networks make on the host.
+func regionOwned(p *Provider, regions ...string) localtest.Owned {
+	o := localtest.Owned{Dirs: []string{p.opts.DataDir}, Gone: []string{p.netDir()}}
+	for _, r := range regions {
+		router, internet, veth := p.RegionHostNames(r)
+		o.Netns = append(o.Netns, router, internet)
+		o.Links = append(o.Links, veth, p.BridgeName(r))
+	}
+	return o
+}
+
+// TestRegionNetworkAfterCrashes: whatever a crash leaves of a region's network, the next start
+// (or the next EnsureRegion) finishes or removes it.
+func TestRegionNetworkAfterCrashes(t *testing.T) {
+	requireRoot(t)
+	before := localtest.Take(t)
+	p, _ := newTestProvider(t, testExecutable(t))
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if err := p.RemoveNetworks(ctx); err != nil {
+			t.Errorf("RemoveNetworks: %v", err)
+		}
+		localtest.AssertClean(t, before, regionOwned(p, "r1", "r2"))
+	})
+	restart := func() *Provider {
+		t.Helper()
+		q, err := New(p.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.deps = p.deps
+		return q
+	}
+	if _, err := p.EnsureRegion(ctx, "r1", map[string]string{"latency": "5ms"}); err != nil {
+		t.Fatal(err)
+	}
+	rn, err := readRegionNet(p.regionNetDir("r1"))
+	if err != nil || rn == nil {
+		t.Fatalf("record: %v %v", rn, err)
+	}
+	if fi, err := os.Stat(filepath.Join(p.regionNetDir("r1"), regionFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("record mode: %v %v", fi, err)
+	}
+
+	// The relay died: the next start runs it again.
+	_ = syscall.Kill(rn.RelayPID, syscall.SIGKILL)
+	if err := waitFor(ctx, 5*time.Second, func() bool { return !alive(rn.RelayPID, rn.RelayStart) }, "the relay to die"); err != nil {
+		t.Fatal(err)
+	}
+	p = restart()
+	rn2, _ := readRegionNet(p.regionNetDir("r1"))
+	if rn2 == nil || !alive(rn2.RelayPID, rn2.RelayStart) || rn2.RelayPID == rn.RelayPID {
+		t.Fatalf("after a restart the relay is not running again: %+v", rn2)
+	}
+
+	// A crash after starting a relay and before recording it: the next EnsureRegion stops the
+	// stray one rather than starting a second on the same devices.
+	stray := rn2.RelayPID
+	rn2.RelayPID, rn2.RelayStart = 0, 0
+	if err := writeRegionNet(p.regionNetDir("r1"), rn2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.EnsureRegion(ctx, "r1", map[string]string{"latency": "5ms"}); err != nil {
+		t.Fatal(err)
+	}
+	rn3, _ := readRegionNet(p.regionNetDir("r1"))
+	if alive(stray, 0) || rn3 == nil || !alive(rn3.RelayPID, rn3.RelayStart) {
+		t.Fatalf("stray relay %d alive: %v; recorded relay: %+v", stray, alive(stray, 0), rn3)
+	}
+
+	// A crash in the middle of a removal: the next start finishes it.
+	rn3.Phase = netRemoving
+	if err := writeRegionNet(p.regionNetDir("r1"), rn3); err != nil {
+		t.Fatal(err)
+	}
+	p = restart()
+	router, _, veth := p.RegionHostNames("r1")
+	if netnsExists(router) || linkExists(veth) || alive(rn3.RelayPID, rn3.RelayStart) {
+		t.Fatalf("after a restart the half-removed region is still there")
+	}
+	if _, err := os.Stat(p.regionNetDir("r1")); !os.IsNotExist(err) {
+		t.Fatalf("the half-removed region's record is still there: %v", err)
+	}
+
+	// A crash in the middle of a creation, with only the router's namespace made.
+	router2, _, _ := p.RegionHostNames("r2")
+	if err := writeRegionNet(p.regionNetDir("r2"), &regionNet{Region: "r2", Phase: netCreating}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ip", "netns", "add", router2).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	p = restart()
+	if netnsExists(router2) {
+		t.Fatal("after a restart the half-made region's router namespace is still there")
+	}
+}
