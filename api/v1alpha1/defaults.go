@@ -153,4 +153,9 @@ func SetNodeImageDefaults(n *NodeImage, pinnedVersion string) {
 	if n.Spec.Kubernetes.Version == "" {
 		n.Spec.Kubernetes.Version = pinnedVersion
 	}
+	for i := range n.Spec.Charts {
+		if n.Spec.Charts[i].Namespace == "" {
+			n.Spec.Charts[i].Namespace = "default"
+		}
+	}
 }
