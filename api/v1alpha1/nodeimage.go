@@ -25,6 +25,16 @@ type NodeImageSpec struct {
 	Charts []Chart `json:"charts,omitempty"`
 	// Images are the container images baked into the bundle. Default: none.
 	Images []AppImage `json:"images,omitempty"`
+	// Addons are the cluster add-ons baked in and started at boot before the workload, as a
+	// one-node distribution ships them. Default: every add-on on.
+	Addons Addons `json:"addons,omitempty"`
+}
+
+// Addons switches the cluster add-ons. Each is built from source at a version herd pins.
+type Addons struct {
+	// DNS is cluster DNS: CoreDNS v1.12.0 serving the kube-dns Service, so that pods resolve
+	// Services by name ("redis", "api.shop.svc.cluster.local"). Default: true.
+	DNS *bool `json:"dns,omitempty"`
 }
 
 // KubernetesSpec pins the Kubernetes inside an instance.

@@ -28,6 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/addons"
 	"herd.dev/herd/internal/kubebin"
 )
 
@@ -81,6 +82,17 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 		Name:          ni.Metadata.Name,
 		Kubernetes:    ni.Spec.Kubernetes,
 		PauseImage:    PauseImage,
+	}
+	enabled := addons.Enabled(ni.Spec.Addons)
+	for _, a := range enabled {
+		rec, err := writeAddonManifest(a, bdir)
+		if err != nil {
+			return Bundle{}, err
+		}
+		cfg.Manifests = append(cfg.Manifests, rec)
+		if a.Name == addons.CoreDNS.Name {
+			cfg.ClusterDNS = addons.ClusterDNS.String()
+		}
 	}
 	if ni.Spec.Manifests != "" {
 		say("manifests: %d file(s) from %s", len(p.manifests), ni.Spec.Manifests)
@@ -141,6 +153,16 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 			}
 		}
 		say("image %s: %s, %s", im.Name, rec.ID[:19], FormatSize(rec.Size))
+		cfg.Images = append(cfg.Images, rec)
+	}
+
+	for _, a := range enabled {
+		say("add-on %s: building %s %s from source (the first build downloads its modules: a minute or two)", a.Name, a.Binary, a.Version)
+		rec, err := buildAddonImage(ctx, p.goTool, a, scratch, bdir)
+		if err != nil {
+			return Bundle{}, err
+		}
+		say("image %s: %s, %s", a.Image, rec.ID[:19], FormatSize(rec.Size))
 		cfg.Images = append(cfg.Images, rec)
 	}
 

@@ -25,6 +25,7 @@ spec:
     namespace: front
     valuesFiles: [web-values.yaml]
     values: {revision: inline}
+  addons: {dns: false}
   images:
   - {name: "hello:v1", main: ./app}
 `
