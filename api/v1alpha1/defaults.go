@@ -153,4 +153,13 @@ func SetNodeImageDefaults(n *NodeImage, pinnedVersion string) {
 	if n.Spec.Kubernetes.Version == "" {
 		n.Spec.Kubernetes.Version = pinnedVersion
 	}
+	if n.Spec.Addons.DNS == nil {
+		on := true
+		n.Spec.Addons.DNS = &on
+	}
+	for i := range n.Spec.Charts {
+		if n.Spec.Charts[i].Namespace == "" {
+			n.Spec.Charts[i].Namespace = "default"
+		}
+	}
 }

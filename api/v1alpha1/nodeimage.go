@@ -14,10 +14,27 @@ type NodeImageSpec struct {
 	// Kubernetes is the cluster distribution inside every instance.
 	Kubernetes KubernetesSpec `json:"kubernetes,omitempty"`
 	// Manifests is a directory of Kubernetes YAML files applied at boot, relative to the NodeImage
-	// file. Required.
-	Manifests string `json:"manifests"`
+	// file. Default: none; at least one of manifests, kustomize and charts is required.
+	Manifests string `json:"manifests,omitempty"`
+	// Kustomize is a directory holding a kustomization.yaml (a base or an overlay), relative to the
+	// NodeImage file, rendered at build time as `kubectl kustomize DIR` does and applied at boot
+	// after spec.manifests. Default: none.
+	Kustomize string `json:"kustomize,omitempty"`
+	// Charts are Helm charts rendered at build time as `helm template` does and applied at boot
+	// after spec.manifests and spec.kustomize, in this order. Default: none.
+	Charts []Chart `json:"charts,omitempty"`
 	// Images are the container images baked into the bundle. Default: none.
 	Images []AppImage `json:"images,omitempty"`
+	// Addons are the cluster add-ons baked in and started at boot before the workload, as a
+	// one-node distribution ships them. Default: every add-on on.
+	Addons Addons `json:"addons,omitempty"`
+}
+
+// Addons switches the cluster add-ons. Each is built from source at a version herd pins.
+type Addons struct {
+	// DNS is cluster DNS: CoreDNS v1.12.0 serving the kube-dns Service, so that pods resolve
+	// Services by name ("redis", "api.shop.svc.cluster.local"). Default: true.
+	DNS *bool `json:"dns,omitempty"`
 }
 
 // KubernetesSpec pins the Kubernetes inside an instance.
@@ -40,4 +57,23 @@ type AppImage struct {
 	Tar string `json:"tar,omitempty"`
 	// Env is set in the image's config when built from Main. Default: none.
 	Env map[string]string `json:"env,omitempty"`
+}
+
+// Chart is one Helm chart rendered into the node image: a release that is installed once, at
+// build time, and never upgraded in place (a new chart or new values make a new image).
+type Chart struct {
+	// Name is the release name, {{ .Release.Name }} in the chart's templates. Required.
+	Name string `json:"name"`
+	// Chart is a chart directory or a packaged chart (.tgz), relative to the NodeImage file.
+	// Required.
+	Chart string `json:"chart"`
+	// Namespace is the release's namespace, {{ .Release.Namespace }}: namespaced objects the chart
+	// renders without a namespace go there, and it is created at boot if it does not exist.
+	// Default: default.
+	Namespace string `json:"namespace,omitempty"`
+	// ValuesFiles are values files, relative to the NodeImage file, merged in order over the
+	// chart's values.yaml, as `helm template -f` does. Default: none.
+	ValuesFiles []string `json:"valuesFiles,omitempty"`
+	// Values are merged last, over the chart's values and ValuesFiles. Default: none.
+	Values map[string]any `json:"values,omitempty"`
 }

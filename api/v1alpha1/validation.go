@@ -242,8 +242,26 @@ func ValidateNodeImage(n *NodeImage) ErrorList {
 	if !strings.HasPrefix(n.Spec.Kubernetes.Version, "v") {
 		errs.add("spec.kubernetes.version", "must be a version such as \"v1.33.13\" (got %q)", n.Spec.Kubernetes.Version)
 	}
-	if n.Spec.Manifests == "" {
-		errs.add("spec.manifests", "required: a directory of Kubernetes YAML files, relative to this file")
+	if n.Spec.Manifests == "" && n.Spec.Kustomize == "" && len(n.Spec.Charts) == 0 {
+		errs.add("spec.manifests", "required unless spec.kustomize or spec.charts is set: a directory of Kubernetes YAML files, relative to this file")
+	}
+	releases := map[string]int{}
+	for i, c := range n.Spec.Charts {
+		p := fmt.Sprintf("spec.charts[%d]", i)
+		validateName(&errs, p+".name", c.Name)
+		if j, dup := releases[c.Name]; dup && c.Name != "" {
+			errs.add(p+".name", "duplicates spec.charts[%d].name (%q): every release needs its own name", j, c.Name)
+		}
+		releases[c.Name] = i
+		if c.Chart == "" {
+			errs.add(p+".chart", "required: a chart directory or a packaged chart (.tgz), relative to this file")
+		}
+		validateName(&errs, p+".namespace", c.Namespace)
+		for k, f := range c.ValuesFiles {
+			if f == "" {
+				errs.add(fmt.Sprintf("%s.valuesFiles[%d]", p, k), "must not be empty: give a values file, relative to this file")
+			}
+		}
 	}
 	seen := map[string]int{}
 	for i, im := range n.Spec.Images {

@@ -151,6 +151,12 @@ func Run(ctx context.Context, cfg Config) error {
 		sort.Strings(names)
 		return a.failed(nil, fmt.Errorf("bundle %s wants distribution %q, which this herd cannot boot (it has: %s)", b.ShortDigest(), distName, strings.Join(names, ", ")))
 	}
+	var clusterDNS netip.Addr
+	if d := b.Config.ClusterDNS; d != "" {
+		if clusterDNS, err = netip.ParseAddr(d); err != nil {
+			return a.failed(nil, fmt.Errorf("bundle %s: clusterDNS %q: %w", b.ShortDigest(), d, err))
+		}
+	}
 	a.step("bundle verified")
 
 	reg := prometheus.NewRegistry()
@@ -170,6 +176,7 @@ func Run(ctx context.Context, cfg Config) error {
 		CgroupRoot: cfg.CgroupRoot,
 		PauseImage: b.Config.PauseImage,
 		Version:    b.Config.Kubernetes.Version,
+		ClusterDNS: clusterDNS,
 		Logger:     a.log.With("distro", d.Name()),
 		Step:       a.step,
 	})

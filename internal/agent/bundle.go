@@ -44,7 +44,7 @@ func readManifests(b image.Bundle) ([]manifestFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bundle %s: %w", b.Digest, err)
 		}
-		out = append(out, manifestFile{name: m.File, data: data})
+		out = append(out, manifestFile{name: m.File, data: data, namespace: m.Namespace})
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,8 +32,9 @@ const FieldManager = "herd"
 
 // manifestFile is one manifest file of a bundle.
 type manifestFile struct {
-	name string // as recorded in the bundle (e.g. "manifests/deployment.yaml")
-	data []byte
+	name      string // as recorded in the bundle (e.g. "manifests/deployment.yaml")
+	data      []byte
+	namespace string // for namespaced objects that name none; "" is default
 }
 
 // object is one object decoded from a manifest, with where it came from.
@@ -40,6 +42,8 @@ type object struct {
 	obj  *unstructured.Unstructured
 	file string
 	doc  int // 1-based index of the YAML document in the file
+	// namespace is where the object goes if it is namespaced and names none ("" is default).
+	namespace string
 }
 
 func (o object) describe() string {
@@ -83,14 +87,14 @@ func decodeManifests(files []manifestFile) ([]object, error) {
 					if err := checkObject(&it); err != nil {
 						return nil, fmt.Errorf("%s: document %d, item %d: %w", f.name, doc, i+1, err)
 					}
-					out = append(out, object{obj: &it, file: f.name, doc: doc})
+					out = append(out, object{obj: &it, file: f.name, doc: doc, namespace: f.namespace})
 				}
 				continue
 			}
 			if err := checkObject(u); err != nil {
 				return nil, fmt.Errorf("%s: document %d: %w", f.name, doc, err)
 			}
-			out = append(out, object{obj: u, file: f.name, doc: doc})
+			out = append(out, object{obj: u, file: f.name, doc: doc, namespace: f.namespace})
 		}
 	}
 	return out, nil
@@ -210,7 +214,7 @@ func (a *applier) tryApply(ctx context.Context, o object) (string, error) {
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		ns = obj.GetNamespace()
 		if ns == "" {
-			ns = metav1.NamespaceDefault
+			ns = cmp.Or(o.namespace, metav1.NamespaceDefault)
 			obj.SetNamespace(ns)
 		}
 		ri = a.dyn.Resource(m.Resource).Namespace(ns)

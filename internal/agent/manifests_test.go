@@ -62,6 +62,21 @@ func kinds(objs []object) string {
 	return strings.Join(out, ",")
 }
 
+func TestDecodeManifestsCarriesTheFileNamespace(t *testing.T) {
+	objs, err := decodeManifests([]manifestFile{{name: "rendered/chart-web.yaml", namespace: "front", data: []byte(
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: other}\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 || objs[0].namespace != "front" || objs[1].namespace != "front" {
+		t.Fatalf("objects %+v: want both to carry the file's namespace front", objs)
+	}
+	// An object's own namespace still wins: tryApply only fills in a missing one.
+	if objs[1].obj.GetNamespace() != "other" {
+		t.Errorf("b's namespace = %q, want other", objs[1].obj.GetNamespace())
+	}
+}
+
 func TestApplyOrderPutsCRDsBeforeTheirObjects(t *testing.T) {
 	objs, err := decodeManifests([]manifestFile{{name: "m.yaml", data: []byte(`apiVersion: example.com/v1
 kind: Widget

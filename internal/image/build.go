@@ -1,7 +1,8 @@
 // Package image turns a NodeImage into a node image bundle: the directory every instance of a
 // fleet boots from, named by the digest of its content.
 //
-// A bundle holds the NodeImage's Kubernetes manifests (copied as they are), one docker-archive
+// A bundle holds the NodeImage's Kubernetes manifests (copied as they are, and those its
+// kustomization and Helm charts render, rendered at build time), one docker-archive
 // image tar per app image (built from a Go main package, or read from a given image tar), the
 // pause (sandbox) image, and bundle.json, the node configuration that lists all of them with their
 // SHA-256 digests. The bundle's digest is the SHA-256 of bundle.json, so it covers every byte of
@@ -11,7 +12,8 @@
 // Bundles live in a Store (see StoreDir): Build writes into a temporary directory of the store and
 // renames the finished bundle into place, so a failed or interrupted build leaves no bundle behind.
 //
-// build.go holds Build; plan.go checks its inputs first, gobuild.go builds binaries with the go
+// build.go holds Build; plan.go checks its inputs first, render.go renders Kustomize and Helm
+// inputs, gobuild.go builds binaries with the go
 // tool, oci.go writes and reads image tars, bundle.go describes a bundle and store.go keeps them.
 package image
 
@@ -26,12 +28,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/addons"
 	"herd.dev/herd/internal/kubebin"
 )
 
 // Build turns the NodeImage in nodeImageFile into a bundle in store and returns it. Relative
-// paths in the NodeImage (spec.manifests, spec.images[].main and .tar) are relative to the
-// file's directory. progress, if not nil, receives one line per long step and one per warning.
+// paths in the NodeImage (spec.manifests, spec.kustomize, spec.charts[].chart and .valuesFiles,
+// spec.images[].main and .tar) are relative to the file's directory. progress, if not nil, receives one line per long step and one per warning.
 // The NodeImage's name then refers to the new bundle. If the bundle already exists (nothing
 // changed), it is returned as it is. On error nothing is left in the store.
 func Build(ctx context.Context, nodeImageFile string, store *Store, progress func(string)) (Bundle, error) {
@@ -80,7 +83,20 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 		Kubernetes:    ni.Spec.Kubernetes,
 		PauseImage:    PauseImage,
 	}
-	say("manifests: %d file(s) from %s", len(p.manifests), ni.Spec.Manifests)
+	enabled := addons.Enabled(ni.Spec.Addons)
+	for _, a := range enabled {
+		rec, err := writeAddonManifest(a, bdir)
+		if err != nil {
+			return Bundle{}, err
+		}
+		cfg.Manifests = append(cfg.Manifests, rec)
+		if a.Name == addons.CoreDNS.Name {
+			cfg.ClusterDNS = addons.ClusterDNS.String()
+		}
+	}
+	if ni.Spec.Manifests != "" {
+		say("manifests: %d file(s) from %s", len(p.manifests), ni.Spec.Manifests)
+	}
 	for _, m := range p.manifests {
 		file := "manifests/" + filepath.Base(m)
 		rec, err := copyFile(m, filepath.Join(bdir, filepath.FromSlash(file)))
@@ -88,6 +104,19 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 			return Bundle{}, fmt.Errorf("spec.manifests: %w", err)
 		}
 		rec.File = file
+		cfg.Manifests = append(cfg.Manifests, rec)
+	}
+	for _, r := range p.rendered {
+		say("manifests: %s rendered from %s", r.file, r.field)
+		dst := filepath.Join(bdir, filepath.FromSlash(r.file))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return Bundle{}, fmt.Errorf("image store: %w", err)
+		}
+		rec, err := writeFile(dst, r.data)
+		if err != nil {
+			return Bundle{}, fmt.Errorf("%s: %w", r.field, err)
+		}
+		rec.File, rec.Namespace = r.file, r.namespace
 		cfg.Manifests = append(cfg.Manifests, rec)
 	}
 
@@ -124,6 +153,16 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 			}
 		}
 		say("image %s: %s, %s", im.Name, rec.ID[:19], FormatSize(rec.Size))
+		cfg.Images = append(cfg.Images, rec)
+	}
+
+	for _, a := range enabled {
+		say("add-on %s: building %s %s from source (the first build downloads its modules: a minute or two)", a.Name, a.Binary, a.Version)
+		rec, err := buildAddonImage(ctx, p.goTool, a, scratch, bdir)
+		if err != nil {
+			return Bundle{}, err
+		}
+		say("image %s: %s, %s", a.Image, rec.ID[:19], FormatSize(rec.Size))
 		cfg.Images = append(cfg.Images, rec)
 	}
 
@@ -191,6 +230,11 @@ func copyFile(src, dst string) (FileRecord, error) {
 	if err != nil {
 		return FileRecord{}, err
 	}
+	return writeFile(dst, data)
+}
+
+// writeFile writes data to dst and returns its digest and size (File left empty).
+func writeFile(dst string, data []byte) (FileRecord, error) {
 	if err := os.WriteFile(dst, data, 0o644); err != nil {
 		return FileRecord{}, err
 	}

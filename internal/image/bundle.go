@@ -33,10 +33,15 @@ type Config struct {
 	// PauseImage is the sandbox image reference containerd must be configured with
 	// (sandbox_image); its tar is one of Images.
 	PauseImage string `json:"pauseImage"`
+	// ClusterDNS is the address of the cluster DNS Service the kubelet gives pods, when the
+	// image has the DNS add-on. Default: none (pods get no cluster DNS).
+	ClusterDNS string `json:"clusterDNS,omitempty"`
 	// Images are every image tar to import into the instance's containerd before the manifests are
-	// applied: the app images in spec order, then the pause image.
+	// applied: the app images in spec order, the add-ons' images, then the pause image.
 	Images []ImageRecord `json:"images"`
-	// Manifests are the Kubernetes manifests to apply at boot, in the order to apply them.
+	// Manifests are the Kubernetes manifests to apply at boot, in the order to apply them: the
+	// add-ons', the NodeImage's manifests as they are, then what its kustomization and charts
+	// rendered.
 	Manifests []FileRecord `json:"manifests"`
 }
 
@@ -63,6 +68,9 @@ type FileRecord struct {
 	Digest string `json:"digest"`
 	// Size is the file's size in bytes.
 	Size int64 `json:"size"`
+	// Namespace is where the file's namespaced objects that name no namespace are applied (a Helm
+	// release's namespace). Default: default.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // Bundle is a built node image in a Store.

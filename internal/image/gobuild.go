@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"herd.dev/herd/internal/addons"
 )
 
 // PauseImage is the reference of the sandbox ("pause") image every bundle carries. The agent must
@@ -112,4 +114,56 @@ func buildPauseBinary(ctx context.Context, goTool, scratch string) (string, erro
 		return "", fmt.Errorf("building the pause image with %s failed:\n%w", goTool, err)
 	}
 	return bin, nil
+}
+
+// buildAddonImage builds an add-on's binary from its pinned, embedded source and writes its image
+// to images/addon-BINARY.tar of the bundle.
+func buildAddonImage(ctx context.Context, goTool string, a addons.Addon, scratch, bdir string) (ImageRecord, error) {
+	files, err := a.SourceFiles()
+	if err != nil {
+		return ImageRecord{}, err
+	}
+	src := filepath.Join(scratch, "addon-"+a.Binary)
+	if err := os.MkdirAll(src, 0o700); err != nil {
+		return ImageRecord{}, err
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o600); err != nil {
+			return ImageRecord{}, err
+		}
+	}
+	bin := filepath.Join(scratch, "addon-bin", a.Binary)
+	// -mod=readonly: the embedded go.sum pins every module; a build that would change it fails.
+	if err := goBuild(ctx, goTool, src, bin, []string{"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly"}); err != nil {
+		return ImageRecord{}, fmt.Errorf("%s: building %s %s from source with %s failed (is the Go module proxy reachable? set %s: false to leave the add-on out):\n%w", a.Field(), a.Binary, a.Version, goTool, a.Field(), err)
+	}
+	img, err := binaryImage(bin, a.Binary, nil, filepath.Join(scratch, "layer-addon-"+a.Binary+".tar"), "herd image build: "+a.Binary+" "+a.Version)
+	if err != nil {
+		return ImageRecord{}, fmt.Errorf("%s: packaging %s: %w", a.Field(), a.Image, err)
+	}
+	file := "images/addon-" + a.Binary + ".tar"
+	rec, err := writeImageTar(a.Image, img, filepath.Join(bdir, filepath.FromSlash(file)), file)
+	if err != nil {
+		return ImageRecord{}, fmt.Errorf("%s: writing %s: %w", a.Field(), a.Image, err)
+	}
+	return rec, nil
+}
+
+// writeAddonManifest writes an add-on's manifests to addons/BINARY.yaml of the bundle.
+func writeAddonManifest(a addons.Addon, bdir string) (FileRecord, error) {
+	data, err := a.Manifest()
+	if err != nil {
+		return FileRecord{}, err
+	}
+	file := "addons/" + a.Binary + ".yaml"
+	dst := filepath.Join(bdir, filepath.FromSlash(file))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return FileRecord{}, fmt.Errorf("image store: %w", err)
+	}
+	rec, err := writeFile(dst, data)
+	if err != nil {
+		return FileRecord{}, fmt.Errorf("%s: %w", a.Field(), err)
+	}
+	rec.File = file
+	return rec, nil
 }

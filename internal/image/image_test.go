@@ -17,6 +17,7 @@ metadata:
   name: hello
 spec:
   manifests: manifests
+  addons: {dns: false} # TestIntegrationDNSAddon builds one: the rest need no CoreDNS build
   images:
   - name: "hello:v1"
     main: ./app

@@ -1,6 +1,7 @@
 // plan checks a NodeImage's inputs before anything is built: the Kubernetes version, the
-// manifests (each document parses; the images they name), the app images' sources and the go
-// tool, reporting every problem at once.
+// manifests (each document parses; the images they name are baked in), the Kustomize directory
+// and Helm charts (rendered here), the app images' sources and the go tool, reporting every
+// problem at once.
 
 package image
 
@@ -26,6 +27,7 @@ import (
 type buildPlan struct {
 	goTool    string
 	manifests []string       // absolute paths, sorted by name
+	rendered  []renderedFile // spec.kustomize, then spec.charts in order
 	mainDirs  map[int]string // spec.images index -> absolute package directory
 	tarPaths  map[int]string // spec.images index -> absolute tar path
 	warnings  []string
@@ -50,8 +52,9 @@ func plan(ctx context.Context, ni *v1alpha1.NodeImage, base string) (*buildPlan,
 	}
 
 	var uses []imageUse
-	mdir := resolve(ni.Spec.Manifests)
-	if fi, err := os.Stat(mdir); err != nil || !fi.IsDir() {
+	if mdir := resolve(ni.Spec.Manifests); ni.Spec.Manifests == "" {
+		// Only spec.kustomize or spec.charts: validation made sure one is set.
+	} else if fi, err := os.Stat(mdir); err != nil || !fi.IsDir() {
 		fail("spec.manifests: %s is not a directory (looked for %s): create it with the Kubernetes YAML to apply at boot, or fix the path (relative to the NodeImage file)", ni.Spec.Manifests, mdir)
 	} else {
 		files, err := manifestFiles(mdir)
@@ -61,13 +64,25 @@ func plan(ctx context.Context, ni *v1alpha1.NodeImage, base string) (*buildPlan,
 			fail("spec.manifests: %s holds no .yaml, .yml or .json file: add the Kubernetes manifests to apply at boot", ni.Spec.Manifests)
 		}
 		for _, f := range files {
-			u, err := checkManifest(f)
+			data, err := os.ReadFile(f)
+			if err == nil {
+				var u []imageUse
+				u, err = checkManifest(filepath.Base(f), data)
+				uses = append(uses, inField("spec.manifests", u)...)
+			}
 			if err != nil {
 				fail("spec.manifests: %v", err)
 			}
-			uses = append(uses, u...)
 		}
 		p.manifests = files
+	}
+	p.rendered, p.warnings = planRendered(ni, resolve, fail)
+	for _, r := range p.rendered {
+		u, err := checkManifest(r.file, r.data)
+		if err != nil {
+			fail("%s: the rendered manifests: %v", r.field, err)
+		}
+		uses = append(uses, inField(r.field, u)...)
 	}
 
 	// The pause image is always built, so the Go toolchain is always needed.
@@ -110,7 +125,11 @@ func plan(ctx context.Context, ni *v1alpha1.NodeImage, base string) (*buildPlan,
 			p.tarPaths[i] = t
 		}
 	}
-	p.warnings = imageWarnings(uses, ni.Spec.Images)
+	unbaked, warnings := checkImages(uses, ni.Spec.Images)
+	for _, e := range unbaked {
+		fail("%s", e)
+	}
+	p.warnings = append(p.warnings, warnings...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -147,16 +166,11 @@ type imageUse struct {
 	pullPolicy string
 }
 
-// checkManifest checks that every document of a manifest file parses and has apiVersion and kind,
-// and returns the container images it names.
-func checkManifest(path string) ([]imageUse, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	base := filepath.Base(path)
+// checkManifest checks that every document of a manifest file (base is its name) parses and has
+// apiVersion and kind, and returns the container images it names.
+func checkManifest(base string, data []byte) ([]imageUse, error) {
 	docs := [][]byte{data}
-	if !strings.EqualFold(filepath.Ext(path), ".json") {
+	if !strings.EqualFold(filepath.Ext(base), ".json") {
 		docs = v1alpha1.SplitDocuments(data)
 	}
 	var uses []imageUse
@@ -175,6 +189,9 @@ func checkManifest(path string) ([]imageUse, error) {
 		}
 		objName, _ := nested(obj, "metadata", "name").(string)
 		where := fmt.Sprintf("%s: %s %s", base, kind, objName)
+		if src := helmSource(doc); src != "" {
+			where += " (template " + src + ")"
+		}
 		walkContainers(obj, func(c map[string]any) {
 			img, _ := c["image"].(string)
 			pp, _ := c["imagePullPolicy"].(string)
@@ -182,6 +199,29 @@ func checkManifest(path string) ([]imageUse, error) {
 		})
 	}
 	return uses, nil
+}
+
+// inField prefixes where each use was found with the NodeImage field it came from.
+func inField(field string, uses []imageUse) []imageUse {
+	for i := range uses {
+		uses[i].where = field + ": " + uses[i].where
+	}
+	return uses
+}
+
+// helmSource is the template a document rendered by Helm came from: Helm opens each with a
+// "# Source: chart/templates/file.yaml" comment.
+func helmSource(doc []byte) string {
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimSpace(line)
+		if src, ok := strings.CutPrefix(line, "# Source: "); ok {
+			return src
+		}
+		if line != "" && !strings.HasPrefix(line, "#") {
+			return ""
+		}
+	}
+	return ""
 }
 
 func nested(m map[string]any, keys ...string) any {
@@ -229,22 +269,28 @@ func walkContainers(v any, fn func(map[string]any)) {
 	}
 }
 
-// imageWarnings flags containers whose image an instance cannot get: instances pull nothing, so
-// every image must be baked in and must not be pulled.
-func imageWarnings(uses []imageUse, images []v1alpha1.AppImage) []string {
-	var out []string
+// checkImages finds containers whose image an instance cannot get: instances pull nothing, so
+// every image must be baked in (an error: such a pod would never start) and must not be pulled (a
+// warning: the pull policy may be what the user means to change).
+func checkImages(uses []imageUse, images []v1alpha1.AppImage) (unbaked, warnings []string) {
 	seen := map[string]bool{}
 	for _, u := range uses {
-		var w string
 		baked := false
 		for _, im := range images {
 			if sameImage(u.image, im.Name) {
 				baked = true
 			}
 		}
+		if !baked {
+			e := fmt.Sprintf("%s uses image %q, which is not baked in: instances pull no images, so its pods would never start; add it to spec.images", u.where, u.image)
+			if !seen[e] {
+				seen[e] = true
+				unbaked = append(unbaked, e)
+			}
+			continue
+		}
+		var w string
 		switch {
-		case !baked:
-			w = fmt.Sprintf("%s uses image %q, which is not in spec.images: instances pull no images, so its pods will not start; add it to spec.images", u.where, u.image)
 		case u.pullPolicy == "Always":
 			w = fmt.Sprintf("%s pulls image %q (imagePullPolicy: Always): instances pull no images; set imagePullPolicy: Never", u.where, u.image)
 		case u.pullPolicy == "" && pullsByDefault(u.image):
@@ -252,10 +298,10 @@ func imageWarnings(uses []imageUse, images []v1alpha1.AppImage) []string {
 		}
 		if w != "" && !seen[w] {
 			seen[w] = true
-			out = append(out, w)
+			warnings = append(warnings, w)
 		}
 	}
-	return out
+	return unbaked, warnings
 }
 
 // sameImage says whether two references name the same image once normalized

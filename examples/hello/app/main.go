@@ -12,6 +12,9 @@
 //	REVISION      the app's revision, set in the manifest or baked into the image. Default: "dev".
 //	FAIL_PERCENT  share of GET / requests answered 500, from 0 to 100, for canary tests. Default: 0.
 //	DELAY         extra latency added to every GET / response, a Go duration ("50ms"). Default: 0.
+//	UPSTREAM      a URL that GET /upstream fetches and relays, to show workloads calling each other
+//	              by Service name through the cluster's DNS ("http://api.shop.svc:8080/").
+//	              Default: none (GET /upstream answers 404).
 //
 // On SIGTERM it stops accepting connections and finishes the requests in flight.
 package main
@@ -21,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"math/rand/v2"
 	"net/http"
@@ -40,6 +44,7 @@ type config struct {
 	hostname    string
 	failPercent float64
 	delay       time.Duration
+	upstream    string
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -48,6 +53,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		instance: getenv("NODE_NAME"),
 		pod:      getenv("POD_NAME"),
 		revision: getenv("REVISION"),
+		upstream: getenv("UPSTREAM"),
 	}
 	if c.port == "" {
 		c.port = "8080"
@@ -88,6 +94,26 @@ func handler(c config, fail func() bool) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /upstream", func(w http.ResponseWriter, r *http.Request) {
+		if c.upstream == "" {
+			http.Error(w, "no UPSTREAM is set", http.StatusNotFound)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.upstream, nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				defer resp.Body.Close()
+				w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+				w.WriteHeader(resp.StatusCode)
+				_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+				return
+			}
+		}
+		http.Error(w, "upstream: "+err.Error(), http.StatusBadGateway)
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		if c.delay > 0 {

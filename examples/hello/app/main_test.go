@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -79,5 +80,38 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatalf("config %+v", c)
 			}
 		})
+	}
+}
+
+func TestUpstreamRelaysAnotherService(t *testing.T) {
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+		_, _ = w.Write([]byte(`{"revision":"other"}`))
+	}))
+	defer other.Close()
+	for _, tt := range []struct {
+		upstream string
+		status   int
+		body     string
+	}{
+		{other.URL + "/", http.StatusTeapot, `{"revision":"other"}`},
+		{"", http.StatusNotFound, "no UPSTREAM is set\n"},
+		{"http://127.0.0.1:1/", http.StatusBadGateway, ""},
+	} {
+		c, err := loadConfig(env(map[string]string{"UPSTREAM": tt.upstream}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(handler(c, func() bool { return false }))
+		resp, err := http.Get(srv.URL + "/upstream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != tt.status || (tt.body != "" && string(body) != tt.body) {
+			t.Errorf("UPSTREAM=%q: GET /upstream = %d %q, want %d %q", tt.upstream, resp.StatusCode, body, tt.status, tt.body)
+		}
 	}
 }

@@ -45,6 +45,9 @@ type Spec struct {
 	PauseImage string
 	// Version is the Kubernetes version the bundle was built for (e.g. "v1.33.13").
 	Version string
+	// ClusterDNS is the address of the cluster DNS Service the image runs, which the kubelet
+	// must give pods as their resolver. Invalid (the zero Addr): the image has no cluster DNS.
+	ClusterDNS netip.Addr
 	// Logger receives the distribution's progress and warnings.
 	Logger *slog.Logger
 	// Step records a named boot step in the instance's status (e.g. "etcd healthy"). Never nil.

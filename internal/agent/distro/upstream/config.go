@@ -75,6 +75,7 @@ type nodeConfig struct {
 	address    netip.Addr
 	cgroupRoot string
 	pauseImage string
+	clusterDNS netip.Addr // invalid: no cluster DNS
 	l          layout
 }
 
@@ -179,6 +180,9 @@ func kubeletConfig(c nodeConfig) ([]byte, error) {
 	}
 	if c.cgroupRoot == "" {
 		delete(conf, "cgroupRoot")
+	}
+	if c.clusterDNS.IsValid() {
+		conf["clusterDNS"] = []string{c.clusterDNS.String()}
 	}
 	return yaml.Marshal(conf)
 }

@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"herd.dev/herd/internal/addons"
 	"herd.dev/herd/internal/agent/distro"
 	"herd.dev/herd/internal/kubebin"
 )
@@ -243,5 +244,25 @@ func TestValidate(t *testing.T) {
 				t.Errorf("err = %v, want it to contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestClusterDNSIsAFreeServiceAddress: the address node images give the kube-dns Service must be
+// in this distribution's Service range, and not the kubernetes Service's.
+func TestClusterDNSIsAFreeServiceAddress(t *testing.T) {
+	if !ServiceCIDR.Contains(addons.ClusterDNS) || addons.ClusterDNS == firstServiceIP() {
+		t.Fatalf("addons.ClusterDNS %s is not a free address of %s", addons.ClusterDNS, ServiceCIDR)
+	}
+	c := nodeConfig{name: "n", address: netip.MustParseAddr("10.0.0.2"), clusterDNS: addons.ClusterDNS, l: layout{state: "/s"}}
+	out, err := kubeletConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "clusterDNS:\n- 10.215.0.10\n") {
+		t.Errorf("kubelet config lacks clusterDNS:\n%s", out)
+	}
+	c.clusterDNS = netip.Addr{}
+	if out, _ := kubeletConfig(c); strings.Contains(string(out), "clusterDNS") {
+		t.Errorf("kubelet config of an image without DNS names one:\n%s", out)
 	}
 }

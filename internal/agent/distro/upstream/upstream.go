@@ -102,6 +102,9 @@ func validate(spec distro.Spec) error {
 	if spec.PauseImage == "" {
 		return errors.New("upstream: the bundle names no pause image")
 	}
+	if dns := spec.ClusterDNS; dns.IsValid() && (!ServiceCIDR.Contains(dns) || dns == firstServiceIP()) {
+		return fmt.Errorf("upstream: the bundle's cluster DNS address %s is not a free address of the Service range %s: rebuild the node image with this herd", dns, ServiceCIDR)
+	}
 	if v := spec.Version; v != "" && v != kubebin.Version {
 		return fmt.Errorf("upstream: the bundle wants Kubernetes %s but this herd runs %s: rebuild the node image with this herd", v, kubebin.Version)
 	}
@@ -161,7 +164,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	if err := privateRuntimeDirs(l); err != nil {
 		return nil, err
 	}
-	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, l: l}
+	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, l: l}
 	adm, err := writeCredentials(cfg)
 	if err != nil {
 		return nil, err
