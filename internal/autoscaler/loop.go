@@ -83,6 +83,17 @@ type LoopOptions struct {
 	Clock clock.WithTicker
 	// Logger. Default: discard.
 	Logger *slog.Logger
+	// Observer, when set, sees every decision's inputs and outcome, and each fleet that stops
+	// being autoscaled. herd up exports them in /metrics.
+	Observer Observer
+}
+
+// Observer sees the autoscaler's work.
+type Observer interface {
+	// Decided is called for each sample of an autoscaled fleet, with the strategy's decision.
+	Decided(fleet string, cfg Config, s Sample, d Decision)
+	// Forgotten is called when a fleet is no longer autoscaled (changed or deleted).
+	Forgotten(fleet string)
 }
 
 // Loop applies the strategy's decisions to fleets with spec.autoscaling: every interval it samples
@@ -201,6 +212,9 @@ func (l *Loop) tick(ctx context.Context) error {
 		}
 		sample.Desired = int(*f.Spec.Replicas.Desired)
 		d := st.Decide(sample)
+		if l.opts.Observer != nil {
+			l.opts.Observer.Decided(name, cfg, sample, d)
+		}
 		if d.Desired == sample.Desired {
 			continue
 		}
@@ -217,6 +231,9 @@ func (l *Loop) tick(ctx context.Context) error {
 	for name := range l.strategies {
 		if !seen[name] {
 			delete(l.strategies, name)
+			if l.opts.Observer != nil {
+				l.opts.Observer.Forgotten(name)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -85,6 +85,9 @@ type Options struct {
 	// Clock is the controller's time: every timestamp it writes, its resync ticker and its work
 	// queue's delays. Default: the real clock.
 	Clock clock.WithTicker
+	// ProviderCalls, when set, is told of every provider call: the provider, the operation
+	// (create, delete or list), how long it took and its error. herd up counts them in /metrics.
+	ProviderCalls func(provider, op string, took time.Duration, err error)
 	// QueueMetrics, when set, receives the work queue's metrics (depth, adds, latency, retries)
 	// under the name QueueName; client_golang adapters exist for it. Default: none.
 	QueueMetrics workqueue.MetricsProvider
@@ -256,7 +259,9 @@ func (c *Controller) Start(ctx context.Context) error {
 		keys[in.Spec.Fleet] = true
 	}
 	for name, p := range c.opts.Providers {
+		start := time.Now()
 		all, err := p.List(ctx, provider.ListOptions{})
+		c.observeCall(name, "list", start, err)
 		if err != nil {
 			return fmt.Errorf("controller: list instances of provider %s: %w", name, err)
 		}
@@ -438,4 +443,11 @@ func (c *Controller) fleetInstances(fleet string) map[string]*v1alpha1.Instance 
 		out[name] = &cp
 	}
 	return out
+}
+
+// observeCall reports one provider call, begun at start, to Options.ProviderCalls.
+func (c *Controller) observeCall(provider, op string, start time.Time, err error) {
+	if c.opts.ProviderCalls != nil {
+		c.opts.ProviderCalls(provider, op, time.Since(start), err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
@@ -198,11 +199,13 @@ func (s *scope) callProviders(create, del []*v1alpha1.Instance) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			in := cl.in
+			start := time.Now()
 			if cl.create {
 				o, err := p.Create(s.ctx, provider.InstanceSpec{
 					Name: in.Metadata.Name, Labels: in.Metadata.Labels, Image: in.Spec.Image,
 					Region: in.Spec.Region, Options: s.regionOptions(in.Spec.Region),
 				})
+				s.c.observeCall(in.Spec.Provider, "create", start, err)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -222,6 +225,7 @@ func (s *scope) callProviders(create, del []*v1alpha1.Instance) {
 				return
 			}
 			err := p.Delete(s.ctx, in.Metadata.Name)
+			s.c.observeCall(in.Spec.Provider, "delete", start, err)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -133,7 +133,9 @@ func (s *scope) list(providers map[string]provider.Provider) error {
 	s.observed = map[string]provider.Instance{}
 	s.observedBy = map[string]string{}
 	for name, p := range providers {
+		start := time.Now()
 		list, err := p.List(s.ctx, provider.ListOptions{Fleet: s.fleetName()})
+		s.c.observeCall(name, "list", start, err)
 		if err != nil {
 			return fmt.Errorf("list instances of fleet %s on provider %s: %w", s.fleetName(), name, err)
 		}

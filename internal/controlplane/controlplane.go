@@ -157,13 +157,14 @@ func Run(ctx context.Context, opts Options) error {
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
 	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
-	recorder := events.New(events.Options{Store: st, Logger: log})
+	decisions := cpmetrics.NewDecisions()
+	recorder := events.New(events.Options{Store: st, Logger: log, Recorded: decisions.Event})
 	queueMetrics := cpmetrics.NewQueueMetrics()
 	// The controller and the autoscaler run in terms (leading.go): for as long as herd up runs on
 	// bolt, while this replica leads on etcd. ctrl is the controller of the term in progress.
 	ctrl := &leading{log: log, deps: termDeps{store: st, providers: providers, targets: targets,
 		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor,
-			Events: recorder, QueueMetrics: queueMetrics}}}
+			Events: recorder, QueueMetrics: queueMetrics, ProviderCalls: decisions.ProviderCall}}}
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
 	// and every instance's node figures for /metrics and herd top.
 	agents, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
@@ -183,7 +184,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: monitor, CPU: agents, Logger: log}
+	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: monitor, CPU: agents, Logger: log, Observer: decisions}
 
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
@@ -204,7 +205,7 @@ func Run(ctx context.Context, opts Options) error {
 		Events:           recorder,
 		LBHealth:         targets.Health,
 		Usage:            usageSampler.Report,
-		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics),
+		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			ctrl.status(s)

@@ -55,6 +55,7 @@ func TestIntegrationMetrics(t *testing.T) {
 		"herd_controller_reconciles_total", "herd_controller_reconcile_errors_total", "herd_controller_synced",
 		"herd_fleets", "herd_instances", "herd_workqueue_depth", "herd_workqueue_work_duration_seconds",
 		"herd_instance_phase", "herd_instance_lb_state", "herd_instance_agent_up", "herd_fleet_replicas", "herd_fleet_condition",
+		"herd_provider_call_duration_seconds", "herd_events_total",
 		"go_goroutines", "process_resident_memory_bytes",
 	}
 	var body string
@@ -71,6 +72,10 @@ func TestIntegrationMetrics(t *testing.T) {
 		}
 		if !strings.Contains(body, `herd_instances{fleet="web",phase="Ready"} 2`) {
 			return "herd_instances does not count web's two Ready instances"
+		}
+		// The controller asked the fake provider for web's two instances.
+		if !strings.Contains(body, `herd_provider_call_duration_seconds_count{op="create",provider="fake"} 2`) {
+			return "herd_provider_call_duration_seconds does not count the two creates"
 		}
 		return ""
 	})

@@ -46,14 +46,23 @@ func (m *QueueMetrics) collectors() []prometheus.Collector {
 
 // Describe implements prometheus.Collector.
 func (m *QueueMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectors() {
+	collectorSet(m.collectors()).Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *QueueMetrics) Collect(ch chan<- prometheus.Metric) { collectorSet(m.collectors()).Collect(ch) }
+
+// collectorSet is several collectors as one.
+type collectorSet []prometheus.Collector
+
+func (s collectorSet) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range s {
 		c.Describe(ch)
 	}
 }
 
-// Collect implements prometheus.Collector.
-func (m *QueueMetrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectors() {
+func (s collectorSet) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range s {
 		c.Collect(ch)
 	}
 }

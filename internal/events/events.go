@@ -49,6 +49,9 @@ type Options struct {
 	// DedupeWindow: an event equal to one recorded within this window (same object, reason and
 	// message) is not recorded again. Default: DefaultDedupeWindow.
 	DedupeWindow time.Duration
+	// Recorded, when set, is called with the type and reason of every event recorded (before it
+	// is buffered, so dropped and deduplicated ones count too: they describe what happened).
+	Recorded func(typ, reason string)
 }
 
 // Recorder records events. Create it with New, run its writer with Start and call Eventf from
@@ -97,6 +100,9 @@ func (r *Recorder) Eventf(object, typ, reason, format string, args ...any) {
 		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindEvent},
 		Type:     typ, Reason: reason, Message: fmt.Sprintf(format, args...), Object: object,
 		Time: r.opts.Clock.Now().UTC(),
+	}
+	if r.opts.Recorded != nil {
+		r.opts.Recorded(typ, reason)
 	}
 	select {
 	case r.buf <- ev:
