@@ -50,9 +50,13 @@ func TestStatusCarriesConditions(t *testing.T) {
 		}
 	}
 
+	// The listener moves to a port the host has taken: the load balancer refuses it when the
+	// reconcile of the change hands it over.
 	sink.mu.Lock()
-	sink.refused = errors.New("listen tcp 127.0.0.1:8080: bind: address already in use")
+	sink.refused = errors.New("listen tcp 127.0.0.1:8081: bind: address already in use")
 	sink.mu.Unlock()
+	f.Spec.Listeners[0].Port = 8081
+	e.put(f)
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionLoadBalancerReady, metav1.ConditionFalse, "ListenerRefused"))
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionFalse, "LoadBalancerNotReady"))
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionDegraded, metav1.ConditionTrue, "ListenerRefused"))

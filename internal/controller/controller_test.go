@@ -70,7 +70,7 @@ func (e *env) start() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctrl, err := New(Options{
 		Store: e.store, Providers: map[string]provider.Provider{fake.Name: e.fake}, Logger: log,
-		PollInterval: 20 * time.Millisecond, ResyncPeriod: 200 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond, ResyncPeriod: time.Hour, // no test may lean on the safety resync
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,
 		Health: e.health, HealthPollInterval: 20 * time.Millisecond,

@@ -47,10 +47,13 @@ func (s *scope) execute(p *plan) (Result, error) {
 		s.emitAll(p.StatusEvents)
 	}
 	// A settled fleet is looked at again when something changes or at the safety resync; a busy
-	// one sooner, and so is one whose listeners the load balancer refused: a port taken on the
-	// host frees without anything telling the controller, so binding it is retried.
+	// one sooner, and so is one whose providers were just asked to create or delete (the plan was
+	// made before: a deletion finished here frees the next rollout step, and nothing else would
+	// say so), and one whose listeners the load balancer refused: a port taken on the host frees
+	// without anything telling the controller, so binding it is retried.
 	res := Result{}
-	if s.busy() || (c.opts.Targets != nil && c.opts.Targets.ListenerError(s.fleetName()) != nil) {
+	acted := len(p.Create) > 0 || len(p.Delete) > 0
+	if s.busy() || acted || (c.opts.Targets != nil && c.opts.Targets.ListenerError(s.fleetName()) != nil) {
 		res.RequeueAfter = c.opts.PollInterval
 	}
 	res.RequeueAfter = sooner(sooner(res.RequeueAfter, p.Requeue), s.healRequeue())

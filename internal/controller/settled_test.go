@@ -170,6 +170,15 @@ func newSettledEnv(t *testing.T) *settledEnv {
 		}
 		return e.queue.idle()
 	})
+	// The reconcile that created the instances looks once more after PollInterval, as any that
+	// asked the providers for something does; after that look nothing is scheduled.
+	e.clk.Step(time.Second)
+	waitFor(t, 10*time.Second, func() string {
+		if _, pending := e.queue.snapshot(); len(pending) > 0 {
+			return fmt.Sprintf("reconciles scheduled: %v", pending)
+		}
+		return e.queue.idle()
+	})
 	return e
 }
 
