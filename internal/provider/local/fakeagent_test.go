@@ -204,6 +204,7 @@ const testRegion = "ut"
 func newFakeAgentProvider(t *testing.T, names ...string) (p *Provider, digest string, assertClean func()) {
 	t.Helper()
 	requireRoot(t)
+	localtest.Exclusive(t) // the leak check compares host-wide state that real instances change
 	before := localtest.Take(t)
 	p, digest = newTestProvider(t, testExecutable(t))
 	assertClean = func() {
@@ -428,6 +429,7 @@ func TestInterruptedCreate(t *testing.T) {
 func TestFakeAgentConformance(t *testing.T) {
 	requireRoot(t)
 	t.Setenv(fakeAgentEnv, "ok")
+	localtest.Exclusive(t) // the leak check compares host-wide state that real instances change
 	before := localtest.Take(t)
 	var p *Provider
 	// Registered first, so it runs after the suite's own cleanup has deleted its instances.

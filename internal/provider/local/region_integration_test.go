@@ -44,6 +44,9 @@ func regionEnv(t *testing.T, regions ...string) (*local.Provider, local.Options)
 		t.Skip("needs /dev/net/tun (a kernel with TUN)")
 	}
 	bin := herdBinary(t)
+	// No real instance here, but the leak check compares the host's iptables rules and kernel
+	// settings, which another package's real instances change meanwhile.
+	localtest.Exclusive(t)
 	before := localtest.Take(t)
 	dataDir, err := os.MkdirTemp("", "hr-")
 	if err != nil {

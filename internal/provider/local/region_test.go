@@ -116,6 +116,7 @@ func regionOwned(p *Provider, regions ...string) localtest.Owned {
 // (or the next EnsureRegion) finishes or removes it.
 func TestRegionNetworkAfterCrashes(t *testing.T) {
 	requireRoot(t)
+	localtest.Exclusive(t) // the leak check compares host-wide state that real instances change
 	before := localtest.Take(t)
 	p, _ := newTestProvider(t, testExecutable(t))
 	ctx := context.Background()
