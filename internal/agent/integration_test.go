@@ -309,7 +309,7 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		t.Errorf("/livez = %d %v", code, err)
 	}
 	if code, body, err := httpGet(agentURL + "/metrics"); err != nil || code != http.StatusOK ||
-		!strings.Contains(body, "herd_agent_ready 1") || !strings.Contains(body, `herd_pods{phase="Running"} 1`) ||
+		!strings.Contains(body, "herd_agent_ready 1") || !strings.Contains(body, `herd_pods{phase="Running"} 2`) /* hello and CoreDNS */ ||
 		!strings.Contains(body, "herd_node_memory_working_set_bytes") {
 		t.Errorf("/metrics = %d %v:\n%s", code, err, body)
 	}
@@ -355,6 +355,11 @@ func TestIntegrationAgentBoots(t *testing.T) {
 	}
 }
 
+// TestIntegrationAgentFailsOnUnavailableWorkload boots a workload that never becomes available
+// (its container exits at once: hello refuses a DELAY that is not a duration) and checks that
+// the boot fails at the ready timeout naming the workload, the container and why. (An image
+// missing from the bundle, ErrImageNeverPull, fails at once, but herd image build refuses such a
+// bundle, so it cannot be booted here.)
 func TestIntegrationAgentFailsOnUnavailableWorkload(t *testing.T) {
 	requireIntegration(t)
 	tmp := t.TempDir()
@@ -363,26 +368,33 @@ func TestIntegrationAgentFailsOnUnavailableWorkload(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(src, "manifests"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	app, err := filepath.Abs("../../examples/hello/app")
+	if err != nil {
+		t.Fatal(err)
+	}
 	files := map[string]string{
 		"image.yaml": `apiVersion: herd.dev/v1alpha1
 kind: NodeImage
 metadata: {name: broken}
 spec:
   manifests: manifests
+  addons: {dns: false}
+  images: [{name: "hello:v1", main: ` + app + `}]
 `,
 		"manifests/deployment.yaml": `apiVersion: apps/v1
 kind: Deployment
-metadata: {name: missing, namespace: default}
+metadata: {name: crashing, namespace: default}
 spec:
   replicas: 1
-  selector: {matchLabels: {app: missing}}
+  selector: {matchLabels: {app: crashing}}
   template:
-    metadata: {labels: {app: missing}}
+    metadata: {labels: {app: crashing}}
     spec:
       containers:
       - name: app
-        image: herd.local/not-in-the-bundle:v1
+        image: hello:v1
         imagePullPolicy: Never
+        env: [{name: DELAY, value: not-a-duration}]
 `,
 	}
 	for name, content := range files {
@@ -395,13 +407,16 @@ spec:
 		t.Fatal(err)
 	}
 
-	in := startInstance(t, herd, bundle, "--ready-timeout", "45s")
+	in := startInstance(t, herd, bundle, "--ready-timeout", "20s")
 	st := in.waitPhase(t, PhaseFailed, 2*time.Minute)
 	t.Logf("reason: %s", st.Reason)
-	for _, want := range []string{"Deployment default/missing", "herd.local/not-in-the-bundle:v1", "ErrImageNeverPull"} {
+	for _, want := range []string{"Deployment default/crashing", "container app"} {
 		if !strings.Contains(st.Reason, want) {
 			t.Errorf("reason %q does not contain %q", st.Reason, want)
 		}
+	}
+	if !strings.Contains(st.Reason, "exit code 1") && !strings.Contains(st.Reason, "CrashLoopBackOff") {
+		t.Errorf("reason %q says neither how the container exited nor that it is crash-looping", st.Reason)
 	}
 	if code := in.waitExit(t, 30*time.Second); code != 1 {
 		t.Errorf("exit code = %d, want 1", code)

@@ -17,6 +17,9 @@ var (
 	listAll  = metav1.ListOptions{ResourceVersion: "0"}
 )
 
+// addonNamespace holds the cluster's add-ons, which stopWorkload leaves to stop with the cluster.
+const addonNamespace = metav1.NamespaceSystem
+
 // podOwners are the kinds whose objects make pods: they are deleted before the pods, so that no
 // pod is made again while the workload stops.
 var podOwners = []schema.GroupVersionResource{
@@ -34,6 +37,9 @@ var podOwners = []schema.GroupVersionResource{
 // not wait for the kubelet to clean up after the containers (volumes, sandboxes, the final removal
 // of the pod objects, done at its next housekeeping, seconds later): the cluster is stopped next.
 // It returns the number of pods with containers still running.
+//
+// The cluster's add-ons (kube-system: cluster DNS) are left running: the workload may still
+// resolve names while it drains, and they stop with the cluster.
 func stopWorkload(ctx context.Context, dyn dynamic.Interface) (int, error) {
 	bg := metav1.DeletePropagationBackground
 	for _, gvr := range podOwners {
@@ -45,7 +51,7 @@ func stopWorkload(ctx context.Context, dyn dynamic.Interface) (int, error) {
 			return -1, err
 		}
 		for _, it := range list.Items {
-			if it.GetDeletionTimestamp() != nil {
+			if it.GetDeletionTimestamp() != nil || it.GetNamespace() == addonNamespace {
 				continue
 			}
 			err := dyn.Resource(gvr).Namespace(it.GetNamespace()).Delete(ctx, it.GetName(), metav1.DeleteOptions{PropagationPolicy: &bg})
@@ -63,6 +69,9 @@ func stopWorkload(ctx context.Context, dyn dynamic.Interface) (int, error) {
 		}
 		running := 0
 		for _, p := range list.Items {
+			if p.GetNamespace() == addonNamespace {
+				continue
+			}
 			if p.GetDeletionTimestamp() == nil {
 				running++
 				err := dyn.Resource(podsGVR).Namespace(p.GetNamespace()).Delete(ctx, p.GetName(), metav1.DeleteOptions{})
