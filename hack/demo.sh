@@ -31,8 +31,9 @@ cleanup() {
   trap - EXIT
   [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null || return 0
   step "deleting the fleet and its instances"
-  local out="" gone=""
-  for _ in $(seq 240); do
+  local out="" gone="" i
+  # A counted loop, not $(seq ...): a second Ctrl-C that lands on seq would leave no rounds at all.
+  for ((i = 0; i < 240; i++)); do
     "$herd" delete fleet hello >/dev/null 2>&1 || true
     if out=$("$herd" get instances 2>/dev/null) && [ -z "$out" ]; then gone=1; break; fi
     sleep 0.5 || true
