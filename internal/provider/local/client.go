@@ -187,11 +187,7 @@ func (p *Provider) removeClient(ctx context.Context, name string) error {
 }
 
 func readClient(dir string) (*ClientNetwork, error) {
-	var c ClientNetwork
-	if found, err := readJSONFile(filepath.Join(dir, clientFile), &c); err != nil || !found {
-		return nil, err
-	}
-	return &c, nil
+	return readJSONRecord[ClientNetwork](filepath.Join(dir, clientFile))
 }
 
 func writeClient(dir string, c *ClientNetwork) error {

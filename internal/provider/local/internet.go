@@ -60,15 +60,11 @@ func internetNetns(dataDir string) string { return "herdinet-" + shortHash(dataD
 func (p *Provider) InternetNetns() string { return internetNetns(p.opts.DataDir) }
 
 func (p *Provider) readInternet() (*internetRecord, error) {
-	var r internetRecord
-	found, err := readJSONFile(filepath.Join(p.netDir(), internetFile), &r)
-	if err != nil || !found {
-		return nil, err
-	}
-	if r.Hosts == nil {
+	r, err := readJSONRecord[internetRecord](filepath.Join(p.netDir(), internetFile))
+	if r != nil && r.Hosts == nil {
 		r.Hosts = map[string]int{}
 	}
-	return &r, nil
+	return r, err
 }
 
 func (p *Provider) writeInternet(r *internetRecord) error {

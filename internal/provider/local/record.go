@@ -106,6 +106,15 @@ func readJSONFile(path string, v any) (found bool, err error) {
 	return true, nil
 }
 
+// readJSONRecord reads the JSON file at path into a new T: nil, and no error, when there is none.
+func readJSONRecord[T any](path string) (*T, error) {
+	var v T
+	if found, err := readJSONFile(path, &v); err != nil || !found {
+		return nil, err
+	}
+	return &v, nil
+}
+
 // writeJSONFile writes v as indented JSON to path atomically (mode 0600), making its directory
 // (0700) if needed.
 func writeJSONFile(path string, v any) error {

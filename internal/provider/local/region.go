@@ -104,11 +104,7 @@ func (p *Provider) RegionHostNames(region string) (router, internet, hostVeth st
 }
 
 func readRegionNet(dir string) (*regionNet, error) {
-	var r regionNet
-	if found, err := readJSONFile(filepath.Join(dir, regionFile), &r); err != nil || !found {
-		return nil, err
-	}
-	return &r, nil
+	return readJSONRecord[regionNet](filepath.Join(dir, regionFile))
 }
 
 func writeRegionNet(dir string, r *regionNet) error {
