@@ -52,29 +52,8 @@ func plan(ctx context.Context, ni *v1alpha1.NodeImage, base string) (*buildPlan,
 	}
 
 	var uses []imageUse
-	if mdir := resolve(ni.Spec.Manifests); ni.Spec.Manifests == "" {
-		// Only spec.kustomize or spec.charts: validation made sure one is set.
-	} else if fi, err := os.Stat(mdir); err != nil || !fi.IsDir() {
-		fail("spec.manifests: %s is not a directory (looked for %s): create it with the Kubernetes YAML to apply at boot, or fix the path (relative to the NodeImage file)", ni.Spec.Manifests, mdir)
-	} else {
-		files, err := manifestFiles(mdir)
-		if err != nil {
-			fail("spec.manifests: %v", err)
-		} else if len(files) == 0 {
-			fail("spec.manifests: %s holds no .yaml, .yml or .json file: add the Kubernetes manifests to apply at boot", ni.Spec.Manifests)
-		}
-		for _, f := range files {
-			data, err := os.ReadFile(f)
-			if err == nil {
-				var u []imageUse
-				u, err = checkManifest(filepath.Base(f), data)
-				uses = append(uses, inField("spec.manifests", u)...)
-			}
-			if err != nil {
-				fail("spec.manifests: %v", err)
-			}
-		}
-		p.manifests = files
+	if ni.Spec.Manifests != "" { // optional when spec.kustomize or spec.charts is set
+		p.manifests, uses = planManifests(ni.Spec.Manifests, resolve(ni.Spec.Manifests), fail)
 	}
 	p.rendered, p.warnings = planRendered(ni, resolve, fail)
 	for _, r := range p.rendered {
@@ -134,6 +113,33 @@ func plan(ctx context.Context, ni *v1alpha1.NodeImage, base string) (*buildPlan,
 		return nil, errors.Join(errs...)
 	}
 	return p, nil
+}
+
+// planManifests checks the spec.manifests directory (as written, and resolved to dir): its files,
+// sorted, and the images their containers use.
+func planManifests(written, dir string, fail func(string, ...any)) (files []string, uses []imageUse) {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		fail("spec.manifests: %s is not a directory (looked for %s): create it with the Kubernetes YAML to apply at boot, or fix the path (relative to the NodeImage file)", written, dir)
+		return nil, nil
+	}
+	files, err := manifestFiles(dir)
+	if err != nil {
+		fail("spec.manifests: %v", err)
+	} else if len(files) == 0 {
+		fail("spec.manifests: %s holds no .yaml, .yml or .json file: add the Kubernetes manifests to apply at boot", written)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err == nil {
+			var u []imageUse
+			u, err = checkManifest(filepath.Base(f), data)
+			uses = append(uses, inField("spec.manifests", u)...)
+		}
+		if err != nil {
+			fail("spec.manifests: %v", err)
+		}
+	}
+	return files, uses
 }
 
 // manifestFiles lists the .yaml, .yml and .json files of dir (not its subdirectories), sorted.
