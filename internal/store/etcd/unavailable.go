@@ -55,7 +55,9 @@ func (s *Store) unavailable(parent context.Context, err error) error {
 
 // cannotAnswer reports whether err is etcd's way of saying that it cannot serve a request now:
 // our own deadline ran out (a linearizable read or a write waits for a leader and a quorum), or a
-// member answered that it has no leader or timed out waiting for one.
+// member answered that it has no leader or timed out waiting for one. A member whose own copy of
+// our deadline ran out first answers with code Unknown and the context's message (etcd 3.4 passes
+// the error through untranslated), which is the same timeout seen from the other side.
 func cannotAnswer(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
@@ -64,9 +66,12 @@ func cannotAnswer(err error) bool {
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.Unavailable || ee.Code() == codes.DeadlineExceeded
 	}
-	switch status.Code(err) {
+	st, _ := status.FromError(err)
+	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return true
+	case codes.Unknown:
+		return st.Message() == context.DeadlineExceeded.Error()
 	}
 	return false
 }
