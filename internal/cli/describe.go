@@ -85,7 +85,11 @@ func describeFleet(w io.Writer, f *v1alpha1.Fleet) {
 	p("Name", f.Metadata.Name)
 	p("Created", age(f.Metadata.CreationTimestamp)+" ago")
 	p("Image", s.Image)
-	p("Replicas", fmt.Sprintf("%d desired | %d min | %d max | %d ready | %d total", deref(s.Replicas.Desired), deref(s.Replicas.Min), deref(s.Replicas.Max), st.ReadyReplicas, st.Replicas))
+	perRegion := ""
+	if len(s.Regions) > 1 {
+		perRegion = fmt.Sprintf(" (%d per region unless it says otherwise)", deref(s.Replicas.Desired))
+	}
+	p("Replicas", fmt.Sprintf("%d desired%s | %d min | %d max | %d ready | %d total", totalDesired(f), perRegion, deref(s.Replicas.Min), deref(s.Replicas.Max), st.ReadyReplicas, st.Replicas))
 	p("Phase", st.Phase)
 	if st.Message != "" {
 		p("Message", st.Message)

@@ -407,3 +407,35 @@ func TestWaveResumesAfterRestart(t *testing.T) {
 		t.Fatalf("canary steps %q, want one in region eu then one in region us", msgs)
 	}
 }
+
+// The warm pool and scale to zero are per region: each region keeps its own warm instances, and a
+// region at zero runs none in rotation while the other serves.
+func TestWarmPoolAndZeroPerRegion(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	f := regionFleet("web", "img", 2, "eu", "us")
+	f.Spec.Autoscaling = &v1alpha1.Autoscaling{Target: 10, WarmPool: 1}
+	f.Spec.Regions[0].Replicas = &v1alpha1.Replicas{Desired: new(int32(0))}
+	v1alpha1.SetFleetDefaults(f, "fake")
+	e.put(f)
+	waitFor(t, 5*time.Second, func() string {
+		serving, warm := map[string]int{}, map[string]int{}
+		for _, in := range e.records("web") {
+			if in.Status.Phase != v1alpha1.PhaseReady {
+				return in.Metadata.Name + " is " + string(in.Status.Phase)
+			}
+			if IsWarm(in) {
+				warm[in.Spec.Region]++
+			} else {
+				serving[in.Spec.Region]++
+			}
+		}
+		if serving["eu"] != 0 || serving["us"] != 2 || warm["eu"] != 1 || warm["us"] != 1 {
+			return fmt.Sprintf("serving %v, warm %v; want eu 0+1 warm, us 2+1 warm", serving, warm)
+		}
+		st := e.fleet("web").Status
+		if eu := st.RegionStatusOf("eu"); eu == nil || eu.Phase != v1alpha1.RegionReady || eu.Replicas != 0 {
+			return fmt.Sprintf("region eu: %+v", eu)
+		}
+		return ""
+	})
+}
