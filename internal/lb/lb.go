@@ -242,7 +242,7 @@ func (lb *LB) drainTimeoutOf(name string, next Config) time.Duration {
 // buildState builds a listener's routing state, creating targets that are new and reviving draining
 // ones that came back. It records every target it routes in kept. Called with lb.mu held.
 func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
-	rt := &routes{}
+	rt := &routes{nearest: lc.GroupPolicy == GroupNearest}
 	switch lc.Policy.Type {
 	case PolicyStickyCookie:
 		rt.cookie = lc.Policy.Cookie
