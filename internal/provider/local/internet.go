@@ -45,7 +45,7 @@ const (
 type internetRecord struct {
 	Netns  string `json:"netns"`
 	Subnet string `json:"subnet"`
-	// Hosts maps "region/<name>" and "client/<name>" to a host number of Subnet.
+	// Hosts maps "region/<name>", "client/<name>" and "front" to a host number of Subnet.
 	Hosts map[string]int `json:"hosts"`
 }
 
