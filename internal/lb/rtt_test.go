@@ -182,3 +182,31 @@ func TestClientRTTsOfTCPListener(t *testing.T) {
 	c.Close()
 	waitFor(t, 5*time.Second, "a sample of the ended connection", func() bool { return len(lb.ClientRTTs()) == 1 })
 }
+
+// FuzzNetworkRTTJSON: whatever a regional load balancer's GET /rtt answers, reading it either fails
+// or gives an entry that writes back to JSON that reads the same.
+func FuzzNetworkRTTJSON(f *testing.F) {
+	f.Add([]byte(`{"network":"10.216.0.0/24","srtt_ms":10.456,"samples":7,"last_seen":"2030-01-02T03:04:05Z"}`))
+	f.Add([]byte(`{"network":"2001:db8::/48","srtt_ms":0.001}`))
+	f.Add([]byte(`{"network":"10.0.0.0/24","srtt_ms":1e308}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var n NetworkRTT
+		if err := json.Unmarshal(data, &n); err != nil {
+			return
+		}
+		if !n.Network.IsValid() || n.SRTT < 0 {
+			t.Fatalf("%s read as %+v", data, n)
+		}
+		first, err := json.Marshal(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again NetworkRTT
+		if err := json.Unmarshal(first, &again); err != nil {
+			t.Fatalf("%s does not read back: %v", first, err)
+		}
+		if second, _ := json.Marshal(again); string(second) != string(first) {
+			t.Fatalf("%s read back as %s", first, second)
+		}
+	})
+}
