@@ -70,7 +70,6 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newVersionCmd(g),
 		newImageCmd(g),
 		newLBCmd(g),
-		newAgentCmd(g),
 		newLinkRelayCmd(g),
 	)
 	return root

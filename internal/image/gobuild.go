@@ -18,10 +18,6 @@ import (
 	"herd.dev/herd/internal/addons"
 )
 
-// PauseImage is the reference of the sandbox ("pause") image every bundle carries. The agent must
-// configure containerd's CRI plugin with it (sandbox_image), as no image can be pulled.
-const PauseImage = "registry.k8s.io/pause:3.10"
-
 //go:embed pause/main.go.txt
 var pauseSource []byte
 

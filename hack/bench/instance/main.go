@@ -39,7 +39,7 @@ import (
 const appPort = 30080
 
 func main() {
-	herd := flag.String("herd", "bin/herd", "the herd binary instances run their agent with (make build)")
+	herd := flag.String("herd", "bin/herd", "the herd binary; instances run the herd-agent beside it (make build)")
 	nodeImage := flag.String("image", "examples/hello/image.yaml", "the NodeImage to boot")
 	runs := flag.Int("runs", 3, "creates to take the median boot time of")
 	idle := flag.Duration("idle", 30*time.Second, "how long the last instance idles before its memory is measured")
@@ -66,6 +66,13 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 	if err := local.CheckHost(herdBin); err != nil {
 		return "", err
 	}
+	// One at a time with the tests that boot real instances: they would compete for the cores.
+	fmt.Println("waiting for the real-instance lock")
+	unlock, err := localtest.LockExclusive()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	// Short: containerd's sockets live in the instance's state directory under it, and a unix
 	// socket path has at most 104 usable bytes.
 	dataDir, err := os.MkdirTemp("", "hbi-")
@@ -134,6 +141,9 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 		fmt.Printf("  %-28s %7.1f MB\n", pr.name, float64(pr.rssKB)/1024)
 	}
 	fmt.Printf("idle RSS of %d processes: %.1f MB\n", len(procs), float64(rss)/1024)
+	if err := podCosts(filepath.Join(p.InstanceDir(last.Name), "agent", "kubeconfig"), procs); err != nil {
+		return "", err
+	}
 	u0, err := cpuUsage(root)
 	if err != nil {
 		return "", err
@@ -228,7 +238,9 @@ func agentSteps(dir string) string {
 }
 
 type procRSS struct {
-	name  string
+	name  string // comm[pid]
+	comm  string
+	pid   int
 	rssKB int64
 }
 
@@ -249,7 +261,7 @@ func cgroupRSS(root string) (int64, []procRSS, error) {
 			continue
 		}
 		total += kb
-		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), rssKB: kb})
+		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), comm: name, pid: pid, rssKB: kb})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].rssKB > out[j].rssKB })
 	return total, out, nil
