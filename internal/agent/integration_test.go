@@ -378,7 +378,7 @@ kind: NodeImage
 metadata: {name: broken}
 spec:
   manifests: manifests
-  addons: {dns: false}
+  addons: {dns: false, storage: false, metrics: false}
   images: [{name: "hello:v1", main: ` + app + `}]
 `,
 		"manifests/deployment.yaml": `apiVersion: apps/v1

@@ -167,6 +167,19 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 		cfg.Images = append(cfg.Images, rec)
 	}
 
+	for _, a := range enabled {
+		if !a.NeedsShell {
+			continue
+		}
+		say("image %s: packaging Debian's busybox-static for %s", addons.ShellImage, a.Field())
+		rec, err := buildShellImage(ctx, a.Field(), scratch, bdir)
+		if err != nil {
+			return Bundle{}, err
+		}
+		cfg.Images = append(cfg.Images, rec)
+		break // one shell image serves every add-on
+	}
+
 	say("image %s: building the pause (sandbox) image", PauseImage)
 	rec, err := buildPause(ctx, p.goTool, scratch, bdir)
 	if err != nil {

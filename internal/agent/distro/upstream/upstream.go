@@ -511,6 +511,17 @@ func writeCredentials(c nodeConfig) (distro.Access, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// The aggregation layer (metrics-server's metrics.k8s.io, any extension API server): the API
+	// server proxies to them with a client certificate of a CA of its own, so that no client of
+	// the cluster CA can pass for the front proxy and name any user in the request headers.
+	frontProxyCA, err := pki.NewCA("herd-front-proxy-" + c.name)
+	if err != nil {
+		return fail(err)
+	}
+	frontProxyClient, err := frontProxyCA.Issue(pki.Request{CommonName: frontProxyClientName, Client: true})
+	if err != nil {
+		return fail(err)
+	}
 	saKey, saPub, err := pki.NewSigningKey()
 	if err != nil {
 		return fail(err)
@@ -542,6 +553,9 @@ func writeCredentials(c nodeConfig) (distro.Access, error) {
 		{c.l.pki("kubelet-client.key"), kubeletClient.KeyPEM, 0o600},
 		{c.l.pki("kubelet.crt"), kubeletServing.CertPEM, 0o644},
 		{c.l.pki("kubelet.key"), kubeletServing.KeyPEM, 0o600},
+		{c.l.pki("front-proxy-ca.crt"), frontProxyCA.CertPEM(), 0o644},
+		{c.l.pki("front-proxy-client.crt"), frontProxyClient.CertPEM, 0o644},
+		{c.l.pki("front-proxy-client.key"), frontProxyClient.KeyPEM, 0o600},
 		{c.l.pki("sa.key"), saKey, 0o600},
 		{c.l.pki("sa.pub"), saPub, 0o644},
 		{c.l.pki("tokens.csv"), []byte(tokensCSV(users)), 0o600},
