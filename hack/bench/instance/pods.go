@@ -50,17 +50,17 @@ func podCosts(kubeconfig string, procs []procRSS) error {
 	})
 	fmt.Println("per pod (add-ons are the pods of kube-system):")
 	for _, uid := range uids {
-		var sum int64
+		var sum, anon int64
 		var parts []string
 		for _, pr := range byPod[uid] {
-			sum += pr.rssKB
+			sum, anon = sum+pr.rssKB, anon+pr.anonKB
 			parts = append(parts, fmt.Sprintf("%s %.1f", pr.comm, float64(pr.rssKB)/1024))
 		}
 		name := names[uid]
 		if name == "" {
 			name = "pod " + uid
 		}
-		fmt.Printf("  %-48s %7.1f MB = %s\n", name, float64(sum)/1024, strings.Join(parts, " + "))
+		fmt.Printf("  %-48s %7.1f MB (own %5.1f MB) = %s\n", name, float64(sum)/1024, float64(anon)/1024, strings.Join(parts, " + "))
 	}
 	return nil
 }
