@@ -7,8 +7,10 @@ LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
 	bench-autoscale bench-ha bench-global kubernetes deps
 
+# herd, and beside it herd-agent, which every local instance runs (a binary of its own so that
+# instances do not carry the image builder's Helm and Kustomize in their memory).
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/herd ./cmd/herd-agent
 
 # Unit and integration tests. Integration tests are named TestIntegration*; those with real
 # instances need root, the Debian packages (make deps) and the Kubernetes components (make kubernetes),

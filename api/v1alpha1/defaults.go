@@ -153,9 +153,11 @@ func SetNodeImageDefaults(n *NodeImage, pinnedVersion string) {
 	if n.Spec.Kubernetes.Version == "" {
 		n.Spec.Kubernetes.Version = pinnedVersion
 	}
-	if n.Spec.Addons.DNS == nil {
-		on := true
-		n.Spec.Addons.DNS = &on
+	for _, sw := range []**bool{&n.Spec.Addons.DNS, &n.Spec.Addons.Storage, &n.Spec.Addons.Metrics} {
+		if *sw == nil {
+			on := true
+			*sw = &on
+		}
 	}
 	for i := range n.Spec.Charts {
 		if n.Spec.Charts[i].Namespace == "" {

@@ -35,6 +35,13 @@ type Addons struct {
 	// DNS is cluster DNS: CoreDNS v1.12.0 serving the kube-dns Service, so that pods resolve
 	// Services by name ("redis", "api.shop.svc.cluster.local"). Default: true.
 	DNS *bool `json:"dns,omitempty"`
+	// Storage is a default StorageClass ("local-path", local-path-provisioner v0.0.30): a
+	// PersistentVolumeClaim binds to a directory of the instance, as disposable as the instance
+	// itself. Default: true.
+	Storage *bool `json:"storage,omitempty"`
+	// Metrics is resource metrics (metrics-server v0.8.0), so that `kubectl top` and a
+	// HorizontalPodAutoscaler work inside the instance. Default: true.
+	Metrics *bool `json:"metrics,omitempty"`
 }
 
 // KubernetesSpec pins the Kubernetes inside an instance.

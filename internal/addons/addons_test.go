@@ -13,8 +13,15 @@ func TestEnabled(t *testing.T) {
 	if got := Enabled(v1alpha1.Addons{DNS: &on}); len(got) != 1 || got[0].Name != "dns" {
 		t.Errorf("dns on: %+v", got)
 	}
-	if got := Enabled(v1alpha1.Addons{DNS: &off}); len(got) != 0 {
-		t.Errorf("dns off: %+v", got)
+	if got := Enabled(v1alpha1.Addons{DNS: &off, Storage: &off, Metrics: &off}); len(got) != 0 {
+		t.Errorf("all off: %+v", got)
+	}
+	var names []string
+	for _, a := range Enabled(v1alpha1.Addons{DNS: &on, Storage: &on, Metrics: &on}) {
+		names = append(names, a.Name)
+	}
+	if strings.Join(names, ",") != "dns,storage,metrics" {
+		t.Errorf("all on: %v, want dns,storage,metrics in that order", names)
 	}
 }
 
@@ -28,14 +35,32 @@ func TestSourcePinsTheVersion(t *testing.T) {
 		if !strings.Contains(string(files["go.mod"]), " "+a.Version+"\n") || !strings.HasSuffix(a.Image, ":"+a.Version) {
 			t.Errorf("%s: go.mod does not pin %s, or the image %s is not tagged with it", a.Name, a.Version, a.Image)
 		}
-		if !strings.Contains(string(files["main.go"]), "package main") || len(files["go.sum"]) == 0 {
-			t.Errorf("%s: main.go or go.sum missing from the embedded source", a.Name)
+		if len(files["go.sum"]) == 0 {
+			t.Errorf("%s: go.sum missing from the embedded source", a.Name)
+		}
+		if hasMain := strings.Contains(string(files["main.go"]), "package main"); hasMain != (a.Package == "") {
+			t.Errorf("%s: Package %q, embedded main.go %v: an add-on is built from exactly one of them", a.Name, a.Package, hasMain)
+		}
+		if a.Package != "" && !strings.HasPrefix(a.Package, modulePath(files["go.mod"])) {
+			t.Errorf("%s: Package %s is not in the module go.mod requires", a.Name, a.Package)
 		}
 	}
 }
 
-func TestManifestRenders(t *testing.T) {
-	m, err := CoreDNS.Manifest()
+// modulePath returns the path of the one module a go.mod requires directly.
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if p, ok := strings.CutPrefix(line, "require "); ok && !strings.HasSuffix(p, "(") {
+			return strings.Fields(p)[0]
+		}
+	}
+	return "\x00none"
+}
+
+// manifestKinds renders an add-on's manifest and returns the kinds of its documents.
+func manifestKinds(t *testing.T, a Addon) (string, map[string]bool) {
+	t.Helper()
+	m, err := a.Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +75,56 @@ func TestManifestRenders(t *testing.T) {
 		}
 		kinds[o.Kind] = true
 	}
+	return string(m), kinds
+}
+
+func TestManifestRenders(t *testing.T) {
+	m, kinds := manifestKinds(t, CoreDNS)
 	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service"} {
 		if !kinds[k] {
 			t.Errorf("no %s in the CoreDNS manifest", k)
 		}
 	}
 	for _, want := range []string{"image: " + CoreDNS.Image, "clusterIP: " + ClusterDNS.String(), "imagePullPolicy: Never"} {
-		if !strings.Contains(string(m), want) {
+		if !strings.Contains(m, want) {
 			t.Errorf("manifest lacks %q", want)
+		}
+	}
+}
+
+func TestStorageManifest(t *testing.T) {
+	m, kinds := manifestKinds(t, LocalPath)
+	for _, k := range []string{"StorageClass", "ConfigMap", "Deployment", "Role", "ClusterRole"} {
+		if !kinds[k] {
+			t.Errorf("no %s in the storage manifest", k)
+		}
+	}
+	for _, want := range []string{
+		`storageclass.kubernetes.io/is-default-class: "true"`,
+		"image: " + LocalPath.Image,
+		"image: " + ShellImage, // the helper pod's, which must be baked
+		`"paths": ["` + StorageDir + `"]`,
+		"namespace: kube-system",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("storage manifest lacks %q", want)
+		}
+	}
+	if strings.Contains(m, "IfNotPresent") || strings.Contains(m, "Always") {
+		t.Error("an add-on pod may try to pull: every image must be imagePullPolicy: Never")
+	}
+}
+
+func TestMetricsManifest(t *testing.T) {
+	m, kinds := manifestKinds(t, MetricsServer)
+	for _, k := range []string{"APIService", "Deployment", "Service", "RoleBinding"} {
+		if !kinds[k] {
+			t.Errorf("no %s in the metrics manifest", k)
+		}
+	}
+	for _, want := range []string{"name: v1beta1.metrics.k8s.io", "--kubelet-preferred-address-types=InternalIP", "--kubelet-certificate-authority=", "image: " + MetricsServer.Image} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics manifest lacks %q", want)
 		}
 	}
 }

@@ -16,12 +16,12 @@ import (
 
 	"herd.dev/herd/internal/agent/distro"
 	"herd.dev/herd/internal/agent/pki"
-	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/image/bundle"
 )
 
 // boot imports the images and applies the manifests as soon as the node allows, then waits
 // until the node is Ready and every workload available. It returns errStop if ctx ends first.
-func (a *agent) boot(ctx context.Context, node distro.Node, b image.Bundle, objs []object) error {
+func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, objs []object) error {
 	bootCtx, cancel := context.WithDeadline(ctx, a.start.Add(a.cfg.ReadyTimeout))
 	defer cancel()
 	// wait waits for ch, the node's failure, the stop, or the boot's deadline.

@@ -8,36 +8,36 @@ import (
 	"os"
 	"path/filepath"
 
-	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/image/bundle"
 )
 
 // loadBundle reads the bundle in dir and checks every file of it against its digests.
-func loadBundle(dir string) (image.Bundle, error) {
+func loadBundle(dir string) (bundle.Bundle, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return image.Bundle{}, err
+		return bundle.Bundle{}, err
 	}
-	data, err := os.ReadFile(filepath.Join(abs, image.ConfigFile))
+	data, err := os.ReadFile(filepath.Join(abs, bundle.ConfigFile))
 	if err != nil {
-		return image.Bundle{}, fmt.Errorf("bundle: %w (is --bundle a node image bundle directory?)", err)
+		return bundle.Bundle{}, fmt.Errorf("bundle: %w (is --bundle a node image bundle directory?)", err)
 	}
-	var cfg image.Config
+	var cfg bundle.Config
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return image.Bundle{}, fmt.Errorf("bundle %s: %s: %w", abs, image.ConfigFile, err)
+		return bundle.Bundle{}, fmt.Errorf("bundle %s: %s: %w", abs, bundle.ConfigFile, err)
 	}
-	if cfg.SchemaVersion != image.SchemaVersion {
-		return image.Bundle{}, fmt.Errorf("bundle %s: schema version %d, this herd reads %d: rebuild it with this herd's herd image build", abs, cfg.SchemaVersion, image.SchemaVersion)
+	if cfg.SchemaVersion != bundle.SchemaVersion {
+		return bundle.Bundle{}, fmt.Errorf("bundle %s: schema version %d, this herd reads %d: rebuild it with this herd's herd image build", abs, cfg.SchemaVersion, bundle.SchemaVersion)
 	}
 	sum := sha256.Sum256(data)
-	b := image.Bundle{Digest: "sha256:" + hex.EncodeToString(sum[:]), Dir: abs, Config: cfg}
+	b := bundle.Bundle{Digest: "sha256:" + hex.EncodeToString(sum[:]), Dir: abs, Config: cfg}
 	if err := b.Verify(); err != nil {
-		return image.Bundle{}, err
+		return bundle.Bundle{}, err
 	}
 	return b, nil
 }
 
 // readManifests reads the bundle's manifests in order.
-func readManifests(b image.Bundle) ([]manifestFile, error) {
+func readManifests(b bundle.Bundle) ([]manifestFile, error) {
 	var out []manifestFile
 	for _, m := range b.Config.Manifests {
 		data, err := os.ReadFile(b.Path(m.File))

@@ -1,4 +1,4 @@
-// Config: what the agent is told (the flags of herd agent), its defaults and its checks, and the
+// Config: what the agent is told (the flags of herd-agent), its defaults and its checks, and the
 // distributions it can boot.
 
 package agent

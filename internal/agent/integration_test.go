@@ -67,13 +67,13 @@ type testInstance struct {
 	started                                   time.Time
 }
 
-// buildHerd builds the herd binary into dir.
-func buildHerd(t *testing.T, dir string) string {
+// buildAgent builds the herd-agent binary into dir.
+func buildAgent(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "herd")
-	cmd := exec.Command("go", "build", "-o", bin, "herd.dev/herd/cmd/herd")
+	bin := filepath.Join(dir, "herd-agent")
+	cmd := exec.Command("go", "build", "-o", bin, "herd.dev/herd/cmd/herd-agent")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build herd: %v\n%s", err, out)
+		t.Fatalf("go build herd-agent: %v\n%s", err, out)
 	}
 	return bin
 }
@@ -85,9 +85,9 @@ func sh(t *testing.T, args ...string) {
 	}
 }
 
-// startInstance sets up a network namespace on a bridge of its own and starts `herd agent` in it
+// startInstance sets up a network namespace on a bridge of its own and starts herd-agent in it
 // exactly as the local provider does (docs/local-instance.md). Everything is removed at cleanup.
-func startInstance(t *testing.T, herd string, bundle image.Bundle, extraArgs ...string) *testInstance {
+func startInstance(t *testing.T, agentBin string, bundle image.Bundle, extraArgs ...string) *testInstance {
 	t.Helper()
 	pid := os.Getpid()
 	n := instanceSeq.Add(1)
@@ -146,7 +146,7 @@ func startInstance(t *testing.T, herd string, bundle image.Bundle, extraArgs ...
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	args := append([]string{"--net=/run/netns/" + in.netns, "--", herd, "agent",
+	args := append([]string{"--net=/run/netns/" + in.netns, "--", agentBin,
 		"--name", in.name, "--bundle", bundle.Dir, "--state-dir", in.stateDir,
 		"--address", in.ip.String(), "--cgroup-root", in.cgroupRoot}, extraArgs...)
 	in.cmd = exec.Command("nsenter", args...)
@@ -257,22 +257,22 @@ func rssSumMB(root string) (float64, int) {
 }
 
 // buildHello builds the herd binary and the examples/hello node image.
-func buildHello(t *testing.T) (herd string, bundle image.Bundle) {
+func buildHello(t *testing.T) (agentBin string, bundle image.Bundle) {
 	t.Helper()
 	tmp := t.TempDir()
-	herd = buildHerd(t, tmp)
+	agentBin = buildAgent(t, tmp)
 	bundle, err := image.Build(context.Background(), "../../examples/hello/image.yaml", image.NewStore(filepath.Join(tmp, "images")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return herd, bundle
+	return agentBin, bundle
 }
 
 func TestIntegrationAgentBoots(t *testing.T) {
 	requireIntegration(t)
-	herd, bundle := buildHello(t)
+	agentBin, bundle := buildHello(t)
 
-	in := startInstance(t, herd, bundle)
+	in := startInstance(t, agentBin, bundle)
 	st := in.waitPhase(t, PhaseReady, 2*time.Minute)
 	var steps []string
 	for _, s := range st.Steps {
@@ -309,7 +309,7 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		t.Errorf("/livez = %d %v", code, err)
 	}
 	if code, body, err := httpGet(agentURL + "/metrics"); err != nil || code != http.StatusOK ||
-		!strings.Contains(body, "herd_agent_ready 1") || !strings.Contains(body, `herd_pods{phase="Running"} 2`) /* hello and CoreDNS */ ||
+		!strings.Contains(body, "herd_agent_ready 1") || !strings.Contains(body, `herd_pods{phase="Running"} 4`) /* hello and the add-ons: CoreDNS, local-path-provisioner, metrics-server */ ||
 		!strings.Contains(body, "herd_node_memory_working_set_bytes") {
 		t.Errorf("/metrics = %d %v:\n%s", code, err, body)
 	}
@@ -363,7 +363,7 @@ func TestIntegrationAgentBoots(t *testing.T) {
 func TestIntegrationAgentFailsOnUnavailableWorkload(t *testing.T) {
 	requireIntegration(t)
 	tmp := t.TempDir()
-	herd := buildHerd(t, tmp)
+	agentBin := buildAgent(t, tmp)
 	src := filepath.Join(tmp, "src")
 	if err := os.MkdirAll(filepath.Join(src, "manifests"), 0o755); err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ kind: NodeImage
 metadata: {name: broken}
 spec:
   manifests: manifests
-  addons: {dns: false}
+  addons: {dns: false, storage: false, metrics: false}
   images: [{name: "hello:v1", main: ` + app + `}]
 `,
 		"manifests/deployment.yaml": `apiVersion: apps/v1
@@ -407,7 +407,7 @@ spec:
 		t.Fatal(err)
 	}
 
-	in := startInstance(t, herd, bundle, "--ready-timeout", "20s")
+	in := startInstance(t, agentBin, bundle, "--ready-timeout", "20s")
 	st := in.waitPhase(t, PhaseFailed, 2*time.Minute)
 	t.Logf("reason: %s", st.Reason)
 	for _, want := range []string{"Deployment default/crashing", "container app"} {
@@ -432,8 +432,8 @@ spec:
 
 func TestIntegrationAgentFailsWhenAComponentExits(t *testing.T) {
 	requireIntegration(t)
-	herd, bundle := buildHello(t)
-	in := startInstance(t, herd, bundle)
+	agentBin, bundle := buildHello(t)
+	in := startInstance(t, agentBin, bundle)
 	in.waitPhase(t, PhaseReady, 2*time.Minute)
 
 	hs, err := cgroups.Hierarchies()

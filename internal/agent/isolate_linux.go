@@ -13,9 +13,9 @@ import (
 )
 
 // errSharedMountNS is returned when the agent would share the host's mount namespace.
-var errSharedMountNS = errors.New("herd agent must run in its own mount namespace, or the mounts of " +
+var errSharedMountNS = errors.New("herd-agent must run in its own mount namespace, or the mounts of " +
 	"its containers would land on the host: the local provider starts it that way; by hand, use " +
-	"`unshare --mount --propagation slave herd agent ...`")
+	"`unshare --mount --propagation slave herd-agent ...`")
 
 // isolate confines the agent before it starts anything: it checks that it has a mount namespace
 // of its own, makes every mount in it a slave of the host's (host mounts still propagate in;

@@ -10,5 +10,5 @@ import (
 )
 
 func isolate(string, *slog.Logger) ([]cgroups.Hierarchy, error) {
-	return nil, errors.New("herd agent runs on Linux only")
+	return nil, errors.New("herd-agent runs on Linux only")
 }

@@ -71,7 +71,6 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newImageCmd(g),
 		newLBCmd(g),
 		newFrontCmd(g),
-		newAgentCmd(g),
 		newLinkRelayCmd(g),
 	)
 	return root

@@ -7,29 +7,37 @@ import (
 	"herd.dev/herd/internal/addons"
 )
 
-// TestIntegrationDNSAddon builds an image with the DNS add-on on (the default): CoreDNS is built
-// from its pinned source with the go tool, which downloads its modules the first time.
-func TestIntegrationDNSAddon(t *testing.T) {
+// TestIntegrationAddons builds an image with every add-on on (the default): CoreDNS,
+// local-path-provisioner and metrics-server are built from their pinned source with the go tool,
+// which downloads their modules the first time, and the shell image from Debian's busybox-static.
+func TestIntegrationAddons(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds CoreDNS from source: skipped under -short")
+		t.Skip("builds the add-ons from source: skipped under -short")
 	}
-	file := fixture(t, map[string]string{"image.yaml": strings.Replace(fixtureImageYAML, "  addons: {dns: false}", "", 1)})
+	file := fixture(t, map[string]string{"image.yaml": strings.Replace(fixtureImageYAML, "  addons: {dns: false, storage: false, metrics: false}", "", 1)})
 	b, lines := build(t, file, newStore(t))
-	if !strings.Contains(strings.Join(lines, "\n"), "add-on dns: building coredns v1.12.0 from source") {
-		t.Errorf("no progress line for the add-on:\n%s", strings.Join(lines, "\n"))
+	for _, a := range addons.Catalog {
+		if want := "add-on " + a.Name + ": building " + a.Binary + " " + a.Version + " from source"; !strings.Contains(strings.Join(lines, "\n"), want) {
+			t.Errorf("no progress line %q:\n%s", want, strings.Join(lines, "\n"))
+		}
 	}
 	if b.Config.ClusterDNS != addons.ClusterDNS.String() {
 		t.Errorf("clusterDNS = %q, want %s", b.Config.ClusterDNS, addons.ClusterDNS)
 	}
-	if len(b.Config.Manifests) == 0 || b.Config.Manifests[0].File != "addons/coredns.yaml" {
-		t.Fatalf("manifests %+v: want addons/coredns.yaml first, before the workload's", b.Config.Manifests)
+	var files []string
+	for _, m := range b.Config.Manifests {
+		files = append(files, m.File)
+	}
+	if got := strings.Join(files, " "); !strings.HasPrefix(got, "addons/coredns.yaml addons/local-path-provisioner.yaml addons/metrics-server.yaml manifests/") {
+		t.Fatalf("manifests %s: want the add-ons' first, before the workload's", got)
 	}
 	var refs []string
 	for _, im := range b.Config.Images {
 		refs = append(refs, im.Ref)
 	}
-	if got := strings.Join(refs, " "); got != "hello:v1 herd.dev/addons/coredns:v1.12.0 "+PauseImage {
-		t.Errorf("images %s: want the app's, CoreDNS's, then the pause image", got)
+	want := "hello:v1 herd.dev/addons/coredns:v1.12.0 herd.dev/addons/local-path-provisioner:v0.0.30 herd.dev/addons/metrics-server:v0.8.0 " + addons.ShellImage + " " + PauseImage
+	if got := strings.Join(refs, " "); got != want {
+		t.Errorf("images %s, want %s: the app's, the add-ons', the shell, then the pause image", got, want)
 	}
 	m := readBundleFile(t, b, "addons/coredns.yaml")
 	for _, want := range []string{"image: herd.dev/addons/coredns:v1.12.0", "clusterIP: 10.215.0.10"} {

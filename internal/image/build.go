@@ -29,6 +29,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/addons"
+	"herd.dev/herd/internal/image/bundle"
 	"herd.dev/herd/internal/kubebin"
 )
 
@@ -166,6 +167,19 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 		cfg.Images = append(cfg.Images, rec)
 	}
 
+	for _, a := range enabled {
+		if !a.NeedsShell {
+			continue
+		}
+		say("image %s: packaging Debian's busybox-static for %s", addons.ShellImage, a.Field())
+		rec, err := buildShellImage(ctx, a.Field(), scratch, bdir)
+		if err != nil {
+			return Bundle{}, err
+		}
+		cfg.Images = append(cfg.Images, rec)
+		break // one shell image serves every add-on
+	}
+
 	say("image %s: building the pause (sandbox) image", PauseImage)
 	rec, err := buildPause(ctx, p.goTool, scratch, bdir)
 	if err != nil {
@@ -173,14 +187,14 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 	}
 	cfg.Images = append(cfg.Images, rec)
 
-	data, err := cfg.marshal()
+	data, err := cfg.Marshal()
 	if err != nil {
 		return Bundle{}, err
 	}
 	if err := os.WriteFile(filepath.Join(bdir, ConfigFile), data, 0o644); err != nil {
 		return Bundle{}, fmt.Errorf("image store: %w", err)
 	}
-	digest := digestBytes(data)
+	digest := bundle.DigestBytes(data)
 	if err := ctx.Err(); err != nil {
 		return Bundle{}, err
 	}
@@ -238,7 +252,7 @@ func writeFile(dst string, data []byte) (FileRecord, error) {
 	if err := os.WriteFile(dst, data, 0o644); err != nil {
 		return FileRecord{}, err
 	}
-	return FileRecord{Digest: digestBytes(data), Size: int64(len(data))}, nil
+	return FileRecord{Digest: bundle.DigestBytes(data), Size: int64(len(data))}, nil
 }
 
 // fileSafe maps an image reference to a file name: "hello:v1" -> "hello-v1".

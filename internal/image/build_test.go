@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"herd.dev/herd/internal/image/bundle"
 )
 
 func TestBuildIsDeterministic(t *testing.T) {
@@ -22,7 +24,7 @@ func TestBuildIsDeterministic(t *testing.T) {
 		t.Fatalf("digests differ: %s and %s", b1.Digest, b2.Digest)
 	}
 	for _, im := range b1.Config.Images {
-		d, _, err := digestFile(b2.Path(im.File))
+		d, _, err := bundle.DigestFile(b2.Path(im.File))
 		if err != nil || d != im.Digest {
 			t.Errorf("%s: digest %s in the second build, %s in the first (%v)", im.File, d, im.Digest, err)
 		}

@@ -18,10 +18,6 @@ import (
 	"herd.dev/herd/internal/addons"
 )
 
-// PauseImage is the reference of the sandbox ("pause") image every bundle carries. The agent must
-// configure containerd's CRI plugin with it (sandbox_image), as no image can be pulled.
-const PauseImage = "registry.k8s.io/pause:3.10"
-
 //go:embed pause/main.go.txt
 var pauseSource []byte
 
@@ -58,10 +54,16 @@ func checkMainPackage(ctx context.Context, goTool, dir string) error {
 // goBuild builds the main package in dir into out, reproducibly: the same source and toolchain
 // give the same bytes.
 func goBuild(ctx context.Context, goTool, dir, out string, extraEnv []string) error {
+	return goBuildPackage(ctx, goTool, dir, ".", out, extraEnv)
+}
+
+// goBuildPackage builds the main package pkg (an import path, or "." for dir's own) in the module
+// of dir into out, as goBuild does.
+func goBuildPackage(ctx context.Context, goTool, dir, pkg, out string, extraEnv []string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, ".")
+	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, pkg)
 	cmd.Dir = dir
 	cmd.Env = goEnv(extraEnv...)
 	output, err := cmd.CombinedOutput()
@@ -134,7 +136,7 @@ func buildAddonImage(ctx context.Context, goTool string, a addons.Addon, scratch
 	}
 	bin := filepath.Join(scratch, "addon-bin", a.Binary)
 	// -mod=readonly: the embedded go.sum pins every module; a build that would change it fails.
-	if err := goBuild(ctx, goTool, src, bin, []string{"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly"}); err != nil {
+	if err := goBuildPackage(ctx, goTool, src, a.BuildTarget(), bin, []string{"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly"}); err != nil {
 		return ImageRecord{}, fmt.Errorf("%s: building %s %s from source with %s failed (is the Go module proxy reachable? set %s: false to leave the add-on out):\n%w", a.Field(), a.Binary, a.Version, goTool, a.Field(), err)
 	}
 	img, err := binaryImage(bin, a.Binary, nil, filepath.Join(scratch, "layer-addon-"+a.Binary+".tar"), "herd image build: "+a.Binary+" "+a.Version)

@@ -17,7 +17,7 @@ metadata:
   name: hello
 spec:
   manifests: manifests
-  addons: {dns: false} # TestIntegrationDNSAddon builds one: the rest need no CoreDNS build
+  addons: {dns: false, storage: false, metrics: false} # TestIntegrationAddons builds them: the rest need no add-on build
   images:
   - name: "hello:v1"
     main: ./app

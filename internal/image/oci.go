@@ -37,6 +37,12 @@ func binaryImage(binPath, entry string, env map[string]string, layerPath, create
 	if err := writeBinaryLayer(binPath, entry, layerPath); err != nil {
 		return nil, err
 	}
+	return layerImage(layerPath, createdBy, []string{"/" + entry}, env)
+}
+
+// layerImage is the image of the one layer tar at layerPath, with entrypoint and env, made
+// reproducibly (every time stamp at epoch).
+func layerImage(layerPath, createdBy string, entrypoint []string, env map[string]string) (v1.Image, error) {
 	layer, err := tarball.LayerFromFile(layerPath)
 	if err != nil {
 		return nil, err
@@ -56,7 +62,7 @@ func binaryImage(binPath, entry string, env map[string]string, layerPath, create
 	cf.Created = v1.Time{Time: epoch}
 	cf.OS = "linux"
 	cf.Architecture = runtime.GOARCH
-	cf.Config.Entrypoint = []string{"/" + entry}
+	cf.Config.Entrypoint = entrypoint
 	cf.Config.Env = envList(env)
 	cf.Config.WorkingDir = "/"
 	return mutate.ConfigFile(img, cf)

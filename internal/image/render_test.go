@@ -25,7 +25,7 @@ spec:
     namespace: front
     valuesFiles: [web-values.yaml]
     values: {revision: inline}
-  addons: {dns: false}
+  addons: {dns: false, storage: false, metrics: false}
   images:
   - {name: "hello:v1", main: ./app}
 `

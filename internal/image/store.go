@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"herd.dev/herd/internal/image/bundle"
 )
 
 // ErrNotFound is wrapped by the errors of Resolve, Get and Remove when no bundle matches.
@@ -153,7 +155,7 @@ func (s *Store) Get(digest string) (Bundle, error) {
 	if err != nil {
 		return Bundle{}, fmt.Errorf("image store: %w", err)
 	}
-	if got := digestBytes(data); got != digest {
+	if got := bundle.DigestBytes(data); got != digest {
 		return Bundle{}, fmt.Errorf("bundle %s: %s has digest %s: the bundle is corrupt; remove %s and rebuild it", digest, ConfigFile, got, dir)
 	}
 	var cfg Config
@@ -171,7 +173,7 @@ func (s *Store) Get(digest string) (Bundle, error) {
 		Digest:  digest,
 		Dir:     dir,
 		Created: fi.ModTime(),
-		Size:    cfg.size() + int64(len(data)),
+		Size:    cfg.Size() + int64(len(data)),
 		Config:  cfg,
 	}, nil
 }

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"herd.dev/herd/internal/provider/local/localtest"
 )
 
 // TestIntegrationKustomizeAndHelm boots a real instance of examples/hello-charts, whose workloads
@@ -19,25 +17,9 @@ import (
 // they name, and calling each other by Service name through the DNS add-on.
 func TestIntegrationKustomizeAndHelm(t *testing.T) {
 	e := newEnv(t)
-	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
-	if out, err := e.herd("image", "build", "-f", filepath.Join(e.root, "examples", "hello-charts", "image.yaml"), "--data-dir", e.data); err != nil {
-		t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
-	}
-	e.startUp()
 	overlayPort, chartPort := freePort(t), freePort(t)
-	e.applyFleet(fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
-kind: Fleet
-metadata: {name: charts}
-spec:
-  image: hello-charts
-  replicas: {min: 1, max: 1, desired: 1}
-  listeners:
-  - {name: overlay, port: %d, instancePort: 30080, protocol: http}
-  - {name: chart, port: %d, instancePort: 30081, protocol: http}
-  healthCheck: {path: /healthz, port: 30080, interval: 250ms, timeout: 200ms}
-  regions: [{name: local, provider: local}]
-`, overlayPort, chartPort))
+	e.startTwoListenerFleet("charts", filepath.Join(e.root, "examples", "hello-charts", "image.yaml"), "hello-charts",
+		"overlay", overlayPort, "chart", chartPort)
 	inst := e.waitServing(1)[0].Metadata.Name
 
 	for _, c := range []struct {

@@ -74,10 +74,10 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, root: root, dir: dir, data: filepath.Join(dir, "d"), bin: filepath.Join(dir, "herd"),
 		upLog: filepath.Join(dir, "up.log"), created: map[string]bool{}}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	build := exec.Command("go", "build", "-o", e.bin, "./cmd/herd")
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/herd", "./cmd/herd-agent")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/herd: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/herd ./cmd/herd-agent: %v\n%s", err, out)
 	}
 	if err := local.CheckHost(e.bin); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)

@@ -4,6 +4,8 @@
 //     hello app answering on the instance's address (NodePort 30080), one instance at a time;
 //   - idle_rss_mb: after the last instance has idled -idle, the sum of VmRSS of every process in
 //     its cgroup subtree (the agent, etcd, containerd, the Kubernetes components, shims and pods);
+//     it prints each process (with its RssAnon, what is its own and not shared page cache) and
+//     each pod's processes (pause, containers and the shim), the add-ons being kube-system's;
 //   - idle_cpu_cores: the CPU time its cgroup used over the next -window (cpuacct), per second.
 //
 // It runs as root on a data directory of its own, and removes every instance it created and the
@@ -39,7 +41,7 @@ import (
 const appPort = 30080
 
 func main() {
-	herd := flag.String("herd", "bin/herd", "the herd binary instances run their agent with (make build)")
+	herd := flag.String("herd", "bin/herd", "the herd binary; instances run the herd-agent beside it (make build)")
 	nodeImage := flag.String("image", "examples/hello/image.yaml", "the NodeImage to boot")
 	runs := flag.Int("runs", 3, "creates to take the median boot time of")
 	idle := flag.Duration("idle", 30*time.Second, "how long the last instance idles before its memory is measured")
@@ -66,6 +68,13 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 	if err := local.CheckHost(herdBin); err != nil {
 		return "", err
 	}
+	// One at a time with the tests that boot real instances: they would compete for the cores.
+	fmt.Println("waiting for the real-instance lock")
+	unlock, err := localtest.LockExclusive()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	// Short: containerd's sockets live in the instance's state directory under it, and a unix
 	// socket path has at most 104 usable bytes.
 	dataDir, err := os.MkdirTemp("", "hbi-")
@@ -131,9 +140,16 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 		return "", err
 	}
 	for _, pr := range procs {
-		fmt.Printf("  %-28s %7.1f MB\n", pr.name, float64(pr.rssKB)/1024)
+		fmt.Printf("  %-28s %7.1f MB (own %5.1f MB)\n", pr.name, float64(pr.rssKB)/1024, float64(pr.anonKB)/1024)
 	}
-	fmt.Printf("idle RSS of %d processes: %.1f MB\n", len(procs), float64(rss)/1024)
+	var anon int64
+	for _, pr := range procs {
+		anon += pr.anonKB
+	}
+	fmt.Printf("idle RSS of %d processes: %.1f MB, of which their own (RssAnon; the rest is mostly binaries' pages, shared between instances): %.1f MB\n", len(procs), float64(rss)/1024, float64(anon)/1024)
+	if err := podCosts(filepath.Join(p.InstanceDir(last.Name), "agent", "kubeconfig"), procs); err != nil {
+		return "", err
+	}
 	u0, err := cpuUsage(root)
 	if err != nil {
 		return "", err
@@ -228,8 +244,13 @@ func agentSteps(dir string) string {
 }
 
 type procRSS struct {
-	name  string
+	name  string // comm[pid]
+	comm  string
+	pid   int
 	rssKB int64
+	// anonKB is the part of rssKB that is the process's own (RssAnon): the rest is mostly the
+	// binary's pages, shared in the page cache with every instance running the same binary.
+	anonKB int64
 }
 
 // cgroupRSS sums VmRSS over every process of the cgroup subtree root in every hierarchy.
@@ -244,25 +265,27 @@ func cgroupRSS(root string) (int64, []procRSS, error) {
 	var total int64
 	var out []procRSS
 	for _, pid := range pids {
-		name, kb, ok := readRSS(pid)
+		name, kb, anon, ok := readRSS(pid)
 		if !ok {
 			continue
 		}
 		total += kb
-		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), rssKB: kb})
+		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), comm: name, pid: pid, rssKB: kb, anonKB: anon})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].rssKB > out[j].rssKB })
 	return total, out, nil
 }
 
-func readRSS(pid int) (string, int64, bool) {
+func readRSS(pid int) (name string, rssKB, anonKB int64, ok bool) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return "", 0, false
+		return "", 0, 0, false
 	}
 	defer f.Close()
-	var name string
-	var kb int64
+	kb := func(v string) int64 {
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		return n
+	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		k, v, ok := strings.Cut(sc.Text(), ":")
@@ -273,10 +296,12 @@ func readRSS(pid int) (string, int64, bool) {
 		case "Name":
 			name = strings.TrimSpace(v)
 		case "VmRSS":
-			kb, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			rssKB = kb(v)
+		case "RssAnon":
+			anonKB = kb(v)
 		}
 	}
-	return name, kb, name != ""
+	return name, rssKB, anonKB, name != ""
 }
 
 // cpuUsage is the CPU time the cgroup subtree root has used: cpuacct.usage on cgroup v1,

@@ -175,7 +175,7 @@ func (p *Provider) checkNameFree(name string) error {
 	return nil
 }
 
-// startAgent starts `herd agent` for the instance as the contract says, without waiting for it:
+// startAgent starts herd-agent for the instance as the contract says, without waiting for it:
 // it must outlive this process.
 func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 	stateDir := filepath.Join(dir, agentDirName)
@@ -183,7 +183,7 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 		return 0, 0, err
 	}
 	return p.startDetached(filepath.Join(dir, agentLogName), rec.Netns, syscall.CLONE_NEWNS,
-		p.opts.HerdBinary, "agent",
+		AgentBinary(p.opts.HerdBinary),
 		"--name", rec.Spec.Name,
 		"--bundle", rec.BundleDir,
 		"--state-dir", stateDir,

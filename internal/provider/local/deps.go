@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"herd.dev/herd/internal/kubebin"
@@ -52,7 +53,10 @@ func CheckHost(herdBinary string) error {
 		problems = append(problems, fmt.Sprintf("missing Kubernetes %s %s in %s: build them with make kubernetes", kubebin.Version, strings.Join(kube, ", "), dir))
 	}
 	if !isExecutable(herdBinary) {
-		problems = append(problems, fmt.Sprintf("the herd binary %q that runs each instance's agent is not an executable file: build it with make build", herdBinary))
+		problems = append(problems, fmt.Sprintf("the herd binary %q is not an executable file: build it with make build", herdBinary))
+	}
+	if agent := AgentBinary(herdBinary); !isExecutable(agent) {
+		problems = append(problems, fmt.Sprintf("the agent binary %q that each instance runs is not an executable file: build it with make build (it builds herd and herd-agent side by side)", agent))
 	}
 	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
 		problems = append(problems, "no cgroup file system at /sys/fs/cgroup")
@@ -64,6 +68,13 @@ func CheckHost(herdBinary string) error {
 		return fmt.Errorf("local provider cannot run instances on this host: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// AgentBinary is the herd-agent executable instances run: the one beside the herd binary. It is a
+// binary of its own so that each instance's agent does not carry what only herd's other commands
+// link (Helm, Kustomize, the image builder); `make build` puts both in bin/.
+func AgentBinary(herdBinary string) string {
+	return filepath.Join(filepath.Dir(herdBinary), "herd-agent")
 }
 
 func isExecutable(path string) bool {

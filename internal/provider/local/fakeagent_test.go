@@ -25,7 +25,7 @@ import (
 	"herd.dev/herd/internal/provider/providertest"
 )
 
-// fakeAgentEnv makes the test binary act as `herd agent` when the provider starts it. Its value
+// fakeAgentEnv makes the test binary act as herd-agent when the provider starts it. Its value
 // is the behaviour: "ok" boots and stops cleanly, "ignore-term" never stops on SIGTERM, "fail"
 // reports Failed and exits 1.
 const fakeAgentEnv = "HERD_LOCAL_FAKE_AGENT"
@@ -181,13 +181,21 @@ func owned(p *Provider, region string, names ...string) localtest.Owned {
 	return o
 }
 
+// testExecutable returns a herd binary whose herd-agent beside it is this test binary: links to it
+// in a directory of the test's own.
 func testExecutable(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return exe
+	dir := t.TempDir()
+	for _, name := range []string{"herd", "herd-agent"} {
+		if err := os.Symlink(exe, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "herd")
 }
 
 func uniqueName(prefix string) string {

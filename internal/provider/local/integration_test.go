@@ -30,18 +30,20 @@ const readyTimeout = 3 * time.Minute
 // helloPort is the NodePort the hello example's Service answers on.
 const helloPort = 30080
 
-// herdBinary builds herd (whose agent each instance runs) into the test's temporary directory.
+// herdBinary builds herd and herd-agent (which each instance runs) into the test's temporary
+// directory and returns herd's path.
 func herdBinary(t *testing.T) string {
 	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "herd")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/herd")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "herd")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/herd", "./cmd/herd-agent")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/herd: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/herd ./cmd/herd-agent: %v\n%s", err, out)
 	}
 	return bin
 }

@@ -1,6 +1,6 @@
 // Package local is herd's provider of real instances on this machine: each instance is a whole
 // one-node Kubernetes cluster (etcd, kube-apiserver, scheduler, controller-manager, kubelet,
-// kube-proxy, containerd and runc), booted by `herd agent` from a node image bundle, in a network
+// kube-proxy, containerd and runc), booted by herd-agent from a node image bundle, in a network
 // namespace of its own with its own IP address on a host bridge.
 //
 // # Layout
@@ -84,7 +84,8 @@ type Options struct {
 	// DataDir is herd's data directory: instances are kept under <DataDir>/providers/local and
 	// node image bundles are read from image.StoreDir(DataDir). Required.
 	DataDir string
-	// HerdBinary is the herd executable each instance's agent runs as (`herd agent`).
+	// HerdBinary is the herd executable the provider runs its helpers with (`herd lb`, `herd
+	// link-relay`); each instance's agent is the herd-agent beside it (AgentBinary).
 	// Default: this process's executable (os.Executable).
 	HerdBinary string
 	// Logger receives the provider's logs, with component=provider-local. Default: discard.

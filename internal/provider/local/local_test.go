@@ -22,9 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The provider's tests start this binary as a stand-in for `herd agent` (see fakeagent_test.go).
-	if mode := os.Getenv(fakeAgentEnv); mode != "" && len(os.Args) > 1 && os.Args[1] == "agent" {
-		os.Exit(fakeAgent(mode, os.Args[2:]))
+	// The provider's tests start this binary as a stand-in for herd-agent (see fakeagent_test.go).
+	if mode := os.Getenv(fakeAgentEnv); mode != "" && filepath.Base(os.Args[0]) == "herd-agent" {
+		os.Exit(fakeAgent(mode, os.Args[1:]))
 	}
 	// Regions' links are carried by `herd link-relay`: this binary runs the same code.
 	if len(os.Args) == 4 && os.Args[1] == linkRelayCommand && os.Args[2] == "--link-config" {
@@ -231,11 +231,12 @@ func TestIsAgentOf(t *testing.T) {
 		cmdline []byte
 		want    bool
 	}{
-		{cmd("/usr/bin/herd", "agent", "--name", "a", "--state-dir", state, "--address", "10.213.0.10"), true},
-		{cmd("nsenter", "--net=/run/netns/herd-a", "--", "/usr/bin/herd", "agent", "--state-dir", state), true},
-		{cmd("/usr/bin/herd", "agent", "--state-dir="+state), true},
-		{cmd("/usr/bin/herd", "agent", "--state-dir", state+"b"), false}, // another instance
-		{cmd("tail", "-f", state+"/logs/kubelet.log"), false},            // a user reading a log
+		{cmd("/usr/bin/herd-agent", "--name", "a", "--state-dir", state, "--address", "10.213.0.10"), true},
+		{cmd("nsenter", "--net=/run/netns/herd-a", "--", "/usr/bin/herd-agent", "--state-dir", state), true},
+		{cmd("/usr/bin/herd-agent", "--state-dir="+state), true},
+		{cmd("/usr/bin/herd", "agent", "--state-dir", state), true},   // started by an older herd
+		{cmd("/usr/bin/herd-agent", "--state-dir", state+"b"), false}, // another instance
+		{cmd("tail", "-f", state+"/logs/kubelet.log"), false},         // a user reading a log
 		{cmd("/usr/bin/herd", "up", "--state-dir", state), false},
 	} {
 		if got := isAgentOf(tc.cmdline, state); got != tc.want {
@@ -376,7 +377,7 @@ func TestCheckHostNamesTheFix(t *testing.T) {
 	if err == nil {
 		t.Fatal("CheckHost passed with an empty PATH")
 	}
-	for _, want := range []string{"containerd", "etcd", "nsenter", "make deps", "kube-apiserver", "make kubernetes", "make build"} {
+	for _, want := range []string{"containerd", "etcd", "nsenter", "make deps", "kube-apiserver", "make kubernetes", "make build", "herd-agent"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not name %q: %v", want, err)
 		}

@@ -152,11 +152,13 @@ func instancePIDs(hierarchies []string, root string, netnsIno uint64, dir string
 	return pids
 }
 
-// isAgentOf reports whether a NUL-separated command line is "... agent ... --state-dir <stateDir>"
+// isAgentOf reports whether a NUL-separated command line is herd-agent's with "--state-dir <stateDir>"
 // (the agent, or nsenter about to become it).
 func isAgentOf(cmdline []byte, stateDir string) bool {
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if !slices.Contains(args, "agent") {
+	// herd-agent, or `herd agent` as herd ran the agent before it had a binary of its own.
+	isAgent := slices.Contains(args, "agent") || slices.ContainsFunc(args, func(a string) bool { return filepath.Base(a) == "herd-agent" })
+	if !isAgent {
 		return false
 	}
 	for i, a := range args {

@@ -229,6 +229,10 @@ func etcdArgs(c nodeConfig) []string {
 	}
 }
 
+// frontProxyClientName is the common name of the API server's certificate for the aggregation
+// layer, the one name extension API servers accept request headers from.
+const frontProxyClientName = "front-proxy-client"
+
 // firstServiceIP is the cluster IP of the "kubernetes" Service: the first address of the range.
 func firstServiceIP() netip.Addr {
 	return ServiceCIDR.Addr().Next()
@@ -251,6 +255,17 @@ func apiServerArgs(c nodeConfig) []string {
 		"--kubelet-client-key=" + p("kubelet-client.key"),
 		"--kubelet-certificate-authority=" + p("ca.crt"),
 		"--kubelet-preferred-address-types=InternalIP",
+		// The aggregation layer: who may forward requests to extension API servers, and with
+		// which headers. Aggregator routing sends them to the endpoint, not the Service IP, so
+		// that it does not wait for kube-proxy.
+		"--requestheader-client-ca-file=" + p("front-proxy-ca.crt"),
+		"--requestheader-allowed-names=" + frontProxyClientName,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + p("front-proxy-client.key"),
+		"--enable-aggregator-routing=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + p("sa.pub"),
 		"--service-account-signing-key-file=" + p("sa.key"),

@@ -496,9 +496,19 @@ const exclusiveLock = "/run/herd-real-instance-tests.lock"
 // leak checks. Call it before Take.
 func Exclusive(t testing.TB) {
 	t.Helper()
+	unlock, err := LockExclusive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+}
+
+// LockExclusive takes the lock Exclusive takes, for programs that are not tests (the benchmarks),
+// waiting until it is free, and returns what releases it.
+func LockExclusive() (unlock func(), err error) {
 	f, err := os.OpenFile(exclusiveLock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		t.Fatalf("open %s: %v", exclusiveLock, err)
+		return nil, fmt.Errorf("open %s: %w", exclusiveLock, err)
 	}
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
@@ -508,10 +518,10 @@ func Exclusive(t testing.TB) {
 	}
 	if err != nil {
 		f.Close()
-		t.Fatalf("lock %s: %v", exclusiveLock, err)
+		return nil, fmt.Errorf("lock %s: %w", exclusiveLock, err)
 	}
-	t.Cleanup(func() {
+	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
-	})
+	}, nil
 }

@@ -1,20 +1,44 @@
-package cli
+// Command herd-agent boots and runs one instance's Kubernetes. Providers start it inside each
+// instance; users do not run it by hand.
+//
+// It is a binary of its own, not a command of herd, because every package a Go binary links runs
+// its initialisation and brings its code into every process of it: herd links Helm, Kustomize and
+// the image builder for `herd image build`, and the agent, which runs once per instance, would
+// carry them in each instance's memory for nothing.
+package main
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"net/netip"
+	"os"
+	"os/signal"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"herd.dev/herd/internal/agent"
 )
 
-func newAgentCmd(g *globals) *cobra.Command {
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
 	cfg := agent.Config{}
+	var logLevel string
 	cmd := &cobra.Command{
-		Use:   "agent --name NAME --bundle DIR --state-dir DIR --address IP",
-		Short: "Internal: boot and run one instance's Kubernetes (providers start it; not for use by hand)",
-		Long: `INTERNAL COMMAND: providers start it inside each instance; users do not run it by hand.
+		Use:   "herd-agent --name NAME --bundle DIR --state-dir DIR --address IP",
+		Short: "Boot and run one instance's Kubernetes (providers start it; not for use by hand)",
+		Long: `Providers start herd-agent inside each instance; users do not run it by hand.
 
 The agent boots the instance's one-node Kubernetes from the node image bundle in --bundle:
 the container runtime, etcd and the API server (on --address only), then the controller manager,
@@ -28,12 +52,19 @@ moves itself into <--cgroup-root>/system so that everything of the instance is i
 It writes <state-dir>/status.json on every change and <state-dir>/kubeconfig (an administrator
 kubeconfig), and serves GET /readyz, /livez and /metrics on <address>:<port>. On SIGTERM or SIGINT
 it stops the workload gracefully, then the cluster, and exits 0; a failed instance exits 1.`,
-		Args: cobra.NoArgs,
+		Example: `  # what the local provider runs, inside the instance's network namespace
+  herd-agent --name web-1 --bundle /var/lib/herd/images/bundles/3f2a... \
+    --state-dir /var/lib/herd/providers/local/instances/web-1/agent \
+    --address 10.213.0.11 --cgroup-root /herd-web-1`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", logLevel)
 			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			cfg.Logger = log.With("component", "agent", "instance", cfg.Name)
 			// The agent is counted in the instance's memory: keep its heap small.
 			debug.SetGCPercent(50)
@@ -41,6 +72,7 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&cfg.Name, "name", "", "the instance's name, also its node name (a DNS label)")
 	f.StringVar(&cfg.BundleDir, "bundle", "", "the node image bundle directory to boot from")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for everything the agent and the cluster write")
