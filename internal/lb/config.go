@@ -138,6 +138,11 @@ type HealthCheck struct {
 	EjectionTime Duration `json:"ejectionTime,omitempty"`
 	// MaxEjectionTime caps the ejection backoff. Default 30s.
 	MaxEjectionTime Duration `json:"maxEjectionTime,omitempty"`
+	// Paused stops health checking, active and passive: every target keeps the state it has
+	// (healthy, unhealthy, ejected until its backoff ends) whatever it answers, and a new target
+	// stays unchecked. It is a chaos experiment (herd chaos pause-health): what the fleet does
+	// when its load balancer stops noticing failures. Default false.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Retry bounds the single retry on another target that a request gets when it failed to connect, or when
