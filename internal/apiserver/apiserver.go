@@ -59,6 +59,8 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Usage, if set, reports the figures of the given instances and their fleets for GET /v1/usage.
 	Usage func(instances []*v1alpha1.Instance) UsageReport
+	// Chaos, if set, serves /v1/chaos and below (herd chaos), behind the same token.
+	Chaos http.Handler
 }
 
 // EventRecorder records an event about an object ("Kind/name"), as events.Recorder does.
@@ -111,6 +113,10 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/usage", s.getUsage)
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.Chaos != nil {
+		s.mux.Handle("/v1/chaos", opts.Chaos)
+		s.mux.Handle("/v1/chaos/", opts.Chaos)
 	}
 	return s
 }

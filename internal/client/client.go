@@ -335,3 +335,24 @@ func (c *Client) rolloutCommand(ctx context.Context, name, cmd string) (*v1alpha
 	}
 	return &f, nil
 }
+
+// StartChaos starts a chaos action (herd chaos).
+func (c *Client) StartChaos(ctx context.Context, spec v1alpha1.ChaosActionSpec) (*v1alpha1.ChaosAction, error) {
+	var out v1alpha1.ChaosAction
+	err := c.do(ctx, http.MethodPost, "/v1/chaos", spec, &out)
+	return &out, err
+}
+
+// ListChaos returns the chaos actions kept, newest first.
+func (c *Client) ListChaos(ctx context.Context) ([]v1alpha1.ChaosAction, error) {
+	var out []v1alpha1.ChaosAction
+	err := c.do(ctx, http.MethodGet, "/v1/chaos", nil, &out)
+	return out, err
+}
+
+// StopChaos undoes an active chaos action now.
+func (c *Client) StopChaos(ctx context.Context, name string) (*v1alpha1.ChaosAction, error) {
+	var out v1alpha1.ChaosAction
+	err := c.do(ctx, http.MethodPost, "/v1/chaos/"+url.PathEscape(name)+"/stop", nil, &out)
+	return &out, err
+}

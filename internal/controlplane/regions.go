@@ -1,0 +1,45 @@
+package controlplane
+
+import (
+	"context"
+	"log/slog"
+	"net"
+
+	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionhealth"
+)
+
+// newRegionChecker probes the regions whose load balancers regional configures, from the
+// clients' side of the first provider that can dial from there (provider.ClientDialer); with
+// none, it probes nothing.
+func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.Provider, log *slog.Logger) (*regionhealth.Checker, error) {
+	var dialer provider.ClientDialer
+	for _, d := range providersAs[provider.ClientDialer](providers) {
+		dialer = d
+		break
+	}
+	return regionhealth.New(regionhealth.Options{
+		Logger: log,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return dialer.DialFromClients(ctx, network, address)
+		},
+		Targets: func() []regionhealth.Target {
+			if dialer == nil {
+				return nil
+			}
+			var out []regionhealth.Target
+			for _, b := range regional.Balancers() {
+				if !b.DataAddress.IsValid() {
+					continue // not made yet
+				}
+				t := regionhealth.Target{Region: b.Region, Address: b.DataAddress}
+				if len(b.Ports) > 0 {
+					t.Port = b.Ports[0]
+				}
+				out = append(out, t)
+			}
+			return out
+		},
+	})
+}
