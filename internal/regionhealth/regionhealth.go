@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -244,6 +245,32 @@ func (c *Checker) RegionUnreachable(region string) (why string, unreachable bool
 	}
 	return fmt.Sprintf("unreachable from its clients' side since %s (%d probes in a row failed): %v",
 		s.since.UTC().Format(time.RFC3339), s.fails, s.lastErr), true
+}
+
+// RegionStatus is a region as the probes judge it.
+type RegionStatus struct {
+	Region    string
+	Reachable bool
+	// Since is when the verdict last changed (or the first probe ended).
+	Since time.Time
+	// Error is the last failed probe's error while unreachable.
+	Error string
+}
+
+// Status returns every region probed, by name.
+func (c *Checker) Status() []RegionStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]RegionStatus, 0, len(c.regions))
+	for region, s := range c.regions {
+		rs := RegionStatus{Region: region, Reachable: !s.unreachable, Since: s.since}
+		if s.unreachable && s.lastErr != nil {
+			rs.Error = s.lastErr.Error()
+		}
+		out = append(out, rs)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
+	return out
 }
 
 // Collector exposes herd_region_reachable{region}: 1 when the region's clients reach it, 0 when
