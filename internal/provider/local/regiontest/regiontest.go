@@ -118,7 +118,9 @@ func DialIn(ctx context.Context, ns, network, address string) (net.Conn, error) 
 // client living there; it keeps connections alive.
 func HTTPClient(ns string, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{
-		DialContext:         func(ctx context.Context, network, address string) (net.Conn, error) { return DialIn(ctx, ns, network, address) },
+		DialContext: func(ctx context.Context, network, address string) (net.Conn, error) {
+			return DialIn(ctx, ns, network, address)
+		},
 		MaxIdleConnsPerHost: 16,
 	}}
 }
