@@ -86,6 +86,8 @@ func New(opts Options) (*Engine, error) {
 	if opts.Since.IsZero() {
 		opts.Since = opts.Now()
 	}
+	// Actions are dated to the millisecond: one started in Since's millisecond is this one's.
+	opts.Since = opts.Since.Truncate(time.Millisecond)
 	if opts.Events == nil {
 		opts.Events = noEvents{}
 	}

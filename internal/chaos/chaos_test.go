@@ -307,7 +307,7 @@ func TestUndoneOnRestart(t *testing.T) {
 	_, a, _ := first.post(t, "/v1/chaos", spec(v1alpha1.ChaosPartitionRegion, "eu", time.Hour))
 	_, p, _ := first.post(t, "/v1/chaos", spec(v1alpha1.ChaosPauseHealth, "web", time.Hour))
 
-	second := newRig(t, st, time.Now().Add(time.Millisecond))
+	second := newRig(t, st, time.Now().Add(10*time.Millisecond))
 	waitUntil(t, "the actions to be undone", func() bool {
 		return second.get(t, a.Metadata.Name).Status.Phase == v1alpha1.ChaosEnded &&
 			second.get(t, p.Metadata.Name).Status.Phase == v1alpha1.ChaosEnded

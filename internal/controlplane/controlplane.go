@@ -167,7 +167,14 @@ func Run(ctx context.Context, opts Options) error {
 	// replica that leads, from the store; the probes of their regions run in every replica and
 	// probe what the regional configurer last saw (nothing on a replica that never led).
 	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log})
-	regions, err := newRegionChecker(regional, providers, log)
+	// A region whose reachability changes has its fleets reconciled at once by the controller
+	// of the term in progress.
+	var lead *leading
+	regions, err := newRegionChecker(regional, providers, log, func(region string) {
+		if c := lead.current(); c != nil {
+			c.RegionChanged(region)
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -181,8 +188,9 @@ func Run(ctx context.Context, opts Options) error {
 			func(ctx context.Context) error { return regional.Run(ctx, st) },
 			chaosEngine.Run,
 		},
-		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor,
+		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor, Reachability: regions,
 			Events: recorder, QueueMetrics: queueMetrics, ProviderCalls: decisions.ProviderCall}}}
+	lead = ctrl
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
 	// and every instance's node figures for /metrics and herd top.
 	agents, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {

@@ -12,15 +12,16 @@ import (
 
 // newRegionChecker probes the regions whose load balancers regional configures, from the
 // clients' side of the first provider that can dial from there (provider.ClientDialer); with
-// none, it probes nothing.
-func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.Provider, log *slog.Logger) (*regionhealth.Checker, error) {
+// none, it probes nothing. onChange hears of every region whose verdict changed.
+func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.Provider, log *slog.Logger, onChange func(region string)) (*regionhealth.Checker, error) {
 	var dialer provider.ClientDialer
 	for _, d := range providersAs[provider.ClientDialer](providers) {
 		dialer = d
 		break
 	}
 	return regionhealth.New(regionhealth.Options{
-		Logger: log,
+		Logger:   log,
+		OnChange: onChange,
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			return dialer.DialFromClients(ctx, network, address)
 		},
