@@ -356,3 +356,14 @@ func (c *Client) StopChaos(ctx context.Context, name string) (*v1alpha1.ChaosAct
 	err := c.do(ctx, http.MethodPost, "/v1/chaos/"+url.PathEscape(name)+"/stop", nil, &out)
 	return &out, err
 }
+
+// RegionLBs returns the regional load balancers the control plane configures (none from a
+// control plane that predates them).
+func (c *Client) RegionLBs(ctx context.Context) ([]apiserver.RegionLB, error) {
+	var out []apiserver.RegionLB
+	err := c.do(ctx, http.MethodGet, "/v1/regions/loadbalancers", nil, &out)
+	if IsNotFound(err) {
+		return nil, nil
+	}
+	return out, err
+}

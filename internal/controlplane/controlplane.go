@@ -233,6 +233,7 @@ func Run(ctx context.Context, opts Options) error {
 		Usage:            usageSampler.Report,
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions, regions.Collector()),
 		Chaos:            chaosEngine.Handler(),
+		RegionLBs:        func() []apiserver.RegionLB { return regionLBs(regional) },
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			ctrl.status(s)

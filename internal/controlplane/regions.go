@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 
+	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionhealth"
@@ -43,4 +44,17 @@ func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.P
 			return out
 		},
 	})
+}
+
+// regionLBs is what the API reports of the regional load balancers.
+func regionLBs(regional *lbsync.Regional) []apiserver.RegionLB {
+	var out []apiserver.RegionLB
+	for _, b := range regional.Balancers() {
+		rl := apiserver.RegionLB{Region: b.Region, Ports: b.Ports, Synced: b.Synced, Error: b.Error}
+		if b.DataAddress.IsValid() {
+			rl.Address = b.DataAddress.String()
+		}
+		out = append(out, rl)
+	}
+	return out
 }
