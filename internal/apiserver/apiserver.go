@@ -59,6 +59,21 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Usage, if set, reports the figures of the given instances and their fleets for GET /v1/usage.
 	Usage func(instances []*v1alpha1.Instance) UsageReport
+	// Chaos, if set, serves /v1/chaos and below (herd chaos), behind the same token.
+	Chaos http.Handler
+	// RegionLBs, if set, reports the regional load balancers for GET /v1/regions/loadbalancers.
+	RegionLBs func() []RegionLB
+}
+
+// RegionLB is a region's own load balancer, as the control plane last saw it.
+type RegionLB struct {
+	Region string `json:"region"`
+	// Address is where the region's clients reach its listeners.
+	Address string `json:"address"`
+	Ports   []int  `json:"ports,omitempty"`
+	// Synced is true when it runs the configuration the store gives it; Error says why not.
+	Synced bool   `json:"synced"`
+	Error  string `json:"error,omitempty"`
 }
 
 // EventRecorder records an event about an object ("Kind/name"), as events.Recorder does.
@@ -109,8 +124,19 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/instances/{name}/pods", s.instancePods)
 	s.mux.HandleFunc("POST /v1/instances/{name}/kubeconfig", s.issueKubeconfig)
 	s.mux.HandleFunc("GET /v1/usage", s.getUsage)
+	s.mux.HandleFunc("GET /v1/regions/loadbalancers", func(w http.ResponseWriter, r *http.Request) {
+		out := []RegionLB{}
+		if s.opts.RegionLBs != nil {
+			out = append(out, s.opts.RegionLBs()...)
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.Chaos != nil {
+		s.mux.Handle("/v1/chaos", opts.Chaos)
+		s.mux.Handle("/v1/chaos/", opts.Chaos)
 	}
 	return s
 }

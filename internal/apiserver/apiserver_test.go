@@ -220,3 +220,18 @@ func TestMetricsNeedTheToken(t *testing.T) {
 		t.Errorf("GET /metrics without a handler: %d, want 404", code)
 	}
 }
+
+// The chaos API is served when a handler is given, below /v1/chaos, behind the same token.
+func TestChaosNeedsTheToken(t *testing.T) {
+	chaos := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Method+" "+r.URL.Path) })
+	srv := httptest.NewServer(New(Options{Store: memory.New(), Token: token, Chaos: chaos}))
+	t.Cleanup(srv.Close)
+	for _, path := range []string{"/v1/chaos", "/v1/chaos/partition-region-eu-1/stop"} {
+		if code, body := call(t, srv, "nope", "POST", path, "{}"); code != http.StatusUnauthorized || strings.Contains(body, path) {
+			t.Errorf("POST %s with a wrong token: %d %q, want a bare 401", path, code, body)
+		}
+		if code, body := call(t, srv, token, "POST", path, "{}"); code != http.StatusOK || body != "POST "+path {
+			t.Errorf("POST %s with the token: %d %q", path, code, body)
+		}
+	}
+}

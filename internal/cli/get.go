@@ -120,10 +120,14 @@ func getRegions(ctx context.Context, g *globals, args []string, output string) e
 	} else if fleets, err = c.ListFleets(ctx); err != nil {
 		return err
 	}
-	if format == "yaml" || format == "json" {
-		return printObject(g.out, format, regionRows(fleets))
+	lbs, err := c.RegionLBs(ctx)
+	if err != nil {
+		return err
 	}
-	return printRegions(g, fleets, format == "wide")
+	if format == "yaml" || format == "json" {
+		return printObject(g.out, format, withLBs(regionRows(fleets), fleets, lbs))
+	}
+	return printRegions(g, fleets, lbs, format == "wide")
 }
 
 func filterInstance(in []v1alpha1.Instance, name string) []v1alpha1.Instance {

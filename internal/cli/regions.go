@@ -7,13 +7,48 @@ import (
 	"strings"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/lbsync"
 )
 
 // regionRow is one region of one fleet, as `herd get regions -o yaml|json` prints it.
 type regionRow struct {
 	Fleet    string `json:"fleet"`
 	Provider string `json:"provider"`
+	// LB is where the region's clients reach the fleet: the region's own load balancer's
+	// address, or "herd-up" for a fleet served by herd up's embedded load balancer.
+	LB string `json:"lb,omitempty"`
+	// LBState is Synced when the region's load balancer runs the configuration the store gives
+	// it, else what went wrong ("-" for herd up's).
+	LBState string `json:"lbState,omitempty"`
 	v1alpha1.RegionStatus
+}
+
+// withLBs fills each row's load balancer from what the control plane reports of the regional
+// ones.
+func withLBs(rows []regionRow, fleets []v1alpha1.Fleet, lbs []apiserver.RegionLB) []regionRow {
+	regional := map[string]bool{}
+	for i := range fleets {
+		regional[fleets[i].Metadata.Name] = lbsync.ServedRegionally(&fleets[i])
+	}
+	for i := range rows {
+		r := &rows[i]
+		if !regional[r.Fleet] {
+			r.LB, r.LBState = "herd-up", "-"
+			continue
+		}
+		r.LB, r.LBState = "-", "None"
+		for _, lb := range lbs {
+			if lb.Region != r.Name {
+				continue
+			}
+			r.LB, r.LBState = lb.Address, "Synced"
+			if !lb.Synced {
+				r.LBState = "Error: " + lb.Error
+			}
+		}
+	}
+	return rows
 }
 
 // regionRows lists every region of the fleets, in the order of each fleet's spec. A region the
@@ -37,15 +72,15 @@ func regionRows(fleets []v1alpha1.Fleet) []regionRow {
 
 // printRegions writes one line per fleet and region: its counts, revision, state and why, and
 // with wide its wave.
-func printRegions(g *globals, fleets []v1alpha1.Fleet, wide bool) error {
-	rows := regionRows(fleets)
+func printRegions(g *globals, fleets []v1alpha1.Fleet, lbs []apiserver.RegionLB, wide bool) error {
+	rows := withLBs(regionRows(fleets), fleets, lbs)
 	if len(rows) == 0 {
 		fmt.Fprintln(g.errOut, "No regions found.")
 		return nil
 	}
 	headers := []string{"FLEET", "REGION", "DESIRED", "REPLICAS", "READY", "REVISION", "STATE", "MESSAGE"}
 	if wide {
-		headers = append(headers[:len(headers)-1], "PROVIDER", "WAVE", "MESSAGE")
+		headers = append(headers[:len(headers)-1], "PROVIDER", "LB", "LB-STATE", "WAVE", "MESSAGE")
 	}
 	t := newTable(g.out, headers...)
 	for _, r := range rows {
@@ -55,7 +90,7 @@ func printRegions(g *globals, fleets []v1alpha1.Fleet, wide bool) error {
 		}
 		cols := []any{r.Fleet, r.Name, r.Desired, r.Replicas, r.ReadyReplicas, r.CurrentRevision, state}
 		if wide {
-			cols = append(cols, r.Provider, waveCell(r.Rollout))
+			cols = append(cols, r.Provider, r.LB, r.LBState, waveCell(r.Rollout))
 		}
 		t.row(append(cols, r.Message)...)
 	}

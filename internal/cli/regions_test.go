@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/apiserver"
 )
 
 // waveFleet is a fleet in two regions in the middle of a canary wave: us rolled back, eu never
@@ -32,7 +33,8 @@ func waveFleet() *v1alpha1.Fleet {
 func TestPrintRegions(t *testing.T) {
 	var out, errOut strings.Builder
 	g := &globals{out: &out, errOut: &errOut}
-	if err := printRegions(g, []v1alpha1.Fleet{*waveFleet()}, true); err != nil {
+	lbs := []apiserver.RegionLB{{Region: "eu", Address: "10.216.0.2", Synced: true}, {Region: "us", Address: "10.216.0.3", Error: "connection refused"}}
+	if err := printRegions(g, []v1alpha1.Fleet{*waveFleet()}, lbs, true); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -40,9 +42,9 @@ func TestPrintRegions(t *testing.T) {
 		t.Fatalf("got %q, want a header and 2 rows", out.String())
 	}
 	for i, want := range [][]string{
-		{"FLEET", "REGION", "DESIRED", "REPLICAS", "READY", "REVISION", "STATE", "PROVIDER", "WAVE", "MESSAGE"},
-		{"web", "eu", "2", "2", "2", "web-old", "Unreachable", "fake", "Waiting", "no route to region eu"},
-		{"web", "us", "2", "2", "1", "web-old", "Degraded", "fake", "RolledBack", "rollout of web-new rolled back"},
+		{"FLEET", "REGION", "DESIRED", "REPLICAS", "READY", "REVISION", "STATE", "PROVIDER", "LB", "LB-STATE", "WAVE", "MESSAGE"},
+		{"web", "eu", "2", "2", "2", "web-old", "Unreachable", "fake", "10.216.0.2", "Synced", "Waiting", "no route to region eu"},
+		{"web", "us", "2", "2", "1", "web-old", "Degraded", "fake", "10.216.0.3", "Error:", "connection", "refused", "RolledBack", "rollout of web-new rolled back"},
 	} {
 		if got := strings.Join(strings.Fields(lines[i]), " "); got != strings.Join(want, " ") {
 			t.Errorf("line %d %q, want %q", i, got, strings.Join(want, " "))
@@ -87,5 +89,21 @@ func TestRolloutLineWave(t *testing.T) {
 	}
 	if strings.Contains(lines[0], "step") {
 		t.Errorf("fleet line %q names a step: in a wave each region has its own", lines[0])
+	}
+}
+
+// A fleet in one region without options is served by herd up's own load balancer; a fleet
+// served regionally whose region has no load balancer yet says so.
+func TestRegionRowsLB(t *testing.T) {
+	quick := v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "quick"}, Spec: v1alpha1.FleetSpec{Regions: []v1alpha1.Region{{Name: "default"}}}}
+	web := *waveFleet()
+	rows := withLBs(regionRows([]v1alpha1.Fleet{quick, web}), []v1alpha1.Fleet{quick, web}, []apiserver.RegionLB{{Region: "eu", Address: "10.216.0.2", Synced: true}})
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Fleet+"/"+r.Name+" "+r.LB+" "+r.LBState)
+	}
+	want := []string{"quick/default herd-up -", "web/eu 10.216.0.2 Synced", "web/us - None"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("rows %q, want %q", got, want)
 	}
 }

@@ -72,6 +72,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newLBCmd(g),
 		newFrontCmd(g),
 		newLinkRelayCmd(g),
+		newChaosCmd(g),
 	)
 	return root
 }

@@ -335,3 +335,35 @@ func (c *Client) rolloutCommand(ctx context.Context, name, cmd string) (*v1alpha
 	}
 	return &f, nil
 }
+
+// StartChaos starts a chaos action (herd chaos).
+func (c *Client) StartChaos(ctx context.Context, spec v1alpha1.ChaosActionSpec) (*v1alpha1.ChaosAction, error) {
+	var out v1alpha1.ChaosAction
+	err := c.do(ctx, http.MethodPost, "/v1/chaos", spec, &out)
+	return &out, err
+}
+
+// ListChaos returns the chaos actions kept, newest first.
+func (c *Client) ListChaos(ctx context.Context) ([]v1alpha1.ChaosAction, error) {
+	var out []v1alpha1.ChaosAction
+	err := c.do(ctx, http.MethodGet, "/v1/chaos", nil, &out)
+	return out, err
+}
+
+// StopChaos undoes an active chaos action now.
+func (c *Client) StopChaos(ctx context.Context, name string) (*v1alpha1.ChaosAction, error) {
+	var out v1alpha1.ChaosAction
+	err := c.do(ctx, http.MethodPost, "/v1/chaos/"+url.PathEscape(name)+"/stop", nil, &out)
+	return &out, err
+}
+
+// RegionLBs returns the regional load balancers the control plane configures (none from a
+// control plane that predates them).
+func (c *Client) RegionLBs(ctx context.Context) ([]apiserver.RegionLB, error) {
+	var out []apiserver.RegionLB
+	err := c.do(ctx, http.MethodGet, "/v1/regions/loadbalancers", nil, &out)
+	if IsNotFound(err) {
+		return nil, nil
+	}
+	return out, err
+}

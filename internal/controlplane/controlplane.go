@@ -21,6 +21,7 @@ import (
 	"herd.dev/herd/internal/agentmetrics"
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/autoscaler"
+	"herd.dev/herd/internal/chaos"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/cpmetrics"
@@ -162,9 +163,34 @@ func Run(ctx context.Context, opts Options) error {
 	queueMetrics := cpmetrics.NewQueueMetrics()
 	// The controller and the autoscaler run in terms (leading.go): for as long as herd up runs on
 	// bolt, while this replica leads on etcd. ctrl is the controller of the term in progress.
+	// The regional load balancers (of the fleets served regionally) are configured by the
+	// replica that leads, from the store; the probes of their regions run in every replica and
+	// probe what the regional configurer last saw (nothing on a replica that never led).
+	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log})
+	// A region whose reachability changes has its fleets reconciled at once by the controller
+	// of the term in progress.
+	var lead *leading
+	regions, err := newRegionChecker(regional, providers, log, func(region string) {
+		if c := lead.current(); c != nil {
+			c.RegionChanged(region)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	chaosEngine, err := chaos.New(chaos.Options{Store: st, Providers: providers, Events: recorder, Logger: log,
+		Pausers: []chaos.HealthPauser{targets, regional}})
+	if err != nil {
+		return err
+	}
 	ctrl := &leading{log: log, deps: termDeps{store: st, providers: providers, targets: targets,
-		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor,
+		inTerm: []func(context.Context) error{
+			func(ctx context.Context) error { return regional.Run(ctx, st) },
+			chaosEngine.Run,
+		},
+		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor, Reachability: regions,
 			Events: recorder, QueueMetrics: queueMetrics, ProviderCalls: decisions.ProviderCall}}}
+	lead = ctrl
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
 	// and every instance's node figures for /metrics and herd top.
 	agents, err := agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: log, Targets: func() []agentmetrics.Target {
@@ -205,7 +231,9 @@ func Run(ctx context.Context, opts Options) error {
 		Events:           recorder,
 		LBHealth:         targets.Health,
 		Usage:            usageSampler.Report,
-		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions),
+		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions, regions.Collector()),
+		Chaos:            chaosEngine.Handler(),
+		RegionLBs:        func() []apiserver.RegionLB { return regionLBs(regional) },
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			ctrl.status(s)
@@ -257,6 +285,7 @@ func Run(ctx context.Context, opts Options) error {
 	run(runCtx, &wg, "controller", ctrl.run)
 	run(runCtx, &wg, "agent metrics", agents.Start)
 	run(runCtx, &wg, "usage", usageSampler.Start)
+	run(runCtx, &wg, "region probes", regions.Run)
 	for _, l := range []net.Listener{ln, kubeLn} {
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

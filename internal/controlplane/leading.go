@@ -54,6 +54,9 @@ type termDeps struct {
 	ctrl      controller.Options // without Store and Providers
 	scaler    autoscaler.LoopOptions
 	targets   *lbsync.Sync
+	// inTerm run beside the controller, for the term (the regional load balancers' configurer
+	// and the chaos engine's expiry): one writer of each at a time.
+	inTerm []func(context.Context) error
 }
 
 // run runs terms until ctx ends.
@@ -128,7 +131,7 @@ func (l *leading) runControllers(ctx context.Context, st store.Store, providers 
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, 2)
+	errs := make([]error, 2+len(l.deps.inTerm))
 	wg.Go(func() {
 		if errs[0] = ctrl.Start(cctx); errs[0] != nil {
 			cancel()
@@ -140,6 +143,13 @@ func (l *leading) runControllers(ctx context.Context, st store.Store, providers 
 			cancel()
 		}
 	})
+	for i, run := range l.deps.inTerm {
+		wg.Go(func() {
+			if errs[2+i] = run(cctx); errs[2+i] != nil {
+				cancel()
+			}
+		})
+	}
 	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -163,6 +163,11 @@ type HealthCheck struct {
 	// end at once, and idempotent ones with no response byte yet are retried on another target,
 	// instead of waiting out the response timeout. Default false: requests in flight run their course.
 	CloseOnUnhealthy bool `json:"closeOnUnhealthy,omitempty"`
+	// Paused stops health checking, active and passive: every target keeps the state it has
+	// (healthy, unhealthy, ejected until its backoff ends) whatever it answers, and a new target
+	// stays unchecked. It is a chaos experiment (herd chaos pause-health): what the fleet does
+	// when its load balancer stops noticing failures. Default false.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Retry bounds the single retry on another target that a request gets when it failed to connect, or when

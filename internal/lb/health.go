@@ -59,6 +59,9 @@ func (t *target) startChecks(c *checker, hc HealthCheck, backend BackendProtocol
 		t.stopCheck()
 		t.stopCheck = nil
 	}
+	if hc.Paused {
+		return // the verdict stays as it is until the checks resume
+	}
 	if hc.Disabled {
 		t.checked.Store(true)
 		t.healthy.Store(true)
@@ -74,7 +77,7 @@ func (t *target) startChecks(c *checker, hc HealthCheck, backend BackendProtocol
 func (t *target) resumeChecks(c *checker) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.stopCheck == nil && !t.checkCfg.Disabled {
+	if t.stopCheck == nil && !t.checkCfg.Disabled && !t.checkCfg.Paused {
 		t.launchChecksLocked(c)
 	}
 }

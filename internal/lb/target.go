@@ -211,12 +211,12 @@ func (t *target) dial(ctx context.Context, timeout time.Duration) (net.Conn, err
 
 // eject takes the target out of rotation for a backoff that doubles with each ejection in a row.
 func (t *target) eject(reason error) {
-	if !t.ejected.CompareAndSwap(false, true) {
-		return
-	}
 	t.mu.Lock()
 	cfg := t.ejectCfg
 	t.mu.Unlock()
+	if cfg.Paused || !t.ejected.CompareAndSwap(false, true) {
+		return
+	}
 	n := t.ejectStreak.Add(1)
 	backoff := cfg.EjectionTime.D() << min(n-1, 16)
 	backoff = min(backoff, cfg.MaxEjectionTime.D())

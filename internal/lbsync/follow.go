@@ -3,6 +3,7 @@ package lbsync
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -21,19 +22,35 @@ import (
 // agree, because both are Listeners of the same fleet, records and weights: a replica that becomes
 // leader, or stops leading, switches between the two without a change of configuration.
 func (s *Sync) Follow(ctx context.Context, st store.Store) error {
+	watchStore(ctx, st, s.log, nil, func(f *follower, dirty map[string]bool) {
+		for _, name := range s.fleetNames() {
+			if _, ok := f.fleets[name]; !ok {
+				dirty[name] = true // a fleet deleted while this replica led, or before it started
+			}
+		}
+		s.applyFollowed(f, dirty)
+	})
+	return nil
+}
+
+// watchStore lists fleets and instances, then follows their watches until ctx ends, calling
+// apply with what it knows and the fleets changed since the last call (all of them after each
+// listing). A watch that ends, or a store that cannot answer, makes it list again after a
+// second: apply keeps what it applied meanwhile. A tick, when not nil, calls apply with nothing
+// changed, for an apply that must also repeat itself (a remote load balancer that restarted).
+func watchStore(ctx context.Context, st store.Store, log *slog.Logger, tick <-chan time.Time, apply func(f *follower, dirty map[string]bool)) {
 	const retry = time.Second
 	for ctx.Err() == nil {
-		err := s.follow(ctx, st)
+		err := follow(ctx, st, tick, apply)
 		if ctx.Err() != nil {
 			break
 		}
-		s.log.Warn("following the store: the load balancer keeps its configuration; listing again", "err", err, "retry_in", retry.String())
+		log.Warn("following the store: the load balancer keeps its configuration; listing again", "err", err, "retry_in", retry.String())
 		select {
 		case <-ctx.Done():
 		case <-time.After(retry):
 		}
 	}
-	return nil
 }
 
 // follower is what Follow knows: every fleet and every fleet's instance records.
@@ -44,7 +61,7 @@ type follower struct {
 
 // follow lists fleets and instances, applies them, then applies every change its watches report
 // until one ends.
-func (s *Sync) follow(ctx context.Context, st store.Store) error {
+func follow(ctx context.Context, st store.Store, tick <-chan time.Time, apply func(*follower, map[string]bool)) error {
 	fleets, frev, err := store.ListObjects[v1alpha1.Fleet](ctx, st, store.Fleets)
 	if err != nil {
 		return err
@@ -72,15 +89,12 @@ func (s *Sync) follow(ctx context.Context, st store.Store) error {
 	for _, in := range insts {
 		f.setInstance(in)
 	}
-	for _, name := range s.fleetNames() {
-		dirty[name] = true // a fleet deleted while this replica led, or before it started
-	}
-	s.applyFollowed(f, dirty)
+	apply(f, dirty)
 	for ctx.Err() == nil {
 		// Wait for a change, take every change already waiting, then apply once per fleet touched.
 		dirty = map[string]bool{}
 		for block := true; ; block = false {
-			got, err := f.next(ctx, fw, iw, dirty, block)
+			got, err := f.next(ctx, fw, iw, tick, dirty, block)
 			if err != nil {
 				return err
 			}
@@ -88,14 +102,14 @@ func (s *Sync) follow(ctx context.Context, st store.Store) error {
 				break
 			}
 		}
-		s.applyFollowed(f, dirty)
+		apply(f, dirty)
 	}
 	return nil
 }
 
 // next takes one change from the watches into f, waiting for one if block; it reports whether
 // it took one. A watch that ends is an error: the caller lists again.
-func (f *follower) next(ctx context.Context, fw, iw <-chan store.Event, dirty map[string]bool, block bool) (bool, error) {
+func (f *follower) next(ctx context.Context, fw, iw <-chan store.Event, tick <-chan time.Time, dirty map[string]bool, block bool) (bool, error) {
 	var idle <-chan time.Time
 	if !block {
 		closed := make(chan time.Time)
@@ -113,6 +127,8 @@ func (f *follower) next(ctx context.Context, fw, iw <-chan store.Event, dirty ma
 			return false, fmt.Errorf("watch of instances ended")
 		}
 		return true, f.instanceEvent(ev, dirty)
+	case <-tick:
+		return !block, nil // a tick ends a wait with nothing changed
 	case <-ctx.Done():
 		return false, nil
 	case <-idle:
@@ -160,22 +176,32 @@ func (f *follower) instanceEvent(ev store.Event, dirty map[string]bool) error {
 // applyFollowed gives the load balancer the fleets named in dirty as the store has them.
 func (s *Sync) applyFollowed(f *follower, dirty map[string]bool) {
 	for name := range dirty {
-		fl, ok := f.fleets[name]
+		fl, insts, weights, ok := f.fleet(name)
 		if !ok {
 			s.RemoveFleet(name)
 			continue
 		}
-		insts := make([]*v1alpha1.Instance, 0, len(f.instances[name]))
-		for _, in := range f.instances[name] {
-			insts = append(insts, in)
-		}
-		sort.Slice(insts, func(i, j int) bool { return insts[i].Metadata.Name < insts[j].Metadata.Name })
-		var weights map[string]int32
-		if ro := fl.Status.Rollout; ro.InProgress() {
-			weights = ro.Weights
-		}
 		s.SetFleetTargets(fl, insts, weights)
 	}
+}
+
+// fleet returns a fleet, its instance records by name and the weights of its rollout in
+// progress (nil when none), or false when the store has no such fleet.
+func (f *follower) fleet(name string) (*v1alpha1.Fleet, []*v1alpha1.Instance, map[string]int32, bool) {
+	fl, ok := f.fleets[name]
+	if !ok {
+		return nil, nil, nil, false
+	}
+	insts := make([]*v1alpha1.Instance, 0, len(f.instances[name]))
+	for _, in := range f.instances[name] {
+		insts = append(insts, in)
+	}
+	sort.Slice(insts, func(i, j int) bool { return insts[i].Metadata.Name < insts[j].Metadata.Name })
+	var weights map[string]int32
+	if ro := fl.Status.Rollout; ro.InProgress() {
+		weights = ro.Weights
+	}
+	return fl, insts, weights, true
 }
 
 // fleetNames returns the fleets the load balancer is configured for.

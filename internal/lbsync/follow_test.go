@@ -52,15 +52,20 @@ func describe(c lb.Config) string {
 
 func waitConfig(t *testing.T, s *Sync, fl *fakeLB, want string) {
 	t.Helper()
+	waitDescribed(t, want, func() string { c, _ := lastConfig(s, fl); return describe(c) })
+}
+
+// waitDescribed waits until got returns want.
+func waitDescribed(t *testing.T, want string, got func() string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		c, _ := lastConfig(s, fl)
-		got := describe(c)
-		if got == want {
+		g := got()
+		if g == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("load balancer config %q, want %q", got, want)
+			t.Fatalf("load balancer config %q, want %q", g, want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -7,6 +7,7 @@ package lbsync
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"reflect"
 	"sort"
@@ -33,6 +34,9 @@ type Sync struct {
 	// bindHost is the address listeners bind on, e.g. 127.0.0.1.
 	bindHost string
 	log      *slog.Logger
+
+	pausedMu sync.Mutex
+	paused   map[string]bool // fleets whose health checks are paused
 
 	mu     sync.Mutex
 	fleets map[string][]lb.Listener
@@ -100,6 +104,7 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 		if hc.Timeout != nil {
 			ln.HealthCheck.Timeout = lb.Duration(hc.Timeout.Duration)
 		}
+		ln.HealthCheck.Paused = s.healthPaused(f.Metadata.Name)
 		for _, rev := range revs {
 			g := lb.TargetGroup{Name: rev, Weight: len(byRev[rev])}
 			if weights != nil {
@@ -116,6 +121,38 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 		out = append(out, ln)
 	}
 	return out
+}
+
+// SetHealthPaused pauses the health checks of the fleets in paused and resumes those of every
+// other fleet (lb.HealthCheck.Paused: targets keep their state), applying at once to the fleets
+// the load balancer serves.
+func (s *Sync) SetHealthPaused(paused map[string]bool) {
+	s.pausedMu.Lock()
+	s.paused = maps.Clone(paused)
+	s.pausedMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for name, ls := range s.fleets {
+		for i := range ls {
+			if ls[i].HealthCheck.Paused != paused[name] {
+				ls[i].HealthCheck.Paused = paused[name]
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return
+	}
+	if err := s.applyLocked(); err != nil {
+		s.log.Error("pause or resume health checks", "err", err)
+	}
+}
+
+func (s *Sync) healthPaused(fleet string) bool {
+	s.pausedMu.Lock()
+	defer s.pausedMu.Unlock()
+	return s.paused[fleet]
 }
 
 // SetFleetTargets implements controller.TargetSink.

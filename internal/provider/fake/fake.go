@@ -442,3 +442,9 @@ func (p *Provider) persist(r *record) error {
 	}
 	return nil
 }
+
+// KillInstance implements provider.InstanceKiller: the instance fails as if every process of it
+// had been killed.
+func (p *Provider) KillInstance(ctx context.Context, name string) error {
+	return p.Kill(name, "killed: every process got SIGKILL")
+}

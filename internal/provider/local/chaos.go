@@ -7,21 +7,13 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"herd.dev/herd/internal/provider"
 )
 
 // RegionChaos is what a chaos engine needs of a provider whose regions are networks: each
 // action lasts until Restore (or until the provider starts again, which undoes it).
-type RegionChaos interface {
-	// Partition cuts the region off the internet: no packet crosses its link either way. What
-	// runs in the region (its load balancer, its instances) keeps running, and the control
-	// plane still reaches it.
-	Partition(ctx context.Context, region string) error
-	// Degrade replaces the link's shape: latency is the round trip added, loss the share of
-	// packets dropped in each direction (0 to 1).
-	Degrade(ctx context.Context, region string, latency time.Duration, loss float64) error
-	// Restore gives the link back the shape of the region's options.
-	Restore(ctx context.Context, region string) error
-}
+type RegionChaos = provider.RegionChaos
 
 var _ RegionChaos = (*Provider)(nil)
 

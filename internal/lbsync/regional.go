@@ -1,0 +1,285 @@
+package lbsync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/store"
+)
+
+// DefaultRegionalResync is how often Regional checks that each regional load balancer runs the
+// configuration the store gives it, besides every change: a load balancer that restarted (and so
+// lost its configuration) is configured again within it.
+const DefaultRegionalResync = 5 * time.Second
+
+// ServedRegionally reports whether a fleet is served by its regions' own load balancers (where
+// the regions' providers run them, provider.RegionalBalancers): a fleet in more than one region,
+// or in a region given provider options (a network of its own, e.g. `latency: 40ms`). A fleet in
+// one region without options, the quick start's, is served by herd up's embedded load balancer
+// only. herd up's embedded load balancer serves every fleet in any case: it is the control
+// plane's own view of the instances' health, over a path that no region's partition cuts.
+func ServedRegionally(f *v1alpha1.Fleet) bool {
+	if len(f.Spec.Regions) > 1 {
+		return true
+	}
+	return slices.ContainsFunc(f.Spec.Regions, func(r v1alpha1.Region) bool { return len(r.Options) > 0 })
+}
+
+// RegionalOptions configure a Regional.
+type RegionalOptions struct {
+	// Providers are the control plane's providers by name; those implementing
+	// provider.RegionalBalancers run the regional load balancers.
+	Providers map[string]provider.Provider
+	// Resync is how often every regional load balancer's configuration is checked. Default:
+	// DefaultRegionalResync.
+	Resync time.Duration
+	Logger *slog.Logger
+}
+
+// Regional keeps the load balancer of every region in step with the store: for each region
+// where a fleet served regionally (ServedRegionally) runs, it makes the region's load balancer
+// (provider.RegionalBalancers) and gives it, over its admin API, the listeners of those fleets
+// with the region's instances only as targets. Like Follow it is level-based: each
+// configuration is derived whole from the records, never patched, so a load balancer found in
+// any state (adopted from an earlier herd up, restarted empty) ends up with the right one. Only
+// the replica that runs the controller runs it.
+type Regional struct {
+	opts RegionalOptions
+	log  *slog.Logger
+	// listeners builds the listeners (bound on every address of the region's load balancer)
+	// and holds the fleets whose health checks are paused.
+	listeners *Sync
+
+	mu  sync.Mutex
+	lbs map[string]*regionLB // by region
+}
+
+// regionLB is what Regional knows of one region's load balancer.
+type regionLB struct {
+	info    provider.RegionBalancer
+	admin   *lb.AdminClient
+	applied []byte // the JSON of the config last applied, nil until one was
+	ports   []int
+	err     error // why the last ensure or apply failed
+}
+
+// RegionLBStatus is a regional load balancer as Regional last saw it.
+type RegionLBStatus struct {
+	Region string
+	// DataAddress is where the region's clients reach its listeners.
+	DataAddress netip.Addr
+	// Ports are its listeners' ports (every listener binds all the load balancer's addresses).
+	Ports []int
+	// Synced is true when it runs the configuration the store gives it.
+	Synced bool
+	// Error says why it is not synced.
+	Error string
+}
+
+// NewRegional returns a Regional; Run it.
+func NewRegional(opts RegionalOptions) *Regional {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = DefaultRegionalResync
+	}
+	log := opts.Logger.With("component", "regional-lb")
+	return &Regional{opts: opts, log: log, listeners: New(nil, "", log), lbs: map[string]*regionLB{}}
+}
+
+// Run configures the regional load balancers from st until ctx ends. They keep their last
+// configuration when it ends (and while the store cannot answer).
+func (r *Regional) Run(ctx context.Context, st store.Store) error {
+	tick := time.NewTicker(r.opts.Resync)
+	defer tick.Stop()
+	watchStore(ctx, st, r.log, tick.C, func(f *follower, _ map[string]bool) { r.apply(ctx, f) })
+	return nil
+}
+
+// SetHealthPaused pauses the health checks of the fleets in paused on every regional load
+// balancer, and resumes the others', from the next sync on (at most Resync later).
+func (r *Regional) SetHealthPaused(paused map[string]bool) { r.listeners.SetHealthPaused(paused) }
+
+// Balancers returns the regional load balancers, by region name.
+func (r *Regional) Balancers() []RegionLBStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]RegionLBStatus, 0, len(r.lbs))
+	for region, rl := range r.lbs {
+		s := RegionLBStatus{Region: region, DataAddress: rl.info.DataAddress, Ports: slices.Clone(rl.ports), Synced: rl.err == nil && rl.applied != nil}
+		if rl.err != nil {
+			s.Error = rl.err.Error()
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Region < out[j].Region })
+	return out
+}
+
+// regionWant is what a region's load balancer should run.
+type regionWant struct {
+	prov    provider.RegionalBalancers
+	options map[string]string
+	cfg     lb.Config
+}
+
+// apply derives every region's configuration from f and gives it to the region's load balancer
+// when it runs another one.
+func (r *Regional) apply(ctx context.Context, f *follower) {
+	want := map[string]*regionWant{}
+	names := make([]string, 0, len(f.fleets))
+	for n := range f.fleets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fl, insts, weights, _ := f.fleet(name)
+		if !ServedRegionally(fl) {
+			continue
+		}
+		for _, reg := range fl.Spec.Regions {
+			prov, ok := r.opts.Providers[reg.Provider].(provider.RegionalBalancers)
+			if !ok {
+				continue
+			}
+			var here []*v1alpha1.Instance
+			for _, in := range insts {
+				if in.Spec.Region == reg.Name {
+					here = append(here, in)
+				}
+			}
+			w := want[reg.Name]
+			if w == nil {
+				w = &regionWant{prov: prov, options: reg.Options}
+				want[reg.Name] = w
+			}
+			w.cfg.Listeners = append(w.cfg.Listeners, r.listeners.Listeners(fl, here, weights)...)
+		}
+	}
+	regions := make([]string, 0, len(want))
+	for region := range want {
+		regions = append(regions, region)
+	}
+	sort.Strings(regions)
+	for _, region := range regions {
+		r.sync(ctx, region, want[region])
+	}
+	// A region no fleet served regionally runs in any more keeps its load balancer until the
+	// provider removes the region's network, but serves nothing.
+	r.mu.Lock()
+	var gone []string
+	for region := range r.lbs {
+		if want[region] == nil {
+			gone = append(gone, region)
+		}
+	}
+	r.mu.Unlock()
+	for _, region := range gone {
+		r.sync(ctx, region, &regionWant{})
+		r.mu.Lock()
+		delete(r.lbs, region)
+		r.mu.Unlock()
+	}
+}
+
+// sync makes sure the region's load balancer runs, then gives it w.cfg unless it runs it.
+func (r *Regional) sync(ctx context.Context, region string, w *regionWant) {
+	r.mu.Lock()
+	rl := r.lbs[region]
+	if rl == nil {
+		rl = &regionLB{}
+		r.lbs[region] = rl
+	}
+	r.mu.Unlock()
+	want, err := json.Marshal(w.cfg.WithDefaults())
+	if err != nil {
+		r.setErr(rl, err)
+		return
+	}
+	ports := listenerPorts(w.cfg)
+	if w.prov == nil && rl.admin == nil {
+		return // nothing to empty: Regional never reached it
+	}
+	if rl.admin == nil || (rl.err != nil && w.prov != nil) {
+		if err := r.ensure(ctx, region, rl, w); err != nil {
+			r.setErr(rl, err)
+			return
+		}
+	}
+	running, err := rl.admin.Config()
+	if err != nil {
+		// Unreachable or restarting: make sure it runs at the next sync (the provider restarts
+		// a load balancer that died), then configure it.
+		r.setErr(rl, fmt.Errorf("read the configuration of the load balancer of region %s: %w", region, err))
+		return
+	}
+	if have, err := json.Marshal(running.WithDefaults()); err == nil && string(have) == string(want) {
+		r.setApplied(rl, want, ports)
+		return
+	}
+	start := time.Now()
+	if err := rl.admin.Apply(w.cfg); err != nil {
+		r.setErr(rl, fmt.Errorf("configure the load balancer of region %s: %w", region, err))
+		r.log.Error("regional load balancer refused its configuration", "region", region, "err", err)
+		return
+	}
+	r.setApplied(rl, want, ports)
+	r.log.Info("regional load balancer configured", "region", region, "listeners", len(w.cfg.Listeners), "took", time.Since(start).String())
+}
+
+// ensure starts or adopts the region's load balancer and reads its token.
+func (r *Regional) ensure(ctx context.Context, region string, rl *regionLB, w *regionWant) error {
+	info, err := w.prov.EnsureRegionBalancer(ctx, region, w.options)
+	if err != nil {
+		return err
+	}
+	token, err := os.ReadFile(info.TokenFile)
+	if err != nil {
+		return fmt.Errorf("read the admin token of the load balancer of region %s: %w", region, err)
+	}
+	r.mu.Lock()
+	rl.info = info
+	rl.admin = &lb.AdminClient{URL: info.AdminURL, Token: strings.TrimSpace(string(token))}
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Regional) setErr(rl *regionLB, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rl.err = err
+}
+
+func (r *Regional) setApplied(rl *regionLB, cfg []byte, ports []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rl.applied, rl.ports, rl.err = cfg, ports, nil
+}
+
+// listenerPorts returns the ports of cfg's listeners, in order.
+func listenerPorts(cfg lb.Config) []int {
+	var out []int
+	for _, l := range cfg.Listeners {
+		if _, p, err := net.SplitHostPort(l.Address); err == nil {
+			if n, err := strconv.Atoi(p); err == nil && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,182 @@
+package lbsync_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/provider/local/regiontest"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+// TestIntegrationRegionalLB configures two real regional load balancers from the store, each
+// with its own region's targets; a client on the internet reaches each region through its own
+// load balancer. The configurer stops (herd up is down): the load balancers keep serving. A new
+// one starts (herd up is back) and re-syncs them under load without a failed request.
+func TestIntegrationRegionalLB(t *testing.T) {
+	p := regiontest.Provider(t, []string{"eu", "us"}, []string{"home"})
+	ctx := context.Background()
+	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The targets: an HTTP server on each region's bridge address of the host, which the
+	// region's router reaches as it reaches the region's instances.
+	port := 0
+	addrs := map[string]string{}
+	for _, region := range []string{"eu", "us"} {
+		rn, err := p.EnsureRegion(ctx, region, map[string]string{"latency": "10ms"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := rn.Subnet.Addr().Next().String() // the bridge's .1
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		addrs[region] = host
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+region) })}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+
+	st := memory.New()
+	defer st.Close()
+	put := func(kind string, obj store.Object) {
+		op, err := store.PutOp(kind, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Txn(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
+		Regions: []v1alpha1.Region{{Name: "eu", Provider: local.Name, Options: map[string]string{"latency": "10ms"}},
+			{Name: "us", Provider: local.Name, Options: map[string]string{"latency": "10ms"}}},
+	}})
+	for region, addr := range addrs {
+		put(store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
+			Spec:   v1alpha1.InstanceSpec{Fleet: "web", Revision: "web-1", Region: region, Provider: local.Name},
+			Status: v1alpha1.InstanceStatus{Phase: v1alpha1.PhaseReady, Address: addr}})
+	}
+
+	run := func() (*lbsync.Regional, func()) {
+		r := lbsync.NewRegional(lbsync.RegionalOptions{Providers: map[string]provider.Provider{local.Name: p}})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(rctx, st) }()
+		return r, func() { cancel(); <-done }
+	}
+	r, stop := run()
+	hc := regiontest.HTTPClient(client.Netns, 5*time.Second)
+	urls := map[string]string{}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, region := range []string{"eu", "us"} {
+		for {
+			var lb lbsync.RegionLBStatus
+			for _, b := range r.Balancers() {
+				if b.Region == region {
+					lb = b
+				}
+			}
+			if lb.Synced {
+				urls[region] = fmt.Sprintf("http://%s:8080/", lb.DataAddress)
+				if body, err := get(hc, urls[region]); err == nil && body == "hello from "+region {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("region %s's load balancer does not serve its region's target: %+v", region, r.Balancers())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("each region's load balancer serves its own region: %v", urls)
+
+	// Load on both regions for the rest of the test.
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for region, u := range urls {
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				body, err := get(hc, u)
+				if err == nil && body != "hello from "+region {
+					err = fmt.Errorf("%s answered %q", u, body)
+				}
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				ok.Add(1)
+			}
+		})
+	}
+	waitCount := func(n int64) {
+		t.Helper()
+		target := ok.Load() + n
+		deadline := time.Now().Add(30 * time.Second)
+		for ok.Load() < target {
+			if time.Now().After(deadline) {
+				t.Fatalf("load stalled at %d requests (%d failed, first: %v)", ok.Load(), failed.Load(), firstErr.Load())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitCount(200)
+
+	stop() // herd up goes down: the regional load balancers are processes of their own
+	downFrom := ok.Load()
+	time.Sleep(3 * time.Second) // a span of control-plane downtime, under load
+	t.Logf("with the configurer down for 3s: %d requests served, %d failed", ok.Load()-downFrom, failed.Load())
+
+	r2, stop2 := run() // herd up is back: it adopts and re-syncs them
+	defer stop2()
+	deadline = time.Now().Add(30 * time.Second)
+	for b := r2.Balancers(); len(b) != 2 || !b[0].Synced || !b[1].Synced; b = r2.Balancers() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new configurer did not sync the load balancers: %+v", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitCount(200)
+	stopLoad()
+	wg.Wait()
+	t.Logf("%d requests through the regional load balancers, %d failed", ok.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Fatalf("%d requests failed, first: %v", failed.Load(), firstErr.Load())
+	}
+}
+
+func get(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return string(body), nil
+}

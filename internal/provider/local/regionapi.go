@@ -1,0 +1,86 @@
+// What the control plane uses of the local provider's regions through provider's optional
+// interfaces: the regional load balancers, dialing from the clients' side, killing an instance.
+
+package local
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"herd.dev/herd/internal/provider"
+)
+
+var (
+	_ provider.RegionalBalancers = (*Provider)(nil)
+	_ provider.ClientDialer      = (*Provider)(nil)
+	_ provider.InstanceKiller    = (*Provider)(nil)
+)
+
+// EnsureRegionBalancer implements provider.RegionalBalancers: EnsureRegion with the region's
+// options, then EnsureRegionLB.
+func (p *Provider) EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (provider.RegionBalancer, error) {
+	if _, err := p.EnsureRegion(ctx, region, options); err != nil {
+		return provider.RegionBalancer{}, err
+	}
+	lb, err := p.EnsureRegionLB(ctx, region)
+	if err != nil {
+		return provider.RegionBalancer{}, err
+	}
+	return provider.RegionBalancer{Region: region, DataAddress: lb.DataAddress, AdminURL: lb.AdminURL, TokenFile: lb.TokenFile}, nil
+}
+
+// DialFromClients implements provider.ClientDialer: it dials from the internet namespace, where
+// every region's link and every client network meets, so that a region's partition or
+// degradation applies to the connection as to any client's. The socket is made on a thread that
+// entered the namespace (the kernel binds a socket to its creator's namespace for good); the
+// thread is then thrown away rather than trusted back into the host's namespace.
+func (p *Provider) DialFromClients(ctx context.Context, network, address string) (net.Conn, error) {
+	ns := internetNetns(p.opts.DataDir)
+	if !netnsExists(ns) {
+		return nil, fmt.Errorf("dial %s from the clients' side: the internet namespace %s does not exist (no region network yet)", address, ns)
+	}
+	var conn net.Conn
+	err := inNetns(filepath.Join(netnsDir, ns), func() error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, address)
+		conn = c
+		return err
+	})
+	return conn, err
+}
+
+// KillInstance implements provider.InstanceKiller: SIGKILL to every process of the instance (its
+// agent, its Kubernetes, its pods), as a crash of its machine would; the record and the
+// instance's resources stay, and the instance reads Failed (its agent is gone) until Delete.
+func (p *Provider) KillInstance(ctx context.Context, name string) error {
+	if !provider.ValidName(name) {
+		return fmt.Errorf("kill instance %q: %w", name, provider.ErrNotFound)
+	}
+	dir := p.InstanceDir(name)
+	rec, err := readRecord(dir)
+	if err != nil {
+		return fmt.Errorf("kill instance %s: %w", name, err)
+	}
+	if rec == nil {
+		return fmt.Errorf("kill instance %s: %w", name, provider.ErrNotFound)
+	}
+	ns, root := netnsName(name), cgroupRootOf(name)
+	if rec.Netns != "" {
+		ns = rec.Netns
+	}
+	if rec.CgroupRoot != "" {
+		root = rec.CgroupRoot
+	}
+	hier, err := cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	if err := killAll(ctx, hier, root, netnsInode(ns), dir, 15*time.Second); err != nil {
+		return fmt.Errorf("kill instance %s: %w", name, err)
+	}
+	p.log.Warn("instance killed (SIGKILL of every process)", "instance", name)
+	return nil
+}
