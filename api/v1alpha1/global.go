@@ -2,8 +2,9 @@ package v1alpha1
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,7 +159,7 @@ func globalFieldErrors(s *FleetSpec) field.ErrorList {
 	}
 
 	total := int64(0)
-	for _, name := range sortedKeys(g.Weights) {
+	for _, name := range slices.Sorted(maps.Keys(g.Weights)) {
 		w := g.Weights[name]
 		known(p.Child("weights").Key(name), name)
 		if w < 0 || w > 1000 {
@@ -180,7 +181,7 @@ func globalFieldErrors(s *FleetSpec) field.ErrorList {
 	}
 
 	if geo := g.Geo; geo != nil {
-		for _, cidr := range sortedKeys(geo.CIDRs) {
+		for _, cidr := range slices.Sorted(maps.Keys(geo.CIDRs)) {
 			cp := p.Child("geo", "cidrs").Key(cidr)
 			pf, err := netip.ParsePrefix(cidr)
 			if err != nil {
@@ -219,13 +220,4 @@ func regionList(s *FleetSpec) string {
 		names[i] = fmt.Sprintf("%q", r.Name)
 	}
 	return strings.Join(names, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
