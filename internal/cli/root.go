@@ -72,6 +72,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newLBCmd(g),
 		newAgentCmd(g),
 		newLinkRelayCmd(g),
+		newDNSCmd(g),
 	)
 	return root
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -66,6 +67,7 @@ type Server struct {
 	snap   atomic.Pointer[snapshot]
 	mu     sync.Mutex // serializes Update, so changes are computed against the snapshot they replace
 	serial uint32
+	last   *routes.Table
 }
 
 // New returns a server answering NXDOMAIN for every name of the zone until the first Update.
@@ -99,10 +101,15 @@ func New(opts Options) (*Server, error) {
 func (s *Server) Zone() string { return s.zone }
 
 // Update makes t what the server answers from, and logs and records as events every region that
-// left or joined a hostname's answers.
+// left or joined a hostname's answers. A table equal to the last one changes nothing, not even
+// the SOA serial. The server keeps t: the caller must not change it afterwards.
 func (s *Server) Update(t routes.Table) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.last != nil && reflect.DeepEqual(*s.last, t) {
+		return
+	}
+	s.last = &t
 	// The SOA serial moves with every snapshot, so a secondary (or a person with dig) sees a change.
 	s.serial = max(s.serial+1, uint32(time.Now().Unix()))
 	next := compile(s.zone, s.nameservers, t, s.serial)
