@@ -130,7 +130,7 @@ func FromFleet(f *v1alpha1.Fleet, opts Options) (*Export, error) {
 		ttl = uint32(g.TTL.Seconds())
 	}
 	out := &Export{
-		Comment: fmt.Sprintf("herd fleet %s: %s, policy %s. Create the health checks (and CIDR collection) first, then replace the ${...} placeholders with the ids AWS returned.", f.Metadata.Name, g.Hostname, g.Policy),
+		Comment:     fmt.Sprintf("herd fleet %s: %s, policy %s. Create the health checks (and CIDR collection) first, then replace the ${...} placeholders with the ids AWS returned.", f.Metadata.Name, g.Hostname, g.Policy),
 		ChangeBatch: ChangeBatch{Comment: fmt.Sprintf("herd dns export %s", f.Metadata.Name)},
 	}
 	port, path, typ := int32(80), f.Spec.HealthCheck.Path, "HTTP"
