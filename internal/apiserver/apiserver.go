@@ -5,6 +5,7 @@
 package apiserver
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/routes"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/version"
 )
@@ -59,6 +61,8 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Usage, if set, reports the figures of the given instances and their fleets for GET /v1/usage.
 	Usage func(instances []*v1alpha1.Instance) UsageReport
+	// Routes, if set, computes what herd's DNS answers from, for GET /v1/routes.
+	Routes func(ctx context.Context) (routes.Table, error)
 }
 
 // EventRecorder records an event about an object ("Kind/name"), as events.Recorder does.
@@ -109,6 +113,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/instances/{name}/pods", s.instancePods)
 	s.mux.HandleFunc("POST /v1/instances/{name}/kubeconfig", s.issueKubeconfig)
 	s.mux.HandleFunc("GET /v1/usage", s.getUsage)
+	s.mux.HandleFunc("GET /v1/routes", s.getRoutes)
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

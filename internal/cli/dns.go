@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"herd.dev/herd/internal/controlplane"
 	"herd.dev/herd/internal/globaldns"
 	"herd.dev/herd/internal/routes"
 )
@@ -33,15 +35,8 @@ func (f *dnsFlags) register(cmd *cobra.Command, prefix, zoneHelp string) {
 	cmd.Flags().IntVar(&f.maxUDP, prefix+"max-udp-size", globaldns.DefaultMaxUDPSize, "largest EDNS0 buffer size honoured over UDP; larger answers are truncated and retried over TCP")
 }
 
-// server returns the DNS server and its listener, or nil when no zone is set.
-func (f *dnsFlags) server(g *globals, events globaldns.EventRecorder) (*globaldns.Server, *globaldns.Listener, error) {
-	if f.zone == "" {
-		return nil, nil, nil
-	}
-	log, err := g.logger()
-	if err != nil {
-		return nil, nil, err
-	}
+// nameserverList parses the nameserver flags.
+func (f *dnsFlags) nameserverList() ([]globaldns.Nameserver, error) {
 	var ns []globaldns.Nameserver
 	for _, v := range f.nameservers {
 		name, addr, hasAddr := strings.Cut(v, "=")
@@ -49,14 +44,28 @@ func (f *dnsFlags) server(g *globals, events globaldns.EventRecorder) (*globaldn
 		if hasAddr {
 			a, err := netip.ParseAddr(addr)
 			if err != nil {
-				return nil, nil, fmt.Errorf("--%snameserver %q: the address after '=' must be an IP address, e.g. ns1.herd.test=10.0.0.53", f.prefix, v)
+				return nil, fmt.Errorf("--%snameserver %q: the address after '=' must be an IP address, e.g. ns1.herd.test=10.0.0.53", f.prefix, v)
 			}
 			n.Addresses = []netip.Addr{a}
 		}
 		ns = append(ns, n)
 	}
-	s, err := globaldns.New(globaldns.Options{Zone: f.zone, Nameservers: ns, MaxUDPSize: f.maxUDP,
-		Logger: log.With("component", "dns"), Events: events})
+	return ns, nil
+}
+
+// options returns the flags as the control plane's DNS options.
+func (f *dnsFlags) options() (controlplane.DNSOptions, error) {
+	ns, err := f.nameserverList()
+	return controlplane.DNSOptions{Zone: f.zone, Listen: f.listen, Nameservers: ns, MaxUDPSize: f.maxUDP}, err
+}
+
+// server returns the DNS server and its listener.
+func (f *dnsFlags) server(log *slog.Logger) (*globaldns.Server, *globaldns.Listener, error) {
+	ns, err := f.nameserverList()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := globaldns.New(globaldns.Options{Zone: f.zone, Nameservers: ns, MaxUDPSize: f.maxUDP, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--%szone: %w", f.prefix, err)
 	}
@@ -119,13 +128,14 @@ from the last routes it had. --routes-file serves a fixed routes table (the JSON
 				}
 				fetch = c.Routes
 			}
-			s, l, err := f.server(g, nil)
+			log = log.With("component", "dns")
+			s, l, err := f.server(log)
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
 			fmt.Fprintf(g.errOut, "herd dns: serving %s on %s (udp and tcp)\n", s.Zone(), l.Addr())
-			go globaldns.Follow(ctx, s, fetch, interval, log.With("component", "dns"))
+			go globaldns.Follow(ctx, s, fetch, interval, log)
 			return s.Serve(ctx, l)
 		},
 	}

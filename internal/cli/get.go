@@ -14,13 +14,14 @@ func newGetCmd(g *globals) *cobra.Command {
 	var output string
 	var fleet string
 	cmd := &cobra.Command{
-		Use:   "get fleets|instances [NAME]",
-		Short: "List fleets or instances",
+		Use:   "get fleets|instances|routes [NAME]",
+		Short: "List fleets, instances or global routes",
 		Example: `  herd get fleets
   herd get instances --fleet hello -o wide
-  herd get fleet hello -o yaml`,
+  herd get fleet hello -o yaml
+  herd get routes                     # each global hostname's answer per region, and why`,
 		Args:      cobra.RangeArgs(1, 2),
-		ValidArgs: []string{"fleets", "instances"},
+		ValidArgs: []string{"fleets", "instances", "routes"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, kind, name, err := resourceArgs(args, output)
 			if err != nil {
@@ -31,6 +32,8 @@ func newGetCmd(g *globals) *cobra.Command {
 				return err
 			}
 			switch kind {
+			case "route":
+				return printRoutes(cmd.Context(), g, c, name, format)
 			case "fleet":
 				var fleets []v1alpha1.Fleet
 				if name != "" {
@@ -68,7 +71,7 @@ func newGetCmd(g *globals) *cobra.Command {
 				}
 				return printInstances(g, insts, format == "wide")
 			default:
-				return fmt.Errorf("unknown resource %q: use fleets or instances", args[0])
+				return fmt.Errorf("unknown resource %q: use fleets, instances or routes", args[0])
 			}
 		},
 	}
@@ -84,6 +87,8 @@ func resource(s string) string {
 		return "fleet"
 	case "instance", "instances", "inst", "in":
 		return "instance"
+	case "route", "routes":
+		return "route"
 	}
 	return s
 }

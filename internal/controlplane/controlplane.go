@@ -61,6 +61,8 @@ type Options struct {
 	Logger     *slog.Logger
 	// Ready, if set, is called once the API serves, with its URL.
 	Ready func(url string)
+	// DNS runs herd's authoritative DNS server for a zone. Default: none.
+	DNS DNSOptions
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/herd, or ~/.local/share/herd.
@@ -184,6 +186,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	routeSrc := &routeSource{store: st, lb: lbAddresses{providers: providers, embedded: embeddedLBAddresses(opts.LBAddress)}}
 	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: monitor, CPU: agents, Logger: log, Observer: decisions}
 
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -205,6 +208,7 @@ func Run(ctx context.Context, opts Options) error {
 		Events:           recorder,
 		LBHealth:         targets.Health,
 		Usage:            usageSampler.Report,
+		Routes:           routeSrc.Table,
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions),
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
@@ -228,6 +232,14 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	var serveDNS func(context.Context) error
+	if opts.DNS.Zone != "" {
+		if serveDNS, err = startDNS(opts.DNS, routeSrc, recorder, log); err != nil {
+			ln.Close()
+			kubeLn.Close()
+			return err
+		}
+	}
 	if err := client.AddServer(opts.ConfigPath, url, token); err != nil {
 		ln.Close()
 		kubeLn.Close()
@@ -237,7 +249,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 8) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 9) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -257,6 +269,9 @@ func Run(ctx context.Context, opts Options) error {
 	run(runCtx, &wg, "controller", ctrl.run)
 	run(runCtx, &wg, "agent metrics", agents.Start)
 	run(runCtx, &wg, "usage", usageSampler.Start)
+	if serveDNS != nil {
+		run(runCtx, &wg, "dns", serveDNS)
+	}
 	for _, l := range []net.Listener{ln, kubeLn} {
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

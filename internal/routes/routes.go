@@ -209,3 +209,29 @@ func failoverOrder(f *v1alpha1.Fleet) []string {
 	}
 	return order
 }
+
+// Answer says, for each region in order, how it takes part in the hostname's answers now:
+// "primary" or "standby" (failover), "in" (weighted, with its weight; geo; latency), "out", or
+// "in (fail open)" when no region is healthy.
+func (r *Route) Answer() []string {
+	idx, failOpen := r.Eligible()
+	out := make([]string, len(r.Regions))
+	for i := range out {
+		out[i] = "out"
+	}
+	for n, i := range idx {
+		switch {
+		case failOpen:
+			out[i] = "in (fail open)"
+		case r.Policy == v1alpha1.PolicyFailover && n == 0:
+			out[i] = "primary"
+		case r.Policy == v1alpha1.PolicyFailover:
+			out[i] = "standby"
+		case r.Policy == v1alpha1.PolicyWeighted:
+			out[i] = fmt.Sprintf("in (weight %d)", r.Regions[i].Weight)
+		default:
+			out[i] = "in"
+		}
+	}
+	return out
+}

@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"herd.dev/herd/internal/client"
+)
+
+// printRoutes is `herd get routes [HOSTNAME]`: each global hostname, its policy, and per region
+// how it takes part in the DNS answers and why.
+func printRoutes(ctx context.Context, g *globals, c *client.Client, hostname string, format outputFormat) error {
+	table, err := c.Routes(ctx)
+	if err != nil {
+		return err
+	}
+	if hostname != "" {
+		want := strings.ToLower(strings.TrimSuffix(hostname, "."))
+		rs := table.Routes[:0]
+		for _, r := range table.Routes {
+			if r.Hostname == want || r.Fleet == hostname {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			return fmt.Errorf("no route for %q: give a fleet's spec.global.hostname or the fleet's name (herd get routes lists them)", hostname)
+		}
+		table.Routes = rs
+	}
+	if format == "yaml" || format == "json" {
+		return printObject(g.out, format, table)
+	}
+	if len(table.Routes) == 0 {
+		fmt.Fprintln(g.errOut, "No routes found: give a fleet spec.global (docs/global-routing.md).")
+		return nil
+	}
+	headers := []string{"HOSTNAME", "FLEET", "POLICY", "TTL", "REGION", "ANSWER", "READY", "ADDRESS", "WHY"}
+	t := newTable(g.out, headers...)
+	for _, r := range table.Routes {
+		answer := r.Answer()
+		for i, rg := range r.Regions {
+			var addrs []string
+			for _, a := range rg.Addresses {
+				addrs = append(addrs, a.String())
+			}
+			if len(addrs) == 0 {
+				addrs = []string{"<none>"}
+			}
+			t.row(r.Hostname, r.Fleet, r.Policy, fmt.Sprintf("%ds", r.TTLSeconds), rg.Name, answer[i],
+				fmt.Sprintf("%d/%d", rg.Ready, rg.MinReady), strings.Join(addrs, ","), rg.Why)
+		}
+	}
+	return t.flush()
+}
