@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha kubernetes deps
+	bench-autoscale bench-ha bench-dns kubernetes deps
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
@@ -60,6 +60,12 @@ bench-autoscale: deps kubernetes
 # figures.
 bench-ha: deps kubernetes
 	$(GO) run ./hack/bench/e2e -test TestIntegrationHATakeover -figures ha
+
+# herd's authoritative DNS (herd dns) against CoreDNS (the add-on's pinned version with its file
+# plugin, built from the Go module proxy) and Knot (Debian), serving the same zone, each pinned to one
+# core, driven by dnsperf (Debian) from the other. Its last line is the figures.
+bench-dns: build deps
+	$(GO) run ./hack/bench/dns -herd $(BIN)/herd
 
 # Debian packages needed by real instances and benchmarks.
 deps:
