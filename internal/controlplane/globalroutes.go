@@ -23,6 +23,8 @@ type DNSOptions struct {
 	Listen      string
 	Nameservers []globaldns.Nameserver
 	MaxUDPSize  int
+	// Listener, when set, is used instead of opening Listen (tests pass one on port 0).
+	Listener *globaldns.Listener
 }
 
 // dnsRefresh is how often the in-process DNS server recomputes its routes from the store: a
@@ -105,9 +107,11 @@ func startDNS(opts DNSOptions, src *routeSource, events globaldns.EventRecorder,
 	if err != nil {
 		return nil, fmt.Errorf("--dns-zone: %w", err)
 	}
-	l, err := globaldns.Listen(opts.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("--dns-listen: %w", err)
+	l := opts.Listener
+	if l == nil {
+		if l, err = globaldns.Listen(opts.Listen); err != nil {
+			return nil, fmt.Errorf("--dns-listen: %w", err)
+		}
 	}
 	log.Info("dns serving", "zone", s.Zone(), "listen", l.Addr().String())
 	return func(ctx context.Context) error {

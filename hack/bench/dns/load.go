@@ -27,9 +27,9 @@ func saturate(ctx context.Context, s *server, cpu, work string, d time.Duration,
 	if err := os.WriteFile(file, []byte(strings.Join(queries, "\n")+"\n"), 0o600); err != nil {
 		return 0, err
 	}
-	args := []string{"-c", cpu, "dnsperf", "-s", "127.0.0.1", "-p", strconv.Itoa(s.port), "-d", file,
+	args := []string{"-n", benchNice, "taskset", "-c", cpu, "dnsperf", "-s", "127.0.0.1", "-p", strconv.Itoa(s.port), "-d", file,
 		"-l", strconv.Itoa(int(d.Seconds())), "-c", strconv.Itoa(clients), "-q", strconv.Itoa(outstanding), "-t", "2"}
-	out, err := exec.CommandContext(ctx, "taskset", args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "nice", args...).CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("dnsperf against %s: %w\n%s", s.name, err, out)
 	}
@@ -53,6 +53,9 @@ func latency(s *server, rate float64, d time.Duration) (p99 time.Duration, lost 
 		return 0, 0, err
 	}
 	defer conn.Close()
+	if err := conn.(*net.UDPConn).SetReadBuffer(8 << 20); err != nil {
+		return 0, 0, err
+	}
 	var packets [][]byte
 	for _, q := range queries {
 		name, typ, _ := strings.Cut(q, " ")
@@ -93,10 +96,11 @@ func latency(s *server, rate float64, d time.Duration) (p99 time.Duration, lost 
 	start := time.Now()
 	total := int(rate * d.Seconds())
 	for sent := 0; sent < total; {
+		// Sleep rather than spin even when the next query is due very soon: the receiver shares
+		// this process's one CPU, and a spinning sender would starve it until the socket's buffer
+		// overflows.
 		next := start.Add(time.Duration(float64(sent) / rate * float64(time.Second)))
-		if wait := time.Until(next); wait > 200*time.Microsecond {
-			time.Sleep(wait)
-		}
+		time.Sleep(max(time.Until(next), 50*time.Microsecond))
 		// Send every query due by now.
 		for ; sent < total && !start.Add(time.Duration(float64(sent)/rate*float64(time.Second))).After(time.Now()); sent++ {
 			id := sent & 0xffff
