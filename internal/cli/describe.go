@@ -39,6 +39,7 @@ func newDescribeCmd(g *globals) *cobra.Command {
 				return err
 			}
 			describeFleet(g.out, f)
+			describeGlobal(ctx, g.out, c, f)
 			fmt.Fprintln(g.out, "Instances:")
 			if len(insts) == 0 {
 				fmt.Fprintln(g.out, "  <none>")

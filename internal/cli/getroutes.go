@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
+	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/client"
 )
 
@@ -52,4 +54,34 @@ func printRoutes(ctx context.Context, g *globals, c *client.Client, hostname str
 		}
 	}
 	return t.flush()
+}
+
+// describeGlobal prints, for a fleet with spec.global, each region as herd's DNS sees it: its part
+// in the answers and why. A control plane that computes no routes is said so, not an error.
+func describeGlobal(ctx context.Context, w io.Writer, c *client.Client, f *v1alpha1.Fleet) {
+	g := f.Spec.Global
+	if g == nil {
+		return
+	}
+	ttl := v1alpha1.DefaultGlobalTTL
+	if g.TTL != nil {
+		ttl = g.TTL.Duration
+	}
+	fmt.Fprintf(w, "%-20s%s, policy %s, TTL %s, min %d Ready per region\n", "Global:", g.Hostname, g.Policy, ttl, deref(g.MinHealthyInstances))
+	table, err := c.Routes(ctx)
+	if err != nil {
+		fmt.Fprintf(w, "  routes unavailable: %v\n", err)
+		return
+	}
+	for _, r := range table.Routes {
+		if r.Fleet != f.Metadata.Name {
+			continue
+		}
+		t := newTable(newIndent(w), "REGION", "DNS ANSWER", "READY", "REACHABLE", "WHY")
+		answer := r.Answer()
+		for i, rg := range r.Regions {
+			t.row(rg.Name, answer[i], fmt.Sprintf("%d/%d", rg.Ready, rg.MinReady), rg.Reachable, rg.Why)
+		}
+		_ = t.flush()
+	}
 }

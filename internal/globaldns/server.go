@@ -155,6 +155,9 @@ func (l *Listener) Addr() netip.AddrPort { return l.UDP.LocalAddr().(*net.UDPAdd
 // Close closes both.
 func (l *Listener) Close() error { return errors.Join(l.UDP.Close(), l.TCP.Close()) }
 
+// udpReadBuffer is the UDP socket's receive buffer size asked for.
+const udpReadBuffer = 4 << 20
+
 // Listen opens UDP and TCP on addr ("127.0.0.1:5353"; port 0 picks one port free for both).
 func Listen(addr string) (*Listener, error) {
 	for attempt := 0; ; attempt++ {
@@ -166,6 +169,9 @@ func Listen(addr string) (*Listener, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dns listen on udp %s: %w", addr, err)
 		}
+		// A receive buffer of 4 MiB (as far as net.core.rmem_max allows) holds the queries of a
+		// burst or of a few milliseconds without CPU, which the default 208 KiB would drop.
+		_ = u.SetReadBuffer(udpReadBuffer)
 		port := u.LocalAddr().(*net.UDPAddr).Port
 		t, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ua.IP, Port: port, Zone: ua.Zone})
 		if err == nil {
