@@ -23,6 +23,9 @@ func newGetCmd(g *globals) *cobra.Command {
 		Args:      cobra.RangeArgs(1, 2),
 		ValidArgs: []string{"fleets", "instances", "routes"},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if resource(args[0]) == "route" {
+				return getRoutes(cmd.Context(), g, args, output)
+			}
 			format, kind, name, err := resourceArgs(args, output)
 			if err != nil {
 				return err
@@ -32,8 +35,6 @@ func newGetCmd(g *globals) *cobra.Command {
 				return err
 			}
 			switch kind {
-			case "route":
-				return printRoutes(cmd.Context(), g, c, name, format)
 			case "fleet":
 				var fleets []v1alpha1.Fleet
 				if name != "" {

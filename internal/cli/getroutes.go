@@ -10,6 +10,23 @@ import (
 	"herd.dev/herd/internal/client"
 )
 
+// getRoutes is `herd get routes [HOSTNAME] [-o wide|yaml|json]`.
+func getRoutes(ctx context.Context, g *globals, args []string, output string) error {
+	format := outputFormat(output)
+	if err := format.check(); err != nil {
+		return err
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	name := ""
+	if len(args) == 2 {
+		name = args[1]
+	}
+	return printRoutes(ctx, g, c, name, format)
+}
+
 // printRoutes is `herd get routes [HOSTNAME]`: each global hostname, its policy, and per region
 // how it takes part in the DNS answers and why.
 func printRoutes(ctx context.Context, g *globals, c *client.Client, hostname string, format outputFormat) error {

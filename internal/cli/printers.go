@@ -30,8 +30,8 @@ func resourceArgs(args []string, output string) (format outputFormat, kind, name
 		return "", "", "", err
 	}
 	kind = resource(args[0])
-	if kind != "fleet" && kind != "instance" && kind != "route" {
-		return "", "", "", fmt.Errorf("unknown resource %q: use fleets, instances or routes", args[0])
+	if kind != "fleet" && kind != "instance" {
+		return "", "", "", fmt.Errorf("unknown resource %q: use fleets or instances", args[0])
 	}
 	if len(args) == 2 {
 		name = args[1]

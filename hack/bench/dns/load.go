@@ -21,26 +21,57 @@ var qpsLine = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
 var lostLine = regexp.MustCompile(`Queries lost:\s+(\d+)`)
 
 // saturate drives the server with dnsperf (on the load CPU) for d and returns the queries per
-// second it answered.
-func saturate(ctx context.Context, s *server, cpu, work string, d time.Duration, clients, outstanding int) (float64, error) {
+// second it answered and the server's CPU time (user and system) per query, which stays
+// comparable when dnsperf's core, not the server, is what saturates.
+func saturate(ctx context.Context, s *server, cpu, work string, d time.Duration, clients, outstanding int) (qps float64, cpuPerQuery time.Duration, err error) {
 	file := filepath.Join(work, "queries.txt")
 	if err := os.WriteFile(file, []byte(strings.Join(queries, "\n")+"\n"), 0o600); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	args := []string{"-n", benchNice, "taskset", "-c", cpu, "dnsperf", "-s", "127.0.0.1", "-p", strconv.Itoa(s.port), "-d", file,
 		"-l", strconv.Itoa(int(d.Seconds())), "-c", strconv.Itoa(clients), "-q", strconv.Itoa(outstanding), "-t", "2"}
+	before, err := cpuTime(s.cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, err
+	}
 	out, err := exec.CommandContext(ctx, "nice", args...).CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("dnsperf against %s: %w\n%s", s.name, err, out)
+		return 0, 0, fmt.Errorf("dnsperf against %s: %w\n%s", s.name, err, out)
+	}
+	after, err := cpuTime(s.cmd.Process.Pid)
+	if err != nil {
+		return 0, 0, err
 	}
 	m := qpsLine.FindSubmatch(out)
 	if m == nil {
-		return 0, fmt.Errorf("dnsperf against %s printed no queries per second:\n%s", s.name, out)
+		return 0, 0, fmt.Errorf("dnsperf against %s printed no queries per second:\n%s", s.name, out)
 	}
 	if lost := lostLine.FindSubmatch(out); lost != nil && string(lost[1]) != "0" {
-		logf("%s: dnsperf lost %s queries", s.name, lost[1])
+		logf("%s: dnsperf lost %s queries (those outstanding when it stopped count too)", s.name, lost[1])
 	}
-	return strconv.ParseFloat(string(m[1]), 64)
+	if qps, err = strconv.ParseFloat(string(m[1]), 64); err != nil || qps == 0 {
+		return 0, 0, fmt.Errorf("dnsperf against %s: queries per second %q", s.name, m[1])
+	}
+	return qps, time.Duration(float64(after-before) / (qps * d.Seconds())), nil
+}
+
+// cpuTime is the user and system time pid has used (/proc/PID/stat, in clock ticks of 10 ms).
+func cpuTime(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad utime or stime", pid)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 // latency sends queries at a fixed rate for d, from this process (on the load CPU), and returns

@@ -4,7 +4,7 @@
 // program's latency probe run on -load-cpu. Every process runs at nice -15 (-nice).
 //
 //  1. saturation: dnsperf for -duration per server and round, servers in rotating order; the
-//     median queries per second of each is reported;
+//     median queries per second of each is reported, with the server's CPU time per query;
 //  2. latency: a fixed rate of half CoreDNS's median saturation rate for -duration per server and
 //     round; the median p99 of each is reported (coordinated-omission safe).
 //
@@ -135,15 +135,17 @@ func run(ctx context.Context, herd string, rounds int, d time.Duration, serverCP
 	}
 
 	qps := map[string][]float64{}
+	cpuPer := map[string][]time.Duration{}
 	for r := range rounds {
 		for i := range names {
 			name := names[(i+r)%len(names)]
-			q, err := saturate(ctx, servers[name], loadCPU, work, d, clients, outstanding)
+			q, c, err := saturate(ctx, servers[name], loadCPU, work, d, clients, outstanding)
 			if err != nil {
 				return "", err
 			}
-			logf("round %d: %-8s %8.0f queries/s", r+1, name, q)
+			logf("round %d: %-8s %8.0f queries/s, %.2f µs CPU per query", r+1, name, q, float64(c)/1e3)
 			qps[name] = append(qps[name], q)
+			cpuPer[name] = append(cpuPer[name], c)
 		}
 	}
 	rate := median(qps["coredns"]) / 2
@@ -160,9 +162,9 @@ func run(ctx context.Context, herd string, rounds int, d time.Duration, serverCP
 		}
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-8s %12s %12s\n", "server", "queries/s", "p99")
+	fmt.Fprintf(&table, "%-8s %12s %16s %12s\n", "server", "queries/s", "CPU/query (µs)", "p99")
 	for _, name := range names {
-		fmt.Fprintf(&table, "%-8s %12.0f %12v\n", name, median(qps[name]), median(p99[name]))
+		fmt.Fprintf(&table, "%-8s %12.0f %16.2f %12v\n", name, median(qps[name]), float64(median(cpuPer[name]))/1e3, median(p99[name]))
 	}
 	fmt.Print(table.String())
 	return fmt.Sprintf("dns: herd_qps=%d coredns_qps=%d knot_qps=%d qps_vs_coredns=%.2f p99_vs_coredns=%.2f",
