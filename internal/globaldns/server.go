@@ -198,23 +198,6 @@ func (s *Server) Serve(ctx context.Context, l *Listener) error {
 	return nil
 }
 
-func (s *Server) serveUDP(conn *net.UDPConn) {
-	in := make([]byte, dns.MaxMsgSize)
-	out := make([]byte, dns.MaxMsgSize) // PackBuffer packs in place when len(out) suffices
-	for {
-		n, from, err := conn.ReadFromUDPAddrPort(in)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue // a transient error (ICMP unreachable from a previous reply) ends nothing
-		}
-		if reply := s.respond(in[:n], from.Addr(), true, out); reply != nil {
-			_, _ = conn.WriteToUDPAddrPort(reply, from)
-		}
-	}
-}
-
 // tcpIdle is how long a TCP connection may wait for its next query (RFC 7766 suggests seconds).
 const tcpIdle = 10 * time.Second
 

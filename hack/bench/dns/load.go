@@ -28,13 +28,13 @@ func saturate(ctx context.Context, s *server, cpu, work string, d time.Duration,
 	if err := os.WriteFile(file, []byte(strings.Join(queries, "\n")+"\n"), 0o600); err != nil {
 		return 0, 0, err
 	}
-	args := []string{"-n", benchNice, "taskset", "-c", cpu, "dnsperf", "-s", "127.0.0.1", "-p", strconv.Itoa(s.port), "-d", file,
+	args := []string{"-c", cpu, "dnsperf", "-s", "127.0.0.1", "-p", strconv.Itoa(s.port), "-d", file,
 		"-l", strconv.Itoa(int(d.Seconds())), "-c", strconv.Itoa(clients), "-q", strconv.Itoa(outstanding), "-t", "2"}
 	before, err := cpuTime(s.cmd.Process.Pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	out, err := exec.CommandContext(ctx, "nice", args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "taskset", args...).CombinedOutput()
 	if err != nil {
 		return 0, 0, fmt.Errorf("dnsperf against %s: %w\n%s", s.name, err, out)
 	}

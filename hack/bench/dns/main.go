@@ -5,8 +5,9 @@
 //
 //  1. saturation: dnsperf for -duration per server and round, servers in rotating order; the
 //     median queries per second of each is reported, with the server's CPU time per query;
-//  2. latency: a fixed rate of half CoreDNS's median saturation rate for -duration per server and
-//     round; the median p99 of each is reported (coordinated-omission safe).
+//  2. latency: a fixed rate of half CoreDNS's median saturation rate for -latency-duration per
+//     server and round, -latency-rounds rounds; the median p99 of each is reported
+//     (coordinated-omission safe: a query counts from when it was due; a lost one counts as 1 s).
 //
 // Everything it starts is stopped on exit. The last line is:
 //
@@ -31,16 +32,18 @@ import (
 
 const pinnedEnv = "HERD_BENCH_DNS_PINNED"
 
-// benchNice is the niceness of every process the benchmark runs (this one included), so that
-// other work on the machine disturbs the figures less; as root it is honoured.
+// benchNice is the niceness this program runs itself at, which every process it starts inherits,
+// so that other work on the machine disturbs the figures less (as root it is honoured).
 var benchNice = "-15"
 
 func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench-dns: "+format+"\n", args...) }
 
 func main() {
 	herd := flag.String("herd", "bin/herd", "the herd binary (make build)")
-	rounds := flag.Int("rounds", 3, "rounds of each measurement; the median is reported")
-	duration := flag.Duration("duration", 8*time.Second, "length of each measurement")
+	rounds := flag.Int("rounds", 3, "rounds of saturation; the median is reported")
+	duration := flag.Duration("duration", 8*time.Second, "length of each saturation round")
+	latRounds := flag.Int("latency-rounds", 7, "rounds of the fixed-rate latency probe; the median p99 is reported")
+	latDuration := flag.Duration("latency-duration", 4*time.Second, "length of each latency round")
 	serverCPU := flag.String("server-cpu", "0", "CPU every server is pinned to")
 	loadCPU := flag.String("load-cpu", "1", "CPU of dnsperf and the latency probe")
 	clients := flag.Int("clients", 4, "dnsperf clients (sockets)")
@@ -67,7 +70,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	line, err := run(ctx, *herd, *rounds, *duration, *serverCPU, *loadCPU, *clients, *outstanding)
+	line, err := run(ctx, *herd, *rounds, *duration, *latRounds, *latDuration, *serverCPU, *loadCPU, *clients, *outstanding)
 	if err != nil {
 		fail(err)
 	}
@@ -79,7 +82,7 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func run(ctx context.Context, herd string, rounds int, d time.Duration, serverCPU, loadCPU string, clients, outstanding int) (string, error) {
+func run(ctx context.Context, herd string, rounds int, d time.Duration, latRounds int, latD time.Duration, serverCPU, loadCPU string, clients, outstanding int) (string, error) {
 	for _, tool := range []string{"dnsperf", "knotd", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return "", fmt.Errorf("%s not found: run hack/install-deps.sh (Debian packages dnsperf and knot)", tool)
@@ -150,10 +153,10 @@ func run(ctx context.Context, herd string, rounds int, d time.Duration, serverCP
 	}
 	rate := median(qps["coredns"]) / 2
 	p99 := map[string][]time.Duration{}
-	for r := range rounds {
+	for r := range latRounds {
 		for i := range names {
 			name := names[(i+r)%len(names)]
-			p, lost, err := latency(servers[name], rate, d)
+			p, lost, err := latency(servers[name], rate, latD)
 			if err != nil {
 				return "", err
 			}

@@ -86,7 +86,7 @@ func startServer(ctx context.Context, name string, port int, cpu, work string, a
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", benchNice, "taskset", "-c", cpu}, argv...)...)
+	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", cpu}, argv...)...) // inherits our niceness
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
