@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha bench-dns kubernetes deps
+	bench-autoscale bench-ha bench-global bench-dns kubernetes deps
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
@@ -60,6 +60,13 @@ bench-autoscale: deps kubernetes
 # figures.
 bench-ha: deps kubernetes
 	$(GO) run ./hack/bench/e2e -test TestIntegrationHATakeover -figures ha
+
+# Global routing: regions 10 ms and 60 ms away on local region networks, each with its regional herd
+# lb, and the front door in the internet namespace; the near region is partitioned under load from a
+# client network (TestIntegrationFrontDoor; needs root). Its last line is the front door's figures:
+#   front: failed_requests=<int> failover_ms=<int>
+bench-global: deps
+	$(GO) run ./hack/bench/e2e -pkg ./internal/provider/local -test TestIntegrationFrontDoor -figures front
 
 # herd's authoritative DNS (herd dns) against CoreDNS (the add-on's pinned version with its file
 # plugin, built from the Go module proxy) and Knot (Debian), serving the same zone, each pinned to one

@@ -171,6 +171,11 @@ type Rollout struct {
 	Steps []CanaryStep `json:"steps,omitempty"`
 	// Analysis compares the canary with the stable revision during each step. Default: see its fields.
 	Analysis *CanaryAnalysis `json:"analysis,omitempty"`
+	// RegionOrder is the order in which a new revision reaches the fleet's regions, one region (a
+	// wave) at a time, the strategy applied inside each; a canary that fails in one region stops
+	// the wave there. Each name must be a region of the fleet, at most once; regions left out
+	// follow, in the order of spec.regions. Default: the order of spec.regions.
+	RegionOrder []string `json:"regionOrder,omitempty"`
 }
 
 // CanaryStep is one traffic weight held for a while.
@@ -202,8 +207,14 @@ type Region struct {
 	// provider takes latency (the round trip its link to the internet adds, e.g. "40ms"), jitter
 	// and loss (e.g. "0.5%"); see docs/regions.md. Default: none.
 	Options map[string]string `json:"options,omitempty"`
-	// Default marks the region new instances go to; exactly one region is the default. Default: the
-	// first region.
+	// Replicas overrides the fleet's replicas in this region: every region runs its own group of
+	// instances, of spec.replicas unless set here. Each field left unset falls back to the fleet's,
+	// moved inside the bounds this region does set (see docs/regions.md); the figures in force are
+	// in status.regions. Default: the fleet's replicas.
+	Replicas *Replicas `json:"replicas,omitempty"`
+	// Default is deprecated: every region runs its own instances, so no region is where new
+	// instances go. It only names the region an instance without a region label is counted in. At
+	// most one region is the default. Default: the first region.
 	Default bool `json:"default,omitempty"`
 }
 
@@ -223,9 +234,12 @@ type FleetStatus struct {
 	Phase string `json:"phase,omitempty"`
 	// Message explains the phase when it is not Ready.
 	Message string `json:"message,omitempty"`
-	// Rollout is the progress of the latest BlueGreen or Canary rollout, kept here so that a
-	// restarted controller resumes it from the step it had reached.
+	// Rollout is the progress of the latest BlueGreen or Canary rollout (of every rollout, for a
+	// fleet in several regions: a wave), kept here so that a restarted controller resumes it from
+	// the step it had reached.
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// Regions is each region's group of instances, in the order of spec.regions.
+	Regions []RegionStatus `json:"regions,omitempty"`
 	// History lists the revisions the fleet has served, newest first (at most 10).
 	History []RevisionHistory `json:"history,omitempty"`
 	// Healing is self-healing's memory while replacements are under way or failing, kept here so
@@ -274,6 +288,8 @@ const (
 	RolloutSucceeded   = "Succeeded"
 	RolloutRolledBack  = "RolledBack"
 	RolloutFailed      = "Failed"
+	// RolloutWaiting is a region's phase in a wave before the wave reaches it.
+	RolloutWaiting = "Waiting"
 )
 
 // RolloutStatus is the state of one rollout from PreviousRevision to Revision.

@@ -247,15 +247,51 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 // do on every sync, must not undo their work. A desired count the user wrote is ignored, with a
 // warning that says why.
 func keepAutoscaledDesired(f, cur *v1alpha1.Fleet, given bool) []string {
+	warnings := keepAutoscaledRegionDesired(f, cur)
 	if cur.Spec.Replicas.Desired == nil {
-		return nil
+		return warnings
 	}
 	r := &f.Spec.Replicas
 	written := *r.Desired
 	keep := min(max(*cur.Spec.Replicas.Desired, *r.Min), *r.Max)
 	r.Desired = &keep
 	if !given {
-		return nil
+		return warnings
 	}
-	return []string{fmt.Sprintf("spec.replicas.desired (%d) ignored: spec.autoscaling is set, so the autoscaler owns the desired count, which stays %d; bound it with spec.replicas.min and max, or remove spec.replicas.desired from the file to silence this warning", written, keep)}
+	return append(warnings, fmt.Sprintf("spec.replicas.desired (%d) ignored: spec.autoscaling is set, so the autoscaler owns the desired count, which stays %d; bound it with spec.replicas.min and max, or remove spec.replicas.desired from the file to silence this warning", written, keep))
+}
+
+// keepAutoscaledRegionDesired does for each region of f what keepAutoscaledDesired does for the
+// fleet: a fleet in several regions is autoscaled region by region, in
+// spec.regions[].replicas.desired, which an apply keeps (within the region's bounds) for every
+// region cur has a count for.
+func keepAutoscaledRegionDesired(f, cur *v1alpha1.Fleet) []string {
+	var warnings []string
+	for i := range f.Spec.Regions {
+		rg := &f.Spec.Regions[i]
+		var kept *int32
+		for _, c := range cur.Spec.Regions {
+			if c.Name == rg.Name && c.Replicas != nil && c.Replicas.Desired != nil {
+				kept = c.Replicas.Desired
+			}
+		}
+		if kept == nil {
+			continue
+		}
+		written := rg.Replicas != nil && rg.Replicas.Desired != nil
+		if rg.Replicas == nil {
+			rg.Replicas = &v1alpha1.Replicas{}
+		} else {
+			cp := *rg.Replicas
+			rg.Replicas = &cp
+		}
+		rg.Replicas.Desired = nil
+		bounds := f.RegionReplicas(rg.Name)
+		keep := min(max(*kept, *bounds.Min), *bounds.Max)
+		if written {
+			warnings = append(warnings, fmt.Sprintf("spec.regions[%d].replicas.desired ignored: spec.autoscaling is set, so the autoscaler owns each region's desired count, which stays %d; bound it with the region's min and max, or remove it from the file to silence this warning", i, keep))
+		}
+		rg.Replicas.Desired = &keep
+	}
+	return warnings
 }

@@ -154,3 +154,44 @@ func TestApplyValidatesRegionOptions(t *testing.T) {
 		t.Fatalf("good options: %d %s", code, body)
 	}
 }
+
+// A fleet in several regions is autoscaled region by region: an apply of the same file keeps each
+// region's count, and a count the file gives a region is ignored with a warning.
+func TestApplyKeepsAutoscaledRegionDesired(t *testing.T) {
+	srv, st := newServer(t)
+	autoscaled := func(euDesired *int32) string {
+		return fleetJSON("web", func(f *v1alpha1.Fleet) {
+			f.Spec.Replicas = v1alpha1.Replicas{Min: new(int32(1)), Max: new(int32(10))}
+			f.Spec.Autoscaling = &v1alpha1.Autoscaling{Target: 100}
+			f.Spec.Regions = []v1alpha1.Region{{Name: "eu"}, {Name: "us"}}
+			if euDesired != nil {
+				f.Spec.Regions[0].Replicas = &v1alpha1.Replicas{Desired: euDesired}
+			}
+		})
+	}
+	if code, body := call(t, srv, token, "POST", "/v1/apply", autoscaled(nil)); code != 200 {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	// What the autoscaler writes for a busy region.
+	if _, err := store.UpdateFleetSpec(context.Background(), st, "web", func(f *v1alpha1.Fleet) error {
+		f.Spec.Regions[0].Replicas = &v1alpha1.Replicas{Desired: new(int32(4))}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := call(t, srv, token, "POST", "/v1/apply", autoscaled(nil))
+	if res := applyResults(t, body); code != 200 || res[0].Result != "unchanged" || len(res[0].Warnings) != 0 {
+		t.Fatalf("re-apply: %d %s, want unchanged without warnings", code, body)
+	}
+	_, body = call(t, srv, token, "POST", "/v1/apply", autoscaled(new(int32(2))))
+	if res := applyResults(t, body); len(res[0].Warnings) != 1 || !strings.Contains(res[0].Warnings[0], "spec.regions[0].replicas.desired ignored") {
+		t.Fatalf("apply with eu desired 2: %s, want a warning that autoscaling owns it", body)
+	}
+	f := getFleet(t, st, "web")
+	if d := *f.RegionReplicas("eu").Desired; d != 4 {
+		t.Fatalf("region eu desired %d after re-applies, want the autoscaler's 4", d)
+	}
+	if us := f.Spec.Regions[1].Replicas; us != nil {
+		t.Fatalf("region us got replicas %+v, want none (the fleet's)", us)
+	}
+}

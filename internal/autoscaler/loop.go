@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -101,10 +102,13 @@ type Observer interface {
 // spec.replicas.desired, writes the new count to the fleet and records an event. The controller
 // then creates or drains instances as for any change of desired. Run it with Start.
 type Loop struct {
-	opts       LoopOptions
-	log        *slog.Logger
+	opts LoopOptions
+	log  *slog.Logger
+	// strategies are keyed by fleet, or by "fleet/region" for a fleet autoscaled per region.
 	strategies map[string]*Strategy
 	skipped    map[string]string // fleet -> metric whose lack was already logged
+	// byRegionSeen marks the fleets the last pass autoscaled per region.
+	byRegionSeen map[string]bool
 }
 
 // NewLoop checks the options and returns a loop that is not yet running.
@@ -136,7 +140,7 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 	}
 	return &Loop{
 		opts: opts, log: opts.Logger.With("component", "autoscaler"),
-		strategies: map[string]*Strategy{}, skipped: map[string]string{},
+		strategies: map[string]*Strategy{}, skipped: map[string]string{}, byRegionSeen: map[string]bool{},
 	}, nil
 }
 
@@ -199,13 +203,11 @@ func (l *Loop) tick(ctx context.Context) error {
 			}
 		}
 		delete(l.skipped, name)
-		st := l.strategies[name]
-		if st == nil {
-			st = New(cfg)
-			l.strategies[name] = st
-		} else {
-			st.SetConfig(cfg)
+		if l.byRegion(f) {
+			errs = append(errs, l.tickRegions(ctx, f, cfg)...)
+			continue
 		}
+		st := l.strategyFor(name, cfg)
 		sample, ok := l.sample(name, cfg.Metric)
 		if !ok {
 			continue
@@ -228,9 +230,12 @@ func (l *Loop) tick(ctx context.Context) error {
 		}
 		l.opts.Events.Eventf("Fleet/"+name, v1alpha1.EventNormal, reason, "%s", d.Reason)
 	}
-	for name := range l.strategies {
-		if !seen[name] {
-			delete(l.strategies, name)
+	for key := range l.strategies {
+		name, region, _ := strings.Cut(key, "/")
+		if !seen[name] || (region != "" && !l.byRegionSeen[name]) || (region == "" && l.byRegionSeen[name]) {
+			delete(l.strategies, key)
+		}
+		if !seen[name] && region == "" {
 			if l.opts.Observer != nil {
 				l.opts.Observer.Forgotten(name)
 			}
@@ -239,10 +244,30 @@ func (l *Loop) tick(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// strategyFor returns the strategy kept under key (a fleet, or "fleet/region"), made or updated
+// for cfg.
+func (l *Loop) strategyFor(key string, cfg Config) *Strategy {
+	st := l.strategies[key]
+	if st == nil {
+		st = New(cfg)
+		l.strategies[key] = st
+	} else {
+		st.SetConfig(cfg)
+	}
+	return st
+}
+
 // sample observes one fleet for its metric; ok is false while there is no figure to act on.
 func (l *Loop) sample(fleet string, metric Metric) (s Sample, ok bool) {
 	load, loadOK := l.opts.Load.FleetLoad(fleet, l.opts.Window)
 	ready, booting := l.opts.Instances.InstanceCounts(fleet)
+	return l.sampleOf(fleet, metric, load, loadOK, ready, booting)
+}
+
+// sampleOf makes a sample of the metric from what was observed of a fleet or one of its regions.
+// CPU is the fleet's average per instance, which does not depend on how many instances a region
+// has (the agents' figures are not counted by region).
+func (l *Loop) sampleOf(fleet string, metric Metric, load Load, loadOK bool, ready, booting int) (s Sample, ok bool) {
 	s = Sample{Time: l.opts.Clock.Now(), Ready: ready, Booting: booting, Queued: load.Queued}
 	switch metric {
 	case CPU:

@@ -22,6 +22,8 @@ type fakeLoad struct {
 	mu    sync.Mutex
 	rps   float64
 	asked int
+	// byRegion holds per-region figures, by "fleet/region", for regionLoad.
+	byRegion map[string]float64
 }
 
 func (f *fakeLoad) FleetLoad(string, time.Duration) (Load, bool) {
@@ -77,11 +79,17 @@ type loopEnv struct {
 const interval = 500 * time.Millisecond
 
 func newLoopEnv(t *testing.T, cpu CPUSource) *loopEnv {
+	load, view := &fakeLoad{}, &fakeView{ready: map[string]int{}}
+	return startLoopEnv(t, cpu, load, view, load, view)
+}
+
+// startLoopEnv starts a loop reading loadSrc and viewSrc, which answer from load and view.
+func startLoopEnv(t *testing.T, cpu CPUSource, load *fakeLoad, view *fakeView, loadSrc LoadSource, viewSrc InstanceView) *loopEnv {
 	e := &loopEnv{
 		t: t, store: memory.New(), clock: clocktesting.NewFakeClock(time.Unix(1000, 0)),
-		load: &fakeLoad{}, view: &fakeView{ready: map[string]int{}}, events: &eventstest.Recorder{},
+		load: load, view: view, events: &eventstest.Recorder{},
 	}
-	l, err := NewLoop(LoopOptions{Store: e.store, Instances: e.view, Events: e.events, Load: e.load, CPU: cpu,
+	l, err := NewLoop(LoopOptions{Store: e.store, Instances: viewSrc, Events: e.events, Load: loadSrc, CPU: cpu,
 		Interval: interval, Clock: e.clock, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

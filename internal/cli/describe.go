@@ -14,7 +14,7 @@ import (
 func newDescribeCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:     "describe fleet NAME",
-		Short:   "Show a fleet's spec, status, revisions, instances and recent events",
+		Short:   "Show a fleet's spec, status, regions, revisions, instances by region and recent events",
 		Example: `  herd describe fleet hello`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,16 +40,7 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			}
 			describeFleet(g.out, f)
 			describeGlobal(ctx, g.out, c, f)
-			fmt.Fprintln(g.out, "Instances:")
-			if len(insts) == 0 {
-				fmt.Fprintln(g.out, "  <none>")
-			} else {
-				t := newTable(newIndent(g.out), "NAME", "REVISION", "PHASE", "ADDRESS", "LB", "AGE", "LAST-ERROR")
-				for _, in := range insts {
-					t.row(in.Metadata.Name, in.Spec.Revision, in.Status.Phase, in.Status.Address, in.Status.LBHealth, age(in.Status.CreatedAt), in.Status.LastError)
-				}
-				_ = t.flush()
-			}
+			describeInstances(g.out, f, insts)
 			fmt.Fprintln(g.out, "Events:")
 			if len(evs) == 0 {
 				fmt.Fprintln(g.out, "  <none>")
@@ -95,7 +86,11 @@ func describeFleet(w io.Writer, f *v1alpha1.Fleet) {
 	p("Name", f.Metadata.Name)
 	p("Created", age(f.Metadata.CreationTimestamp)+" ago")
 	p("Image", s.Image)
-	p("Replicas", fmt.Sprintf("%d desired | %d min | %d max | %d ready | %d total", deref(s.Replicas.Desired), deref(s.Replicas.Min), deref(s.Replicas.Max), st.ReadyReplicas, st.Replicas))
+	perRegion := ""
+	if len(s.Regions) > 1 {
+		perRegion = fmt.Sprintf(" (%d per region unless it says otherwise)", deref(s.Replicas.Desired))
+	}
+	p("Replicas", fmt.Sprintf("%d desired%s | %d min | %d max | %d ready | %d total", totalDesired(f), perRegion, deref(s.Replicas.Min), deref(s.Replicas.Max), st.ReadyReplicas, st.Replicas))
 	p("Phase", st.Phase)
 	if st.Message != "" {
 		p("Message", st.Message)
@@ -123,17 +118,7 @@ func describeFleet(w io.Writer, f *v1alpha1.Fleet) {
 		}
 		fmt.Fprintf(w, "%-20s%s: %s :%d -> instance :%d\n", k, l.Name, l.Protocol, l.Port, l.InstancePort)
 	}
-	for i, r := range s.Regions {
-		k := ""
-		if i == 0 {
-			k = "Regions:"
-		}
-		def := ""
-		if r.Default {
-			def = " (default)"
-		}
-		fmt.Fprintf(w, "%-20s%s on %s%s\n", k, r.Name, r.Provider, def)
-	}
+	describeRegions(w, f)
 	fmt.Fprintln(w, "Revisions:")
 	for _, r := range st.Revisions {
 		fmt.Fprintf(w, "  %s  image %s  %d/%d ready  weight %d%%\n", r.Name, r.Image, r.ReadyReplicas, r.Replicas, r.Weight)

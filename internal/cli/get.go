@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -14,15 +15,25 @@ func newGetCmd(g *globals) *cobra.Command {
 	var output string
 	var fleet string
 	cmd := &cobra.Command{
-		Use:   "get fleets|instances|routes [NAME]",
-		Short: "List fleets, instances or global routes",
+		Use:   "get fleets|instances|regions|routes [NAME]",
+		Short: "List fleets, instances, the regions of fleets or global routes",
+		Long: `get lists fleets, instances, or regions: one line per fleet and region, with the region's
+desired, running and ready instances, the revision it runs (during a wave, the old one until the
+wave reaches it), its state (Ready, Scaling, Pending, Degraded, ProviderFailed, Unreachable) and
+why. For regions, NAME is a fleet. routes lists each global hostname (spec.global) with each
+region's part in its DNS answers and why; NAME is a hostname or a fleet.`,
 		Example: `  herd get fleets
   herd get instances --fleet hello -o wide
   herd get fleet hello -o yaml
+  herd get regions
+  herd get regions hello -o wide
   herd get routes                     # each global hostname's answer per region, and why`,
 		Args:      cobra.RangeArgs(1, 2),
-		ValidArgs: []string{"fleets", "instances", "routes"},
+		ValidArgs: []string{"fleets", "instances", "regions", "routes"},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if resource(args[0]) == "region" {
+				return getRegions(cmd.Context(), g, args[1:], output)
+			}
 			if resource(args[0]) == "route" {
 				return getRoutes(cmd.Context(), g, args, output)
 			}
@@ -72,7 +83,7 @@ func newGetCmd(g *globals) *cobra.Command {
 				}
 				return printInstances(g, insts, format == "wide")
 			default:
-				return fmt.Errorf("unknown resource %q: use fleets, instances or routes", args[0])
+				return fmt.Errorf("unknown resource %q: use fleets, instances, regions or routes", args[0])
 			}
 		},
 	}
@@ -88,10 +99,38 @@ func resource(s string) string {
 		return "fleet"
 	case "instance", "instances", "inst", "in":
 		return "instance"
+	case "region", "regions", "rg":
+		return "region"
 	case "route", "routes":
 		return "route"
 	}
 	return s
+}
+
+// getRegions prints the regions of one fleet (args[0]) or of every fleet.
+func getRegions(ctx context.Context, g *globals, args []string, output string) error {
+	format := outputFormat(output)
+	if err := format.check(); err != nil {
+		return err
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	var fleets []v1alpha1.Fleet
+	if len(args) == 1 {
+		f, err := c.GetFleet(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		fleets = []v1alpha1.Fleet{*f}
+	} else if fleets, err = c.ListFleets(ctx); err != nil {
+		return err
+	}
+	if format == "yaml" || format == "json" {
+		return printObject(g.out, format, regionRows(fleets))
+	}
+	return printRegions(g, fleets, format == "wide")
 }
 
 func filterInstance(in []v1alpha1.Instance, name string) []v1alpha1.Instance {
@@ -115,7 +154,8 @@ func printFleets(g *globals, fleets []v1alpha1.Fleet, wide bool) error {
 	t := newTable(g.out, headers...)
 	for _, f := range fleets {
 		r := f.Spec.Replicas
-		cols := []any{f.Metadata.Name, fmt.Sprintf("%d/%d", f.Status.ReadyReplicas, deref(r.Desired)), deref(r.Desired), deref(r.Min), deref(r.Max),
+		desired := totalDesired(&f)
+		cols := []any{f.Metadata.Name, fmt.Sprintf("%d/%d", f.Status.ReadyReplicas, desired), desired, deref(r.Min), deref(r.Max),
 			f.Status.CurrentRevision, f.Status.Phase, age(f.Metadata.CreationTimestamp)}
 		if wide {
 			var regions []string
@@ -153,6 +193,19 @@ func printInstances(g *globals, insts []v1alpha1.Instance, wide bool) error {
 		t.row(cols...)
 	}
 	return t.flush()
+}
+
+// totalDesired is the number of instances the fleet should run: the sum of its regions' desired
+// counts (each region runs its own group).
+func totalDesired(f *v1alpha1.Fleet) int32 {
+	if f.Spec.Replicas.Desired == nil || len(f.Spec.Regions) == 0 {
+		return deref(f.Spec.Replicas.Desired)
+	}
+	n := int32(0)
+	for _, rg := range f.Spec.Regions {
+		n += *f.RegionReplicas(rg.Name).Desired
+	}
+	return n
 }
 
 func deref(p *int32) int32 {

@@ -28,9 +28,12 @@ func newLBCmd(g *globals) *cobra.Command {
 		Long: `Run herd's load balancer alone until Ctrl-C or SIGTERM, serving the listeners of -f FILE
 (YAML or JSON; unknown fields are errors). SIGHUP re-reads the file.
 
-The admin API on --admin-addr (GET/PUT /config, GET /health, /stats, /metrics) lets a controller
-elsewhere replace the whole config atomically; every request must carry the bearer token of
---token-file. --admin-addr "" turns the admin API off.`,
+The admin API on --admin-addr (GET/PUT /config, GET /health, /stats, /rtt, /metrics) lets a
+controller elsewhere replace the whole config atomically; every request must carry the bearer token
+of --token-file. --admin-addr unix:PATH serves it on a Unix socket (mode 0600) instead, for a load
+balancer in a network namespace that the host cannot reach; "" turns the admin API off.
+GET /rtt lists the round-trip time to each client network (/24, /48) as the kernel measured the
+connections served: [{"network", "srtt_ms", "samples", "last_seen"}].`,
 		Example: `  herd lb -f lb.yaml --token-file /etc/herd/lb-token
   curl -H "Authorization: Bearer $(cat /etc/herd/lb-token)" http://127.0.0.1:9443/health`,
 		Args: cobra.NoArgs,
@@ -39,16 +42,22 @@ elsewhere replace the whole config atomically; every request must carry the bear
 			if err != nil {
 				return err
 			}
-			return runLB(cmd, log, configFile, adminAddr, tokenFile)
+			return runLB(cmd, log, "herd lb", configFile, adminAddr, tokenFile)
 		},
 	}
-	cmd.Flags().StringVarP(&configFile, "filename", "f", "", "load balancer config file (YAML or JSON); empty starts with no listeners")
-	cmd.Flags().StringVar(&adminAddr, "admin-addr", "127.0.0.1:9443", `address of the admin API; "" turns it off`)
-	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the admin API's bearer token (required with --admin-addr)")
+	addLBFlags(cmd, &configFile, &adminAddr, &tokenFile)
 	return cmd
 }
 
-func runLB(cmd *cobra.Command, log *slog.Logger, configFile, adminAddr, tokenFile string) error {
+func addLBFlags(cmd *cobra.Command, configFile, adminAddr, tokenFile *string) {
+	cmd.Flags().StringVarP(configFile, "filename", "f", "", "load balancer config file (YAML or JSON); empty starts with no listeners")
+	cmd.Flags().StringVar(adminAddr, "admin-addr", "127.0.0.1:9443", `address of the admin API, host:port or unix:PATH; "" turns it off`)
+	cmd.Flags().StringVar(tokenFile, "token-file", "", "file holding the admin API's bearer token (required with --admin-addr)")
+}
+
+// runLB runs a load balancer (herd lb, herd front) until the command's context ends; name prefixes
+// its progress lines.
+func runLB(cmd *cobra.Command, log *slog.Logger, name, configFile, adminAddr, tokenFile string) error {
 	ctx := cmd.Context() // Execute cancels it on Ctrl-C and SIGTERM
 
 	var token string
@@ -82,23 +91,24 @@ func runLB(cmd *cobra.Command, log *slog.Logger, configFile, adminAddr, tokenFil
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", adminAddr)
+		ln, err := listenAdmin(adminAddr)
 		if err != nil {
 			return fmt.Errorf("--admin-addr: %w", err)
 		}
+		defer ln.Close()
 		admin = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 		go func() {
 			if err := admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin API stopped", "error", err)
 			}
 		}()
-		fmt.Fprintf(cmd.OutOrStdout(), "herd lb: admin API at http://%s\n", ln.Addr())
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: admin API at %s\n", name, adminAddr)
 	}
 
 	if configFile != "" {
 		go reloadOnHangup(ctx, b, configFile, log)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "herd lb: serving %d listeners; Ctrl-C stops\n", len(b.Config().Listeners))
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: serving %d listeners; Ctrl-C stops\n", name, len(b.Config().Listeners))
 	err := b.Start(ctx)
 	if admin != nil {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -106,6 +116,34 @@ func runLB(cmd *cobra.Command, log *slog.Logger, configFile, adminAddr, tokenFil
 		_ = admin.Shutdown(shutdownCtx)
 	}
 	return err
+}
+
+// listenAdmin listens on host:port, or on the Unix socket of unix:PATH (mode 0600, replacing a
+// socket file that a stopped load balancer left).
+func listenAdmin(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if path == "" {
+		return nil, errors.New(`"unix:" needs a path, e.g. unix:/run/herd/front.sock`)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is in use by a running process", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	old := syscall.Umask(0o177) // the socket is created 0600: only its owner may connect
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	return ln, err
 }
 
 // reloadOnHangup re-applies the config file on every SIGHUP; a bad file is logged and changes nothing.

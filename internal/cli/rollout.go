@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -159,6 +160,34 @@ func rolloutLine(f *v1alpha1.Fleet) string {
 		ws = append(ws, fmt.Sprintf("%s=%d%%", r, w))
 	}
 	sort.Strings(ws)
+	step := canaryStep(f, ro)
+	if len(f.Spec.Regions) > 1 {
+		step = "" // a wave: each region is at its own step
+	}
+	return fmt.Sprintf("fleet/%s %s rollout %s -> %s: %s%s %v %s", f.Metadata.Name, ro.Strategy, ro.PreviousRevision, ro.Revision, ro.Phase, step, ws, ro.Message) + waveLines(f)
+}
+
+// waveLines is one line per region of a fleet's wave across regions, in the wave's order, ""
+// for a fleet in one region.
+func waveLines(f *v1alpha1.Fleet) string {
+	var b strings.Builder
+	for _, region := range f.RegionOrder() {
+		rs := f.Status.RegionStatusOf(region)
+		if rs == nil || rs.Rollout == nil || rs.Rollout.Revision != f.Status.Rollout.Revision {
+			continue
+		}
+		rr := rs.Rollout
+		step := ""
+		if rr.InProgress() {
+			step = canaryStep(f, rr)
+		}
+		fmt.Fprintf(&b, "\n  region %s: %s%s%s %d/%d ready %s", region, rr.Phase, step, weightsText(rr.Weights), rs.ReadyReplicas, rs.Desired, rr.Message)
+	}
+	return b.String()
+}
+
+// canaryStep says which step a canary rollout is at, "" for other strategies.
+func canaryStep(f *v1alpha1.Fleet, ro *v1alpha1.RolloutStatus) string {
 	steps := ""
 	if ro.Strategy == v1alpha1.StrategyCanary {
 		steps = fmt.Sprintf(" step %d/%d", ro.Step+1, len(f.Spec.Rollout.Steps))
@@ -166,7 +195,7 @@ func rolloutLine(f *v1alpha1.Fleet) string {
 			steps = " promoting"
 		}
 	}
-	return fmt.Sprintf("fleet/%s %s rollout %s -> %s: %s%s %v %s", f.Metadata.Name, ro.Strategy, ro.PreviousRevision, ro.Revision, ro.Phase, steps, ws, ro.Message)
+	return steps
 }
 
 func printHistory(out io.Writer, f *v1alpha1.Fleet) {

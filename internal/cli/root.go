@@ -70,6 +70,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newVersionCmd(g),
 		newImageCmd(g),
 		newLBCmd(g),
+		newFrontCmd(g),
 		newAgentCmd(g),
 		newLinkRelayCmd(g),
 		newDNSCmd(g),

@@ -72,6 +72,10 @@ type Options struct {
 	// themselves (e.g. a broken image): base, doubling with each failure in a row, up to max.
 	// Defaults: 10s and 5m.
 	HealBackoffBase, HealBackoffMax time.Duration
+	// Reachability, when set, says which regions users cannot reach (a partition): such a region
+	// is reported Unreachable in status.regions and its instances are not replaced for failing the
+	// load balancer's checks. Call RegionChanged when its answer for a region changes.
+	Reachability RegionReachability
 	// Stats, when set, gives per-revision figures for canary analysis; without it canary steps
 	// advance on their pauses alone.
 	Stats StatsSource
@@ -137,6 +141,10 @@ type Controller struct {
 	statusWrites sync.Map
 
 	healing sync.Map // fleet -> *healState
+
+	// fleetRegions maps a fleet to the regions of its spec as its last reconcile saw them, for
+	// RegionChanged.
+	fleetRegions sync.Map // fleet -> []string
 
 	// healthNotified is true when Options.Health reports changes (HealthNotifier), so that no
 	// fleet is polled for health; providerChanges counts the providers' notifications.

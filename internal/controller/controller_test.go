@@ -37,6 +37,8 @@ type env struct {
 	stats StatsSource
 	// recorder, when set, receives the controller's events in place of the store.
 	recorder EventRecorder
+	// reach, when set, says which regions are unreachable.
+	reach RegionReachability
 }
 
 // newEnv starts a controller on st and p; nil stands for a memory store and a fake provider whose
@@ -75,6 +77,7 @@ func (e *env) start() {
 		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,
 		Health: e.health, HealthPollInterval: 20 * time.Millisecond,
 		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff, Events: e.recorder,
+		Reachability: e.reach,
 	})
 	if err != nil {
 		e.t.Fatal(err)

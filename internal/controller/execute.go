@@ -78,6 +78,7 @@ func (s *scope) executeDeleted(p *plan) (Result, error) {
 	s.emit(&s.recordEvents)
 	if len(s.records) == 0 {
 		c.healing.Delete(name)
+		c.fleetRegions.Delete(name)
 		c.mu.Lock()
 		delete(c.instances, name)
 		c.mu.Unlock()
@@ -212,6 +213,7 @@ func (s *scope) callProviders(create, del []*v1alpha1.Instance) {
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
+					s.noteProviderErr(in, err)
 					createErrs++
 					if firstCreateErr == nil {
 						firstCreateErr = err
@@ -232,6 +234,7 @@ func (s *scope) callProviders(create, del []*v1alpha1.Instance) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				s.noteProviderErr(in, err)
 				deleteErrs++
 				s.errs = append(s.errs, fmt.Errorf("delete instance %s: %w", in.Metadata.Name, err))
 				return
@@ -247,6 +250,14 @@ func (s *scope) callProviders(create, del []*v1alpha1.Instance) {
 	}
 	if deleteErrs > 0 {
 		s.event(s.object, v1alpha1.EventWarning, "DeleteFailed", "%d instances could not be deleted; retrying", deleteErrs)
+	}
+}
+
+// noteProviderErr keeps the first provider error of a reconcile in an instance's region, for
+// status.regions. The caller holds the lock of the calls' results.
+func (s *scope) noteProviderErr(in *v1alpha1.Instance, err error) {
+	if r := s.regions[s.regionOf(in)]; r != nil && r.providerErr == nil {
+		r.providerErr = fmt.Errorf("region %s: %w", r.region.Name, err)
 	}
 }
 

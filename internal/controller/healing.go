@@ -92,33 +92,55 @@ func (s *scope) heal() {
 		}
 	}
 
-	var inputs []healInput
+	// Each region is judged on its own: against its own peers (a region's users and distance
+	// shape its error rates), within a bound of its own size. A region users cannot reach keeps
+	// instances that fail the load balancer's checks (a partition is not a death); one whose
+	// provider did not answer is left alone.
+	inputs := map[string][]healInput{}
 	for _, in := range s.sorted() {
-		switch in.Status.Phase {
-		case v1alpha1.PhaseTerminating, v1alpha1.PhasePending:
+		switch {
+		case in.Status.Phase == v1alpha1.PhaseTerminating, in.Status.Phase == v1alpha1.PhasePending, s.frozen(in):
 			continue
 		}
+		region := s.regionOf(in)
 		hi := healInput{Name: in.Metadata.Name, CreatedAt: created(in)}
 		if in.Status.Phase == v1alpha1.PhaseFailed {
 			hi.Failed = in.Status.LastError
 			if hi.Failed == "" {
 				hi.Failed = "no reason given by the provider"
 			}
-		} else if src != nil {
+		} else if r := s.regions[region]; src != nil && (r == nil || r.unreachable == "") {
 			hi.State, hi.Since = src.InstanceHealth(in.Metadata.Name)
 			hi.Requests, hi.Errors = src.InstanceStats(in.Metadata.Name)
 		}
-		inputs = append(inputs, hi)
+		inputs[region] = append(inputs[region], hi)
 	}
-	plan := planHealing(now, policyOf(s.fleet), inputs, len(st.replacements), st.backoffUntil)
+	inProgress := map[string]int{}
+	for name := range st.replacements {
+		if in, ok := s.records[name]; ok {
+			inProgress[s.regionOf(in)]++
+		}
+	}
+	planAll := func() (plan healPlan) {
+		for _, region := range sortedKeys(inputs) {
+			rp := planHealing(now, s.regionHealPolicy(region), inputs[region], max(inProgress[region], 0), st.backoffUntil)
+			plan.Bad = append(plan.Bad, rp.Bad...)
+			plan.Replace = append(plan.Replace, rp.Replace...)
+			plan.Deferred += rp.Deferred
+			plan.Recheck = sooner(plan.Recheck, rp.Recheck)
+		}
+		return plan
+	}
+	plan := planAll()
 	for _, v := range plan.Bad {
 		if st.replacements[v.Name] {
+			inProgress[s.regionOf(s.records[v.Name])]--
 			failed(v.Name, v.Reason)
 		}
 	}
 	// A failure just found starts a backoff that holds this reconcile's replacements too.
 	if now.Before(st.backoffUntil) && len(plan.Replace) > 0 {
-		plan = planHealing(now, policyOf(s.fleet), inputs, len(st.replacements), st.backoffUntil)
+		plan = planAll()
 	}
 	for _, v := range plan.Replace {
 		in := s.records[v.Name]
@@ -130,6 +152,16 @@ func (s *scope) heal() {
 		s.c.log.Debug("healing deferred", "fleet", s.fleetName(), "instances", plan.Deferred, "in_progress", len(st.replacements), "backoff_until", st.backoffUntil)
 	}
 	s.healRecheck = plan.Recheck
+}
+
+// regionHealPolicy is the healing policy of one region of the fleet: its bound follows the
+// region's desired count.
+func (s *scope) regionHealPolicy(region string) healPolicy {
+	p := policyOf(s.fleet)
+	if s.fleet.Spec.Regions != nil {
+		p.MaxInProgress = max(1, int(*s.fleet.RegionReplicas(region).Desired)/4)
+	}
+	return p
 }
 
 // lbHealth is the load balancer's view of the fleet's instances: nil without a health source, and

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"maps"
 	"reflect"
 	"sort"
@@ -38,12 +39,23 @@ type plan struct {
 // plan runs the phases over the observed scope, in order, and returns what they decided. Each
 // phase reads and changes s; nothing is written until the plan is executed.
 func (s *scope) plan() *plan {
+	if s.regions == nil {
+		s.initRegions() // a scope made without observing (tests): every region answered
+	}
 	s.adopt()
 	s.refresh()
 	s.heal()
-	if !s.rollout() {
-		s.scale()
+	s.loadRollout()
+	if s.multiRegion() {
+		s.wave()
+	} else if r := s.regions[s.fleet.Spec.Regions[0].Name]; !r.frozen() {
+		s.enter(r)
+		if !s.rollout() {
+			s.scale(s.revision)
+		}
+		s.leave()
 	}
+	s.retireRegions()
 	s.noteReplacements()
 	return s.planned()
 }
@@ -74,6 +86,8 @@ func (s *scope) planned() *plan {
 		}
 		_, exists := s.observed[in.Metadata.Name]
 		switch {
+		case s.frozen(in):
+			// Its provider did not answer: nothing is asked of it until it does.
 		case in.Status.Phase == v1alpha1.PhaseTerminating:
 			p.Delete = append(p.Delete, in)
 		case in.Status.Phase == v1alpha1.PhasePending && !exists:
@@ -135,6 +149,8 @@ func (s *scope) refresh() {
 	for name, in := range s.records {
 		o, exists := s.observed[name]
 		switch {
+		case s.frozen(in):
+			// Its region's provider did not list it: it is neither gone nor changed.
 		case in.Status.Phase == v1alpha1.PhaseTerminating:
 			// callProviders finishes the deletion.
 		case !exists && in.Status.Phase == v1alpha1.PhasePending:
@@ -216,20 +232,21 @@ func holdsSlot(in *v1alpha1.Instance) bool { return in.Status.Phase != v1alpha1.
 
 func ready(in *v1alpha1.Instance) bool { return in.Status.Phase == v1alpha1.PhaseReady }
 
-// scale creates and deletes instances so that the current revision has the desired count, moving
-// from older revisions as a rolling update bounded by maxSurge and maxUnavailable.
-func (s *scope) scale() {
+// scale creates and deletes instances of the region planning works on so that revision target
+// has the desired count, moving from older revisions as a rolling update bounded by maxSurge and
+// maxUnavailable.
+func (s *scope) scale(target string) {
 	spec := s.fleet.Spec
-	desired := int(*spec.Replicas.Desired)
+	desired := s.desired()
 	maxSurge := int(*spec.Rollout.MaxSurge)
 	maxUnavailable := int(*spec.Rollout.MaxUnavailable)
 
 	var cur, old []*v1alpha1.Instance
-	for _, in := range s.records {
+	for _, in := range s.scoped() {
 		if !holdsSlot(in) {
 			continue
 		}
-		if in.Spec.Revision == s.revision {
+		if in.Spec.Revision == target {
 			cur = append(cur, in)
 		} else {
 			old = append(old, in)
@@ -249,11 +266,16 @@ func (s *scope) scale() {
 	}
 	toCreate = min(toCreate, s.c.opts.MaxConcurrentCreates)
 	if toCreate > 0 {
-		region := s.fleet.DefaultRegion()
-		for range toCreate {
-			s.newRecord(region)
+		image := s.imageOf(target)
+		if image == "" {
+			s.errs = append(s.errs, fmt.Errorf("revision %s: image unknown, cannot create its instances", target))
+			return
 		}
-		s.event(s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s (desired %d)", toCreate, s.revision, desired)
+		region := s.placement()
+		for range toCreate {
+			s.newRecordOf(region, target, image)
+		}
+		s.event(s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s%s (desired %d)", toCreate, target, s.where(), desired)
 	}
 
 	if extra := len(cur) - desired; extra > 0 {
@@ -261,11 +283,11 @@ func (s *scope) scale() {
 		for _, in := range cur[:extra] {
 			s.terminate(in, "")
 		}
-		s.event(s.object, v1alpha1.EventNormal, "ScalingDown", "deleting %d instances (desired %d)", extra, desired)
+		s.event(s.object, v1alpha1.EventNormal, "ScalingDown", "deleting %d instances%s (desired %d)", extra, s.where(), desired)
 	}
 	if len(old) == 0 {
 		// Not during a rolling update: warm instances are of the current revision only.
-		s.refillWarm(warm, s.c.opts.MaxConcurrentCreates-max(toCreate, 0))
+		s.refillWarm(warm, target, s.c.opts.MaxConcurrentCreates-max(toCreate, 0))
 	} else if len(warm) > 0 {
 		for _, in := range warm {
 			s.terminate(in, "")
@@ -295,7 +317,7 @@ func (s *scope) scale() {
 			removed++
 		}
 		if removed > 0 {
-			s.event(s.object, v1alpha1.EventNormal, "RollingUpdate", "deleting %d instances of older revisions for %s", removed, s.revision)
+			s.event(s.object, v1alpha1.EventNormal, "RollingUpdate", "deleting %d instances of older revisions for %s%s", removed, target, s.where())
 		}
 	}
 }
@@ -316,10 +338,6 @@ func created(in *v1alpha1.Instance) time.Time {
 		return *in.Status.CreatedAt
 	}
 	return time.Time{}
-}
-
-func (s *scope) newRecord(region v1alpha1.Region) *v1alpha1.Instance {
-	return s.newRecordOf(region, s.revision, s.fleet.Spec.Image)
 }
 
 // newRecordOf records a new instance of revision rev booting image.

@@ -64,9 +64,8 @@ func (c *Controller) observe(ctx context.Context, name string) (*scope, error) {
 	}
 	s := &scope{c: c, ctx: ctx, fleet: fleet, stored: stored, object: "Fleet/" + name, revision: RevisionName(fleet)}
 	s.records = c.fleetInstances(name)
-	if err := s.list(c.providersOf(fleet, s.records)); err != nil {
-		return nil, err
-	}
+	s.initRegions()
+	s.listRegions()
 	return s, nil
 }
 
@@ -76,23 +75,6 @@ func sooner(a, b time.Duration) time.Duration {
 		return b
 	}
 	return a
-}
-
-// providersOf returns the providers a fleet's instances may be on: its regions' and those of its
-// existing records.
-func (c *Controller) providersOf(f *v1alpha1.Fleet, records map[string]*v1alpha1.Instance) map[string]provider.Provider {
-	out := map[string]provider.Provider{}
-	for _, r := range f.Spec.Regions {
-		if p, ok := c.opts.Providers[r.Provider]; ok {
-			out[r.Provider] = p
-		}
-	}
-	for _, in := range records {
-		if p, ok := c.opts.Providers[in.Spec.Provider]; ok {
-			out[in.Spec.Provider] = p
-		}
-	}
-	return out
 }
 
 // scope is one reconcile's view of a fleet.
@@ -105,6 +87,13 @@ type scope struct {
 	revision string
 	// deleted is true when the fleet no longer exists: its instances go.
 	deleted bool
+
+	// regions are what this reconcile observed and decided of each region, by name, in
+	// regionOrder (the spec's order, then regions only records are left in); rg is the region
+	// planning works on, nil for the whole fleet.
+	regions     map[string]*regionState
+	regionOrder []string
+	rg          *regionScope
 
 	records  map[string]*v1alpha1.Instance
 	observed map[string]provider.Instance

@@ -26,6 +26,23 @@ type StatsSource interface {
 	RevisionStats(fleet, revision string, since time.Time) (RevisionStats, bool)
 }
 
+// RegionStatsSource MAY be implemented by a StatsSource that counts each region apart (a load
+// balancer per region): a canary in a wave across regions is then judged against the stable
+// revision of its own region, whose users and distance it shares.
+type RegionStatsSource interface {
+	// RegionRevisionStats is RevisionStats for the instances of one region.
+	RegionRevisionStats(fleet, region, revision string, since time.Time) (RevisionStats, bool)
+}
+
+// revisionStats returns a revision's figures since a time: of the region planning works on when
+// the fleet runs in several regions and the source counts regions apart, else of the fleet.
+func (s *scope) revisionStats(rev string, since time.Time) (RevisionStats, bool) {
+	if rs, ok := s.c.opts.Stats.(RegionStatsSource); ok && s.rg != nil && s.multiRegion() {
+		return rs.RegionRevisionStats(s.fleetName(), s.rg.region.Name, rev, since)
+	}
+	return s.c.opts.Stats.RevisionStats(s.fleetName(), rev, since)
+}
+
 // Event reasons of rollouts.
 const (
 	ReasonRolloutStarted    = "RolloutStarted"
@@ -92,11 +109,6 @@ func servingRevision(ro *v1alpha1.RolloutStatus) string {
 // fleet is not in such a rollout, and scale() applies instead. Its progress is kept in s.ro, which
 // writeStatus stores, so a restarted controller resumes from the stored step.
 func (s *scope) rollout() bool {
-	if prev := s.stored.Status.Rollout; prev != nil {
-		cp := *prev
-		cp.Weights = maps.Clone(prev.Weights)
-		s.ro = &cp
-	}
 	strategy := s.fleet.Spec.Rollout.Strategy
 	now := s.c.clock.Now().UTC()
 	if s.ro == nil || s.ro.Revision != s.revision {
@@ -122,7 +134,7 @@ func (s *scope) rollout() bool {
 	case v1alpha1.RolloutRolledBack:
 		// The stable revision keeps serving until the spec names another revision.
 		ro.Weights = nil
-		s.scaleRevision(ro.PreviousRevision, int(*s.fleet.Spec.Replicas.Desired))
+		s.scaleRevision(ro.PreviousRevision, s.desired())
 		s.terminateOthers(ro.PreviousRevision)
 		return true
 	}
@@ -132,6 +144,22 @@ func (s *scope) rollout() bool {
 		s.canary(ro, now)
 	}
 	return true
+}
+
+// loadRollout starts s.ro from the stored rollout state, so that a reconcile that decides nothing
+// about it (a region that did not answer) keeps it.
+func (s *scope) loadRollout() {
+	s.ro = copyRollout(s.stored.Status.Rollout)
+}
+
+// copyRollout returns a copy of ro that shares nothing with it, or nil.
+func copyRollout(ro *v1alpha1.RolloutStatus) *v1alpha1.RolloutStatus {
+	if ro == nil {
+		return nil
+	}
+	cp := *ro
+	cp.Weights = maps.Clone(ro.Weights)
+	return &cp
 }
 
 // command carries out a user's promote or abort of a rollout in progress; on a rollout that has
@@ -191,7 +219,7 @@ func (s *scope) stableRevision() string {
 // fleet, healthy in it.
 func (s *scope) serving(rev string) int {
 	n := 0
-	for _, in := range s.records {
+	for _, in := range s.scoped() {
 		if in.Spec.Revision == rev && ready(in) && s.proven(in) {
 			n++
 		}
@@ -221,7 +249,7 @@ func (s *scope) imageOf(rev string) string {
 // count until healing replaces them).
 func (s *scope) scaleRevision(rev string, n int) {
 	var list []*v1alpha1.Instance
-	for _, in := range s.records {
+	for _, in := range s.scoped() {
 		if in.Spec.Revision == rev && holdsSlot(in) {
 			list = append(list, in)
 		}
@@ -232,10 +260,11 @@ func (s *scope) scaleRevision(rev string, n int) {
 			s.errs = append(s.errs, fmt.Errorf("revision %s: image unknown, cannot create its instances", rev))
 			return
 		}
+		region := s.placement()
 		for range create {
-			s.newRecordOf(s.fleet.DefaultRegion(), rev, image)
+			s.newRecordOf(region, rev, image)
 		}
-		s.event(s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s (want %d)", create, rev, n)
+		s.event(s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s%s (want %d)", create, rev, s.where(), n)
 	}
 	if extra := len(list) - n; extra > 0 {
 		sortForRemoval(list)
@@ -247,7 +276,7 @@ func (s *scope) scaleRevision(rev string, n int) {
 
 // terminateOthers deletes every instance not of one of the revisions keep.
 func (s *scope) terminateOthers(keep ...string) {
-	for _, in := range s.records {
+	for _, in := range s.scoped() {
 		if holdsSlot(in) && !slices.Contains(keep, in.Spec.Revision) {
 			s.terminate(in, "")
 		}
@@ -257,7 +286,7 @@ func (s *scope) terminateOthers(keep ...string) {
 // blueGreen builds a full set of the new revision beside the old, switches all traffic in one load
 // balancer update once every new instance serves, and deletes the old set after the rollback window.
 func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
-	desired := int(*s.fleet.Spec.Replicas.Desired)
+	desired := s.desired()
 	s.scaleRevision(ro.Revision, desired)
 	if ro.Step == 0 {
 		s.scaleRevision(ro.PreviousRevision, desired)
@@ -268,7 +297,7 @@ func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
 			return
 		}
 		ro.Step, ro.StepStartedAt = 1, &now
-		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSwitched, "all traffic switched from %s to %s", ro.PreviousRevision, ro.Revision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSwitched, "all traffic switched from %s to %s%s", ro.PreviousRevision, ro.Revision, s.where())
 	}
 	ro.Weights = map[string]int32{ro.Revision: 100, ro.PreviousRevision: 0}
 	s.terminateOthers(ro.Revision, ro.PreviousRevision)
@@ -280,14 +309,14 @@ func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
 	}
 	s.terminateOthers(ro.Revision)
 	ro.Weights, ro.Phase, ro.Message = nil, v1alpha1.RolloutSucceeded, "rollback window over; "+ro.PreviousRevision+" deleted"
-	s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "%s rolled out; %s deleted", ro.Revision, ro.PreviousRevision)
+	s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "%s rolled out%s; %s deleted", ro.Revision, s.where(), ro.PreviousRevision)
 }
 
 // canary moves traffic to the new revision step by step, analysing it against the stable revision
 // during each step, and rolls back on the first failed analysis.
 func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 	spec := s.fleet.Spec.Rollout
-	desired := int(*s.fleet.Spec.Replicas.Desired)
+	desired := s.desired()
 	steps := spec.Steps
 	s.terminateOthers(ro.Revision, ro.PreviousRevision)
 	prevWeight := int32(0)
@@ -313,7 +342,7 @@ func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 		}
 		s.terminateOthers(ro.Revision)
 		ro.Weights, ro.Phase, ro.Message = nil, v1alpha1.RolloutSucceeded, "all traffic on "+ro.Revision
-		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "canary %s promoted; %s deleted", ro.Revision, ro.PreviousRevision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonRolloutSucceeded, "canary %s promoted%s; %s deleted", ro.Revision, s.where(), ro.PreviousRevision)
 		return
 	}
 	step := steps[ro.Step]
@@ -327,13 +356,13 @@ func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 			return
 		}
 		ro.StepStartedAt = &now
-		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonCanaryStep, "step %d/%d: %d%% of traffic to %s", ro.Step+1, len(steps), step.Weight, ro.Revision)
+		s.statusEvent(s.object, v1alpha1.EventNormal, ReasonCanaryStep, "step %d/%d: %d%% of traffic to %s%s", ro.Step+1, len(steps), step.Weight, ro.Revision, s.where())
 	}
 	setWeight(step.Weight)
 	v := analysisVerdict{Reason: "no load balancer statistics"}
-	if src := s.c.opts.Stats; src != nil {
-		c, okC := src.RevisionStats(s.fleetName(), ro.Revision, *ro.StepStartedAt)
-		st, okS := src.RevisionStats(s.fleetName(), ro.PreviousRevision, *ro.StepStartedAt)
+	if s.c.opts.Stats != nil {
+		c, okC := s.revisionStats(ro.Revision, *ro.StepStartedAt)
+		st, okS := s.revisionStats(ro.PreviousRevision, *ro.StepStartedAt)
 		if okC && okS {
 			v = analyze(*spec.Analysis, c, st)
 		}
@@ -367,7 +396,7 @@ func (s *scope) rollback(ro *v1alpha1.RolloutStatus, reason string) {
 	ro.Weights = nil
 	ro.StepStartedAt = nil
 	s.terminateOthers(ro.PreviousRevision)
-	s.statusEvent(s.object, v1alpha1.EventWarning, ReasonRolloutRolledBack, "rolled back from %s to %s: %s", ro.Revision, ro.PreviousRevision, reason)
+	s.statusEvent(s.object, v1alpha1.EventWarning, ReasonRolloutRolledBack, "rolled back from %s to %s%s: %s", ro.Revision, ro.PreviousRevision, s.where(), reason)
 }
 
 // requeueAt asks for the fleet to be looked at again within d.

@@ -56,7 +56,7 @@ func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 		}
 		st.Revisions = append(st.Revisions, *rs)
 	}
-	desired := *f.Spec.Replicas.Desired
+	desired := s.totalDesired()
 	cur := revs[s.revision]
 	switch {
 	case len(s.errs) > 0:
@@ -82,6 +82,7 @@ func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 		}
 	}
 	st.Rollout = s.ro
+	st.Regions = s.regionStatuses()
 	st.Healing = s.healState().status(now)
 	st.History = s.history(now)
 	st.Conditions = fleetcond.Update(s.stored.Status.Conditions, s.conditionInputs(cur, st.Healing), now)
@@ -94,7 +95,7 @@ func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, healing *v1alpha1.
 	f := s.fleet
 	o := fleetcond.Observed{
 		Generation: f.Metadata.Generation,
-		Desired:    *f.Spec.Replicas.Desired,
+		Desired:    s.totalDesired(),
 		Updated:    cur.Replicas,
 		Revision:   s.revision,
 		Rollout:    s.ro,

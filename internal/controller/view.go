@@ -12,10 +12,21 @@ import (
 // InstanceCounts returns how many of a fleet's instances serve and how many are on their way.
 // Warm-pool instances are in neither: out of rotation, they are not capacity until taken.
 func (c *Controller) InstanceCounts(fleet string) (ready, booting int) {
+	return c.countInstances(fleet, "")
+}
+
+// RegionInstanceCounts is InstanceCounts for the instances of one region of the fleet, for the
+// autoscaler, which scales each region of a fleet in several regions on its own.
+func (c *Controller) RegionInstanceCounts(fleet, region string) (ready, booting int) {
+	return c.countInstances(fleet, region)
+}
+
+// countInstances counts a fleet's serving and coming instances, of one region unless region is "".
+func (c *Controller) countInstances(fleet, region string) (ready, booting int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, in := range c.instances[fleet] {
-		if IsWarm(in) {
+		if IsWarm(in) || (region != "" && in.Spec.Region != region) {
 			continue
 		}
 		switch in.Status.Phase {

@@ -60,14 +60,14 @@ func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []
 		s.mark(in)
 	}
 	if n > 0 {
-		s.event(s.object, v1alpha1.EventNormal, "WarmPoolUsed", "%d warm instances put into rotation", n)
+		s.event(s.object, v1alpha1.EventNormal, "WarmPoolUsed", "%d warm instances put into rotation%s", n, s.where())
 	}
 	return warm[:n], warm[n:]
 }
 
-// refillWarm creates warm instances up to the pool's size, or deletes extra ones. budget bounds the
-// creations.
-func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) {
+// refillWarm creates warm instances of revision target up to the pool's size, or deletes extra
+// ones. budget bounds the creations.
+func (s *scope) refillWarm(warm []*v1alpha1.Instance, target string, budget int) {
 	want := s.warmPoolSize()
 	if extra := len(warm) - want; extra > 0 {
 		// Keep the ready ones.
@@ -75,17 +75,17 @@ func (s *scope) refillWarm(warm []*v1alpha1.Instance, budget int) {
 		for _, in := range warm[:extra] {
 			s.terminate(in, "")
 		}
-		s.event(s.object, v1alpha1.EventNormal, "WarmPoolShrunk", "deleting %d warm instances (warm pool %d)", extra, want)
+		s.event(s.object, v1alpha1.EventNormal, "WarmPoolShrunk", "deleting %d warm instances%s (warm pool %d)", extra, s.where(), want)
 		return
 	}
 	n := min(want-len(warm), budget)
 	if n <= 0 {
 		return
 	}
-	region := s.fleet.DefaultRegion()
+	region, image := s.placement(), s.imageOf(target)
 	for range n {
-		in := s.newRecord(region)
+		in := s.newRecordOf(region, target, image)
 		in.Metadata.Labels[LabelWarm] = "true"
 	}
-	s.event(s.object, v1alpha1.EventNormal, "WarmPoolRefill", "creating %d warm instances of revision %s (warm pool %d)", n, s.revision, want)
+	s.event(s.object, v1alpha1.EventNormal, "WarmPoolRefill", "creating %d warm instances of revision %s%s (warm pool %d)", n, target, s.where(), want)
 }

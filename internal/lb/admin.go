@@ -22,6 +22,8 @@ const maxAdminBody = 8 << 20
 //	PUT  /config   apply a whole new config (JSON or YAML, unknown fields rejected); 400 names the bad field
 //	GET  /health   the health of every target (JSON)
 //	GET  /stats    a Metrics snapshot (JSON)
+//	GET  /rtt      the round-trip time to each client network (JSON list of NetworkRTT:
+//	               {"network": "10.1.2.0/24", "srtt_ms": 10.4, "samples": 12, "last_seen": "<RFC 3339>"})
 //	GET  /metrics  Prometheus metrics
 func NewAdminHandler(lb *LB, token string, logger *slog.Logger) (http.Handler, error) {
 	if strings.TrimSpace(token) == "" {
@@ -36,6 +38,7 @@ func NewAdminHandler(lb *LB, token string, logger *slog.Logger) (http.Handler, e
 	mux.HandleFunc("PUT /config", a.putConfig)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, lb.Health()) })
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, lb.Metrics()) })
+	mux.HandleFunc("GET /rtt", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, lb.ClientRTTs()) })
 	mux.Handle("GET /metrics", lb.MetricsHandler())
 	a.next = mux
 	return a, nil

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"math"
 	"net/http"
 	"sync/atomic"
 )
@@ -124,6 +125,7 @@ type routes struct {
 	cookie     string             // sticky-cookie name, or ""
 	byCookie   map[string]*target // sticky-cookie value -> target
 	hashHeader string             // header-hash header, or ""
+	nearest    bool               // GroupNearest: the nearest group with a usable target takes the request
 }
 
 // pickKey is what a request contributes to picking: its sticky cookie value and its hash key.
@@ -160,6 +162,9 @@ func (rt *routes) pick(k *pickKey, exclude *target) *target {
 			return t
 		}
 	}
+	if rt.nearest {
+		return rt.pickNearest(k, exclude)
+	}
 	var slot uint64
 	if k.hasKey {
 		// The same key lands in the same group for as long as the weights stand.
@@ -179,6 +184,41 @@ func (rt *routes) pick(k *pickKey, exclude *target) *target {
 		}
 	}
 	return nil
+}
+
+// pickNearest picks in the group whose nearest usable target (other than exclude) has the lowest
+// measured round-trip time; unmeasured targets rank after measured ones, groups in config order. A
+// retry (exclude set) so moves to the next nearest group when the first has no other usable target.
+func (rt *routes) pickNearest(k *pickKey, exclude *target) *target {
+	var best *group
+	var bestRTT int64
+	for _, g := range rt.groups {
+		r, ok := g.nearestRTT(exclude)
+		if ok && (best == nil || r < bestRTT) {
+			best, bestRTT = g, r
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return best.bal.pick(best, k.key, k.hasKey, exclude)
+}
+
+// nearestRTT returns the lowest round-trip time of g's usable targets other than exclude
+// (math.MaxInt64 for unmeasured ones), or false when g has none.
+func (g *group) nearestRTT(exclude *target) (int64, bool) {
+	var best int64 = math.MaxInt64
+	found := false
+	for _, t := range g.targets {
+		if t == exclude || !t.usable() {
+			continue
+		}
+		found = true
+		if r := t.rtt.Load(); r > 0 && r < best {
+			best = r
+		}
+	}
+	return best, found
 }
 
 // smoothSchedule returns indexes into weights in smooth weighted round-robin order (as nginx interleaves

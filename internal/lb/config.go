@@ -73,6 +73,11 @@ type Listener struct {
 	BackendProtocol BackendProtocol `json:"backendProtocol,omitempty"`
 	// Policy chooses a target inside a group. Default: least outstanding requests.
 	Policy Policy `json:"policy,omitempty"`
+	// GroupPolicy chooses the group of each request: "weighted" (default) shares requests between
+	// groups by their weights; "nearest" sends each request to the group whose usable targets are the
+	// nearest by measured round-trip time (a global front door's regions), and a retry to the next
+	// nearest.
+	GroupPolicy GroupPolicy `json:"groupPolicy,omitempty"`
 	// HealthCheck configures active and passive health checking. Defaults are stated on each field.
 	HealthCheck HealthCheck `json:"healthCheck,omitempty"`
 	// Retry bounds retries on another target. Defaults are stated on each field.
@@ -100,6 +105,21 @@ type TLS struct {
 	// KeyFile is the path of the PEM private key. Required.
 	KeyFile string `json:"keyFile"`
 }
+
+// GroupPolicy names how a request's target group is chosen.
+type GroupPolicy string
+
+const (
+	// GroupWeighted shares requests between groups in proportion to TargetGroup.Weight.
+	GroupWeighted GroupPolicy = "weighted"
+	// GroupNearest sends every request to the group with the lowest round-trip time among those with
+	// a usable target, ignoring weights (a group of weight 0 still gets nothing when another has
+	// weight). A group's round-trip time is its nearest usable target's: the kernel's smoothed RTT
+	// (TCP_INFO) of that target's health-check connections, so it is known before any request and
+	// kept up to date for groups that get none. Targets not yet measured come after measured ones,
+	// in config order.
+	GroupNearest GroupPolicy = "nearest"
+)
 
 // Policy is the balancing policy of a listener.
 type Policy struct {
@@ -138,6 +158,11 @@ type HealthCheck struct {
 	EjectionTime Duration `json:"ejectionTime,omitempty"`
 	// MaxEjectionTime caps the ejection backoff. Default 30s.
 	MaxEjectionTime Duration `json:"maxEjectionTime,omitempty"`
+	// CloseOnUnhealthy closes every connection of a target, busy ones included, when active checks
+	// find it unhealthy: requests waiting on a target that stopped answering (a partitioned region)
+	// end at once, and idempotent ones with no response byte yet are retried on another target,
+	// instead of waiting out the response timeout. Default false: requests in flight run their course.
+	CloseOnUnhealthy bool `json:"closeOnUnhealthy,omitempty"`
 }
 
 // Retry bounds the single retry on another target that a request gets when it failed to connect, or when
@@ -289,6 +314,7 @@ func (l Listener) withDefaults() Listener {
 		setDefault(&l.BackendProtocol, BackendHTTP1)
 	}
 	setDefault(&l.Policy.Type, defaultPolicy)
+	setDefault(&l.GroupPolicy, GroupWeighted)
 	if l.Policy.Type == PolicyStickyCookie {
 		setDefault(&l.Policy.Cookie, defaultCookie)
 	}
@@ -410,6 +436,11 @@ func (l Listener) validate(p string) []error {
 		}
 	default:
 		bad("policy.type", "%q is not one of least-outstanding, round-robin, weighted, sticky-cookie, header-hash", l.Policy.Type)
+	}
+	switch l.GroupPolicy {
+	case GroupWeighted, GroupNearest:
+	default:
+		bad("groupPolicy", "%q is not one of weighted, nearest", l.GroupPolicy)
 	}
 	h := l.HealthCheck
 	if h.Port < 0 || h.Port > 65535 {

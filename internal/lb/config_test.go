@@ -102,6 +102,7 @@ func TestValidate(t *testing.T) {
 			c.Listeners[0].Policy.Type = PolicyStickyCookie
 		}, "listeners[0].policy.type: sticky-cookie needs an HTTP listener"},
 		{"unknown policy", func(c *Config) { c.Listeners[0].Policy.Type = "random" }, "listeners[0].policy.type"},
+		{"unknown group policy", func(c *Config) { c.Listeners[0].GroupPolicy = "closest" }, `listeners[0].groupPolicy: "closest" is not one of weighted, nearest`},
 		{"timeout over interval", func(c *Config) {
 			c.Listeners[0].HealthCheck.Interval = Duration(time.Second)
 			c.Listeners[0].HealthCheck.Timeout = Duration(2 * time.Second)

@@ -90,7 +90,9 @@ func (l *listener) serveH1(c *clientConn) {
 			}
 			return
 		}
-		if !h.proxy(st, now) {
+		keep := h.proxy(st, now)
+		c.sampleRTT(now)
+		if !keep {
 			return
 		}
 		h.active.Store(false)

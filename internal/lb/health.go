@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"time"
 )
@@ -125,6 +126,12 @@ func (t *target) judge(err error, passes, fails int, hc HealthCheck) {
 		now = true
 	}
 	t.healthy.Store(now)
+	if was && !now && hc.CloseOnUnhealthy {
+		// Requests waiting on the target would wait out their timeouts: break them off, so the
+		// proxy core retries the idempotent ones on another target now.
+		t.flushH1()
+		t.conns.closeAll()
+	}
 	first := t.checked.CompareAndSwap(false, true)
 	t.mu.Lock()
 	t.noteStateLocked()
@@ -136,6 +143,24 @@ func (t *target) judge(err error, passes, fails int, hc HealthCheck) {
 		t.log.Warn("target unhealthy", "error", err)
 	}
 }
+
+// measureRTT folds the kernel's round-trip time of a connection to the target into the target's.
+func (t *target) measureRTT(c net.Conn) {
+	d, ok := socketRTT(c)
+	if !ok {
+		return
+	}
+	old := t.rtt.Load()
+	if old != 0 {
+		d = time.Duration(old) + time.Duration(targetRTTWeight*float64(d-time.Duration(old)))
+	}
+	t.rtt.Store(int64(d))
+}
+
+// targetRTTWeight is the weight of a new probe's round trip in a target's moving average: enough to
+// follow a region whose distance changed within a few probes, not so much that one slow handshake
+// moves traffic.
+const targetRTTWeight = 0.3
 
 func (t *target) probe(ctx context.Context, client *http.Client, hc HealthCheck) error {
 	ctx, cancel := context.WithTimeout(ctx, hc.Timeout.D())
@@ -151,9 +176,14 @@ func (t *target) probe(ctx context.Context, client *http.Client, hc HealthCheck)
 		if err != nil {
 			return fmt.Errorf("health check: %w", err)
 		}
+		t.measureRTT(c) // the handshake's round trip
 		return c.Close()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+hc.Path, nil)
+	// The probe's connection tells the target's round-trip time (GroupNearest): a kept-alive one
+	// carries the kernel's average over every probe so far.
+	var conn net.Conn
+	trace := &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) { conn = ci.Conn }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, "http://"+addr+hc.Path, nil)
 	if err != nil {
 		return fmt.Errorf("health check: %w", err)
 	}
@@ -161,6 +191,9 @@ func (t *target) probe(ctx context.Context, client *http.Client, hc HealthCheck)
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("health check: %w", err)
+	}
+	if conn != nil {
+		t.measureRTT(conn)
 	}
 	// Drain a little so the connection can be reused, but never read a huge body.
 	_, _ = io.CopyN(io.Discard, resp.Body, 4096)

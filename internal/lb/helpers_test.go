@@ -30,6 +30,7 @@ type backend struct {
 	name string
 	srv  *httptest.Server
 	hits atomic.Int64
+	down atomic.Bool // /healthz answers 500 while set
 }
 
 func (b *backend) addr() string { return b.srv.Listener.Addr().String() }
@@ -45,6 +46,9 @@ func newBackend(t testing.TB, name string, h http.HandlerFunc) *backend {
 	b := &backend{name: name}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
+			if b.down.Load() {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
 			return
 		}
 		b.hits.Add(1)

@@ -17,8 +17,9 @@ type peeker struct {
 	buf   [1]byte
 }
 
-// newPeeker returns a peeker for c, or nil when c gives no access to its socket.
-func newPeeker(c net.Conn) *peeker {
+// rawConn returns the socket under c and the wrappers that have an Unwrap method, or false when
+// there is none.
+func rawConn(c net.Conn) (syscall.RawConn, bool) {
 	for {
 		u, ok := c.(interface{ Unwrap() net.Conn })
 		if !ok {
@@ -28,10 +29,16 @@ func newPeeker(c net.Conn) *peeker {
 	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	raw, err := sc.SyscallConn()
-	if err != nil {
+	return raw, err == nil
+}
+
+// newPeeker returns a peeker for c, or nil when c gives no access to its socket.
+func newPeeker(c net.Conn) *peeker {
+	raw, ok := rawConn(c)
+	if !ok {
 		return nil
 	}
 	p := &peeker{raw: raw}

@@ -27,6 +27,9 @@ type Options struct {
 	// Engine serves cleartext HTTP/1.x clients. Default: EngineFast, or the value of the environment
 	// variable HERD_LB_ENGINE when set, so that benchmarks can compare the engines on one binary.
 	Engine Engine
+	// ClientNetworks bounds how many client networks ClientRTTs remembers; the least recently
+	// sampled are forgotten first. Default DefaultClientNetworks (4096).
+	ClientNetworks int
 }
 
 // Engine names the code that reads and writes HTTP/1.x on client and target connections. Both engines
@@ -50,6 +53,7 @@ type LB struct {
 	wake        waker // wakes requests held for a target
 	changes     changeHub
 	badRequests atomic.Uint64
+	rtt         *rttTable
 
 	mu        sync.Mutex // guards the fields below; never taken on the request path
 	cfg       Config
@@ -92,6 +96,7 @@ func New(opts Options) *LB {
 		targets:   map[targetKey]*target{},
 		lstats:    map[string]*counters{},
 		budgets:   map[string]*retryBudget{},
+		rtt:       newRTTTable(opts.ClientNetworks),
 	}
 }
 
@@ -137,7 +142,7 @@ func (lb *LB) Apply(cfg Config) error {
 			}
 			return fmt.Errorf("listeners[%d] (%s): %w", i, l.Name, err)
 		}
-		s := newSocket(key, ln, lb.log.With("address", ln.Addr().String()))
+		s := newSocket(key, ln, lb.log.With("address", ln.Addr().String()), lb.rtt)
 		opened = append(opened, s)
 		socks[i] = s
 	}
@@ -237,7 +242,7 @@ func (lb *LB) drainTimeoutOf(name string, next Config) time.Duration {
 // buildState builds a listener's routing state, creating targets that are new and reviving draining
 // ones that came back. It records every target it routes in kept. Called with lb.mu held.
 func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
-	rt := &routes{}
+	rt := &routes{nearest: lc.GroupPolicy == GroupNearest}
 	switch lc.Policy.Type {
 	case PolicyStickyCookie:
 		rt.cookie = lc.Policy.Cookie

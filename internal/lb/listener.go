@@ -25,10 +25,11 @@ type socket struct {
 	freed   chan struct{} // signalled when a connection closes, to resume accepting at the limit
 	closed  atomic.Bool
 	done    chan struct{}
+	rtt     *rttTable // the load balancer's client networks
 }
 
-func newSocket(key string, ln net.Listener, log *slog.Logger) *socket {
-	return &socket{key: key, ln: ln, log: log, freed: make(chan struct{}, 1), done: make(chan struct{})}
+func newSocket(key string, ln net.Listener, log *slog.Logger, rtt *rttTable) *socket {
+	return &socket{key: key, ln: ln, log: log, freed: make(chan struct{}, 1), done: make(chan struct{}), rtt: rtt}
 }
 
 // serve accepts connections until the socket is closed and hands each to the current listener.
@@ -80,10 +81,38 @@ type clientConn struct {
 	net.Conn
 	sock   *socket
 	closed atomic.Bool
+	rttAt  atomic.Int64 // when its round-trip time was last sampled (unix nanoseconds), 0: never
+}
+
+// sampleRTT feeds the connection's round-trip time to the client networks' table, unless it was
+// sampled less than rttResample before now: a branch per request, a system call per connection.
+func (c *clientConn) sampleRTT(now time.Time) {
+	if last := c.rttAt.Load(); last != 0 && now.UnixNano()-last < int64(rttResample) {
+		return
+	}
+	c.rttAt.Store(now.UnixNano())
+	c.sock.rtt.sampleConn(c.Conn)
+}
+
+// asClientConn finds the client connection under what net/http's server hands its hooks.
+func asClientConn(c net.Conn) *clientConn {
+	switch v := c.(type) {
+	case *clientConn:
+		return v
+	case *replayConn:
+		return v.clientConn
+	case *tls.Conn:
+		return asClientConn(v.NetConn())
+	}
+	return nil
 }
 
 func (c *clientConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
+		if c.rttAt.Load() == 0 {
+			// A connection that carried no request (or a TCP listener's) is sampled as it ends.
+			c.sampleRTT(time.Now())
+		}
 		c.sock.open.Add(-1)
 		select {
 		case c.sock.freed <- struct{}{}:
@@ -229,6 +258,13 @@ func newListener(lb *LB, cfg Listener, sock *socket, stats *counters, budget *re
 			MaxHeaderBytes:    cfg.Limits.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(l.log.Handler(), slog.LevelWarn),
 			Protocols:         new(http.Protocols),
+			ConnState: func(c net.Conn, s http.ConnState) {
+				if s == http.StateIdle { // a request was answered
+					if cc := asClientConn(c); cc != nil {
+						cc.sampleRTT(time.Now())
+					}
+				}
+			},
 		}
 		l.srv.Protocols.SetHTTP1(true)
 		if cfg.TLS != nil {

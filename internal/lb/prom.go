@@ -32,6 +32,10 @@ var (
 		[]string{"fleet", "listener"}, nil)
 	descBad = prometheus.NewDesc("herd_lb_bad_requests_total",
 		"Requests rejected as malformed or over a limit, on all listeners.", nil, nil)
+	descClientRTT = prometheus.NewDesc("herd_lb_client_rtt_seconds",
+		"The kernel's smoothed round-trip time of client connections, one sample per connection (GET /rtt of the admin API has it per client network).", nil, nil)
+	descClientNetworks = prometheus.NewDesc("herd_lb_client_networks",
+		"Client networks (/24, /48) whose round-trip time the load balancer remembers.", nil, nil)
 )
 
 // Collector returns a Prometheus collector of the load balancer's metrics, to register in a registry
@@ -50,7 +54,7 @@ func (lb *LB) MetricsHandler() http.Handler {
 type promCollector struct{ lb *LB }
 
 func (c promCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descHeld, descBad} {
+	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descHeld, descBad, descClientRTT, descClientNetworks} {
 		ch <- d
 	}
 }
@@ -93,4 +97,14 @@ func (c promCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held), fleet, l.name)
 	}
 	ch <- prometheus.MustNewConstMetric(descBad, prometheus.CounterValue, float64(c.lb.badRequests.Load()))
+	r := c.lb.rtt
+	buckets := make(map[float64]uint64, len(LatencyBuckets))
+	var cum uint64
+	for i, b := range LatencyBuckets {
+		cum += r.hist[i].Load()
+		buckets[b] = cum
+	}
+	count := cum + r.hist[len(LatencyBuckets)].Load()
+	ch <- prometheus.MustNewConstHistogram(descClientRTT, count, float64(r.histSum.Load())/1e9, buckets)
+	ch <- prometheus.MustNewConstMetric(descClientNetworks, prometheus.GaugeValue, float64(r.len()))
 }

@@ -42,6 +42,9 @@ type TargetHealth struct {
 	// LastError is the last failed check or proxied request, if any.
 	LastError string `json:"lastError,omitempty"`
 	InFlight  int64  `json:"inFlight"`
+	// RTT is the round-trip time to the target that active checks measure (the kernel's smoothed
+	// RTT of their connections), absent until measured.
+	RTT Duration `json:"rtt,omitempty"`
 }
 
 // targetKey identifies a target across Applies: same listener, group, ID and address means the same
@@ -65,6 +68,7 @@ type target struct {
 	ejected  atomic.Bool // passively ejected, until a timer clears it
 	draining atomic.Bool
 
+	rtt         atomic.Int64 // round-trip time measured by active checks (nanoseconds), 0 until measured
 	fails5xx    atomic.Int32 // consecutive 5xx answers or timeouts
 	ejectStreak atomic.Int32 // ejections since the last success, for the backoff
 
@@ -137,6 +141,7 @@ func (t *target) health() TargetHealth {
 	return TargetHealth{
 		Listener: t.key.listener, Fleet: t.key.fleet, Group: t.key.group, ID: t.key.id, Address: t.key.addr,
 		State: t.lastState, Since: t.since, LastError: t.lastError, InFlight: t.stats.inFlight.Load(),
+		RTT: Duration(t.rtt.Load()),
 	}
 }
 

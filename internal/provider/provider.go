@@ -98,6 +98,10 @@ func (spec InstanceSpec) Booting(providerID, address string, createdAt time.Time
 type ListOptions struct {
 	// Fleet, when set, keeps only instances labelled with this fleet.
 	Fleet string
+	// Region, when set, keeps only instances labelled with this region: a region is the unit that
+	// fails alone, so the controller lists each region on its own and one that does not answer
+	// leaves the others' lists whole.
+	Region string
 }
 
 // Capabilities tells the controller what a provider can do.
@@ -189,5 +193,6 @@ func ValidateSpec(spec InstanceSpec) error {
 
 // Matches reports whether an instance with these labels passes the filter.
 func (o ListOptions) Matches(labels map[string]string) bool {
-	return o.Fleet == "" || labels[v1alpha1.LabelFleet] == o.Fleet
+	return (o.Fleet == "" || labels[v1alpha1.LabelFleet] == o.Fleet) &&
+		(o.Region == "" || labels[v1alpha1.LabelRegion] == o.Region)
 }

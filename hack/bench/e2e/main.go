@@ -1,10 +1,12 @@
-// Command e2e runs one scenario of test/e2e on real local instances as a benchmark (make
-// bench-failover, make bench-autoscale, make bench-ha): it runs the named test once, shows its output, and prints
-// the figures the test logged as the last line, e.g.
+// Command e2e runs one scenario of test/e2e on real local instances (or, with -pkg, an integration
+// test of another package) as a benchmark (make bench-failover, make bench-autoscale, make bench-ha,
+// make bench-global): it runs the named test once, shows its output, and prints the figures the test
+// logged as the last line, e.g.
 //
 //	failover: failed_requests=<int> ejection_ms=<int> replacement_ready_s=<float>
 //	autoscale: decision_s=<float> new_capacity_serving_s=<float> warm_pool_serving_s=<float>
 //	ha: takeover_s=<float> failed_requests=<int> lost_acked_writes=<int> orphans=<int> duplicates=<int>
+//	front: failed_requests=<int> failover_ms=<int>
 //
 // The scenarios need root and the host dependencies (make deps, make kubernetes). It exits non-zero
 // when the test fails or is skipped, after printing the figures if the test measured them.
@@ -28,6 +30,7 @@ func main() {
 	test := flag.String("test", "", "the test/e2e test to run, e.g. TestIntegrationFailover")
 	name := flag.String("figures", "", "the word that starts the figures line, e.g. failover")
 	env := flag.String("env", "", "an extra environment variable for the test, KEY=VALUE")
+	pkg := flag.String("pkg", "./test/e2e", "the package of the test")
 	flag.Parse()
 	if *test == "" || *name == "" {
 		fail("bench", fmt.Errorf("-test and -figures are required"))
@@ -38,7 +41,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-timeout", "20m",
-		"-run", "^"+*test+"$", "./test/e2e")
+		"-run", "^"+*test+"$", *pkg)
 	if *env != "" {
 		cmd.Env = append(os.Environ(), *env)
 	}

@@ -74,6 +74,8 @@ type Provider struct {
 	failNext map[string][]error // method -> errors to return on the next calls
 	failFunc func(method, name string) error
 	broken   map[string]string // image -> reason its instances fail once booted
+	// regionDown maps a region to the error every call about it returns (FailRegion).
+	regionDown map[string]error
 }
 
 // New returns a fake provider, loading instances from opts.StateDir if set.
@@ -81,7 +83,7 @@ func New(opts Options) (*Provider, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Provider{opts: opts, instances: map[string]*record{}, byFleet: map[string]map[string]*record{}, calls: map[string]int{}, failNext: map[string][]error{}, broken: map[string]string{}}
+	p := &Provider{opts: opts, instances: map[string]*record{}, byFleet: map[string]map[string]*record{}, calls: map[string]int{}, failNext: map[string][]error{}, broken: map[string]string{}, regionDown: map[string]error{}}
 	if opts.StateDir == "" {
 		return p, nil
 	}
@@ -135,6 +137,36 @@ func (p *Provider) FailWith(f func(method, name string) error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.failFunc = f
+}
+
+// FailRegion makes every call about region fail with err, as a cloud region's API that is down
+// does: Create of an instance in it, List of it (ListOptions.Region), and Delete and Get of its
+// instances. A nil err brings the region back.
+func (p *Provider) FailRegion(region string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil {
+		delete(p.regionDown, region)
+		return
+	}
+	p.regionDown[region] = err
+}
+
+// regionErr returns the error of a region made to fail (FailRegion). p.mu must be held.
+func (p *Provider) regionErr(region string) error {
+	if err := p.regionDown[region]; err != nil {
+		return fmt.Errorf("fake: region %s: %w", region, err)
+	}
+	return nil
+}
+
+// instanceRegionErr is regionErr for the region of an instance, if the provider has it. p.mu
+// must be held.
+func (p *Provider) instanceRegionErr(name string) error {
+	if r, ok := p.instances[name]; ok {
+		return p.regionErr(r.Spec.Region)
+	}
+	return nil
 }
 
 // Notify implements provider.Notifier: f hears of instances killed (Kill) and of the fleets
@@ -288,6 +320,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := p.injected("Create", spec.Name); err != nil {
 		return provider.Instance{}, err
 	}
+	if err := p.regionErr(spec.Region); err != nil {
+		return provider.Instance{}, err
+	}
 	if r, ok := p.instances[spec.Name]; ok {
 		return p.view(r), nil
 	}
@@ -316,6 +351,9 @@ func (p *Provider) Get(ctx context.Context, name string) (provider.Instance, err
 	if err := p.injected("Get", name); err != nil {
 		return provider.Instance{}, err
 	}
+	if err := p.instanceRegionErr(name); err != nil {
+		return provider.Instance{}, err
+	}
 	r, ok := p.instances[name]
 	if !ok {
 		return provider.Instance{}, fmt.Errorf("fake: %s: %w", name, provider.ErrNotFound)
@@ -328,6 +366,9 @@ func (p *Provider) List(ctx context.Context, opts provider.ListOptions) ([]provi
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.injected("List", ""); err != nil {
+		return nil, err
+	}
+	if err := p.regionErr(opts.Region); err != nil {
 		return nil, err
 	}
 	from := p.instances
@@ -349,6 +390,9 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.injected("Delete", name); err != nil {
+		return err
+	}
+	if err := p.instanceRegionErr(name); err != nil {
 		return err
 	}
 	r, ok := p.instances[name]

@@ -149,3 +149,41 @@ func TestFleetIndexAndNotify(t *testing.T) {
 		t.Fatalf("subscribers were told of fleets %v, want b (Kill) then a (BreakImage)", told)
 	}
 }
+
+// A region made to fail fails every call about it, and only about it.
+func TestFailRegion(t *testing.T) {
+	ctx := context.Background()
+	p, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name, region string) error {
+		_, err := p.Create(ctx, provider.InstanceSpec{Name: name, Image: "img", Region: region,
+			Labels: map[string]string{"herd.dev/fleet": "web", "herd.dev/region": region}})
+		return err
+	}
+	if err := mk("web-a", "eu"); err != nil {
+		t.Fatal(err)
+	}
+	down := errors.New("regional API unavailable")
+	p.FailRegion("eu", down)
+	if err := mk("web-b", "eu"); !errors.Is(err, down) {
+		t.Fatalf("Create in the failed region: %v, want %v", err, down)
+	}
+	if _, err := p.List(ctx, provider.ListOptions{Fleet: "web", Region: "eu"}); !errors.Is(err, down) {
+		t.Fatalf("List of the failed region: %v", err)
+	}
+	if err := p.Delete(ctx, "web-a"); !errors.Is(err, down) {
+		t.Fatalf("Delete in the failed region: %v", err)
+	}
+	if err := mk("web-c", "us"); err != nil {
+		t.Fatalf("Create in another region: %v", err)
+	}
+	if l, err := p.List(ctx, provider.ListOptions{Fleet: "web", Region: "us"}); err != nil || len(l) != 1 || l[0].Name != "web-c" {
+		t.Fatalf("List of another region: %v, %v", l, err)
+	}
+	p.FailRegion("eu", nil)
+	if l, err := p.List(ctx, provider.ListOptions{Fleet: "web", Region: "eu"}); err != nil || len(l) != 1 || l[0].Name != "web-a" {
+		t.Fatalf("List of the region back: %v, %v", l, err)
+	}
+}

@@ -212,9 +212,9 @@ func (p *Provider) clientNames() ([]string, error) {
 	return out, nil
 }
 
-// RemoveNetworks removes every client network and the network of every region without
-// instances, and with them the internet namespace: what a test or an uninstall calls after
-// deleting the instances.
+// RemoveNetworks removes every client network, the front door and the network of every region
+// without instances, and with them the internet namespace: what a test or an uninstall calls
+// after deleting the instances.
 func (p *Provider) RemoveNetworks(ctx context.Context) error {
 	return p.withProviderLock(func() error {
 		records, err := p.records()
@@ -233,6 +233,7 @@ func (p *Provider) RemoveNetworks(ctx context.Context) error {
 		for _, c := range clients {
 			errs = append(errs, p.removeClient(ctx, c))
 		}
+		errs = append(errs, p.removeFront(ctx))
 		nets, err := p.regionNets()
 		if err != nil {
 			return err

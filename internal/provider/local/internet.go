@@ -45,7 +45,7 @@ const (
 type internetRecord struct {
 	Netns  string `json:"netns"`
 	Subnet string `json:"subnet"`
-	// Hosts maps "region/<name>" and "client/<name>" to a host number of Subnet.
+	// Hosts maps "region/<name>", "client/<name>" and "front" to a host number of Subnet.
 	Hosts map[string]int `json:"hosts"`
 }
 
@@ -169,7 +169,7 @@ func (p *Provider) releaseInternet(ctx context.Context, key string) error {
 
 // pruneNetDir removes the networks' state directories once they are empty.
 func (p *Provider) pruneNetDir() {
-	for _, d := range []string{filepath.Join(p.netDir(), "regions"), filepath.Join(p.netDir(), "clients"), p.netDir()} {
+	for _, d := range []string{filepath.Join(p.netDir(), "regions"), filepath.Join(p.netDir(), "clients"), p.frontDir(), p.netDir()} {
 		_ = os.Remove(d) // fails, as it should, while something is left in it
 	}
 }

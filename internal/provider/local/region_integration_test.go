@@ -342,16 +342,22 @@ func instanceLike(t *testing.T, rn local.RegionNetwork, host byte) (ns string, a
 // adminDo calls a regional load balancer's admin API from the host.
 func adminDo(t *testing.T, lb local.RegionLB, method, path, body string) (int, string) {
 	t.Helper()
-	token, err := os.ReadFile(lb.TokenFile)
+	return adminCall(t, &http.Client{Timeout: 10 * time.Second}, lb.AdminURL, lb.TokenFile, method, path, body)
+}
+
+// adminCall calls the admin API at baseURL with the token in tokenFile.
+func adminCall(t *testing.T, c *http.Client, baseURL, tokenFile, method, path, body string) (int, string) {
+	t.Helper()
+	token, err := os.ReadFile(tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(method, lb.AdminURL+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, baseURL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -90,22 +90,7 @@ func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB,
 			_ = stopProcess(context.WithoutCancel(ctx), pid, start, lbStopTimeout)
 			return err
 		}
-		var died bool
-		err = waitFor(ctx, lbStartTimeout, func() bool {
-			if died = !alive(pid, start); died {
-				return true
-			}
-			c, err := net.DialTimeout("tcp", admin, time.Second)
-			if err != nil {
-				return false
-			}
-			c.Close()
-			return true
-		}, "the load balancer's admin API at "+admin)
-		if err == nil && died {
-			err = errors.New("it exited: " + logTail(filepath.Join(dir, lbLogFile), 5))
-		}
-		if err != nil {
+		if err := waitAdmin(ctx, pid, start, "tcp", admin, filepath.Join(dir, lbLogFile)); err != nil {
 			return fmt.Errorf("start the load balancer: %w", err)
 		}
 		out.PID = pid
@@ -116,6 +101,27 @@ func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB,
 		return RegionLB{}, fmt.Errorf("region %s: %w", region, err)
 	}
 	return out, nil
+}
+
+// waitAdmin waits until the load balancer just started as pid serves its admin API at addr, up to
+// lbStartTimeout; if it exits first, the error quotes the end of its log.
+func waitAdmin(ctx context.Context, pid int, start uint64, network, addr, logPath string) error {
+	var died bool
+	err := waitFor(ctx, lbStartTimeout, func() bool {
+		if died = !alive(pid, start); died {
+			return true
+		}
+		c, err := net.DialTimeout(network, addr, time.Second)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	}, "the admin API at "+addr)
+	if err == nil && died {
+		err = errors.New("it exited: " + logTail(logPath, 5))
+	}
+	return err
 }
 
 // ensureToken writes a new random token to path (0600) unless it holds one.
