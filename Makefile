@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha bench-global kubernetes deps
+	bench-autoscale bench-ha bench-global bench-dns kubernetes deps
 
 # herd, and beside it herd-agent, which every local instance runs (a binary of its own so that
 # instances do not carry the image builder's Helm and Kustomize in their memory).
@@ -69,6 +69,12 @@ bench-ha: deps kubernetes
 #   front: failed_requests=<int> failover_ms=<int>
 bench-global: deps
 	$(GO) run ./hack/bench/e2e -pkg ./internal/provider/local -test TestIntegrationFrontDoor -figures front
+
+# herd's authoritative DNS (herd dns) against CoreDNS (the add-on's pinned version with its file
+# plugin, built from the Go module proxy) and Knot (Debian), serving the same zone, each pinned to one
+# core, driven by dnsperf (Debian) from the other. Its last line is the figures.
+bench-dns: build deps
+	$(GO) run ./hack/bench/dns -herd $(BIN)/herd
 
 # Debian packages needed by real instances and benchmarks.
 deps:

@@ -6,7 +6,9 @@
 # promtool checks the shipped alert rules; the integration tests run a real
 # Prometheus scraping herd up), chromium (the dashboard's tests drive a real
 # headless browser), busybox-static (the shell image herd image build bakes
-# for add-ons' helper pods, such as the storage add-on's).
+# for add-ons' helper pods, such as the storage add-on's), bind9-dnsutils (dig, which the DNS
+# tests query herd's DNS with), knot and dnsperf (make bench-dns compares herd's DNS with Knot
+# under dnsperf's load).
 #
 # Idempotent: when everything is installed it checks and exits quietly, without
 # touching apt's lists. Otherwise it runs `apt-get update` once and installs what
@@ -16,7 +18,7 @@
 # Needs root (or sudo) and Debian or a derivative with apt.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium busybox-static)
+packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium busybox-static bind9-dnsutils knot dnsperf)
 
 # Files each package must provide; checked after installing, so that a broken
 # install fails here rather than when an instance boots.
@@ -25,11 +27,12 @@ required=(
 	/usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap
 	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
 	/usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /bin/busybox
+	/usr/bin/dig /usr/sbin/knotd /usr/bin/dnsperf
 )
 
 # System services these packages ship; herd runs its own instances of them (and
-# its tests their own Prometheus).
-services=(containerd etcd prometheus)
+# its tests their own Prometheus, make bench-dns its own Knot).
+services=(containerd etcd prometheus knot)
 
 die() { echo "hack/install-deps.sh: $*" >&2; exit 1; }
 

@@ -130,6 +130,7 @@ func SetFleetDefaults(f *Fleet, defaultProvider string) {
 	if !hasDefault {
 		s.Regions[0].Default = true
 	}
+	setGlobalDefaults(s)
 }
 
 // DefaultRegion returns the region new instances go to. The fleet must have been defaulted.

@@ -63,6 +63,8 @@ type FleetSpec struct {
 	Rollout Rollout `json:"rollout,omitempty"`
 	// Regions are where instances run. Default: one region named "local" on the local provider.
 	Regions []Region `json:"regions,omitempty"`
+	// Global routes users to the fleet's regions through herd's authoritative DNS. Default: none.
+	Global *Global `json:"global,omitempty"`
 }
 
 // Replicas bounds the fleet's size.

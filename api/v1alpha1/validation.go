@@ -226,6 +226,7 @@ func ValidateFleet(f *Fleet) ErrorList {
 		errs.add("spec.regions", "exactly one region may be the default (got %d with default: true)", defaults)
 	}
 	errs.addFieldErrors(validateRegions(s))
+	errs = append(errs, validateGlobal(s)...)
 	return errs
 }
 

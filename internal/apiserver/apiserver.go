@@ -5,6 +5,7 @@
 package apiserver
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/routes"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/version"
 )
@@ -63,6 +65,8 @@ type Options struct {
 	Chaos http.Handler
 	// RegionLBs, if set, reports the regional load balancers for GET /v1/regions/loadbalancers.
 	RegionLBs func() []RegionLB
+	// Routes, if set, computes what herd's DNS answers from, for GET /v1/routes.
+	Routes func(ctx context.Context) (routes.Table, error)
 }
 
 // RegionLB is a region's own load balancer, as the control plane last saw it.
@@ -131,6 +135,7 @@ func New(opts Options) *Server {
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
+	s.mux.HandleFunc("GET /v1/routes", s.getRoutes)
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

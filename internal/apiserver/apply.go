@@ -116,7 +116,8 @@ func (s *Server) validateApply(fleets []v1alpha1.Fleet) []FieldProblem {
 			problems = append(problems, FieldProblem{Document: i + 1, Field: e.Field, Message: e.Message})
 		}
 	}
-	return append(problems, listenerClashes(fleets, nil)...)
+	problems = append(problems, listenerClashes(fleets, nil)...)
+	return append(problems, hostnameClashes(fleets, nil)...)
 }
 
 // listenerClashes refuses a load-balancer port claimed by two fleets: every fleet's listeners
@@ -198,7 +199,8 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 	for i, a := range fleets {
 		next[i] = *a.fleet
 	}
-	if plan.problems = listenerClashes(next, stored); len(plan.problems) > 0 {
+	plan.problems = append(listenerClashes(next, stored), hostnameClashes(next, stored)...)
+	if len(plan.problems) > 0 {
 		return plan, nil
 	}
 	now := time.Now().UTC()

@@ -39,6 +39,7 @@ func newDescribeCmd(g *globals) *cobra.Command {
 				return err
 			}
 			describeFleet(g.out, f)
+			describeGlobal(ctx, g.out, c, f)
 			describeInstances(g.out, f, insts)
 			fmt.Fprintln(g.out, "Events:")
 			if len(evs) == 0 {

@@ -15,22 +15,27 @@ func newGetCmd(g *globals) *cobra.Command {
 	var output string
 	var fleet string
 	cmd := &cobra.Command{
-		Use:   "get fleets|instances|regions [NAME]",
-		Short: "List fleets, instances or the regions of fleets",
+		Use:   "get fleets|instances|regions|routes [NAME]",
+		Short: "List fleets, instances, the regions of fleets or global routes",
 		Long: `get lists fleets, instances, or regions: one line per fleet and region, with the region's
 desired, running and ready instances, the revision it runs (during a wave, the old one until the
 wave reaches it), its state (Ready, Scaling, Pending, Degraded, ProviderFailed, Unreachable) and
-why. For regions, NAME is a fleet.`,
+why. For regions, NAME is a fleet. routes lists each global hostname (spec.global) with each
+region's part in its DNS answers and why; NAME is a hostname or a fleet.`,
 		Example: `  herd get fleets
   herd get instances --fleet hello -o wide
   herd get fleet hello -o yaml
   herd get regions
-  herd get regions hello -o wide`,
+  herd get regions hello -o wide
+  herd get routes                     # each global hostname's answer per region, and why`,
 		Args:      cobra.RangeArgs(1, 2),
-		ValidArgs: []string{"fleets", "instances", "regions"},
+		ValidArgs: []string{"fleets", "instances", "regions", "routes"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if resource(args[0]) == "region" {
 				return getRegions(cmd.Context(), g, args[1:], output)
+			}
+			if resource(args[0]) == "route" {
+				return getRoutes(cmd.Context(), g, args, output)
 			}
 			format, kind, name, err := resourceArgs(args, output)
 			if err != nil {
@@ -78,7 +83,7 @@ why. For regions, NAME is a fleet.`,
 				}
 				return printInstances(g, insts, format == "wide")
 			default:
-				return fmt.Errorf("unknown resource %q: use fleets or instances", args[0])
+				return fmt.Errorf("unknown resource %q: use fleets, instances, regions or routes", args[0])
 			}
 		},
 	}
@@ -96,6 +101,8 @@ func resource(s string) string {
 		return "instance"
 	case "region", "regions", "rg":
 		return "region"
+	case "route", "routes":
+		return "route"
 	}
 	return s
 }

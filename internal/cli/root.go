@@ -73,6 +73,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newFrontCmd(g),
 		newLinkRelayCmd(g),
 		newChaosCmd(g),
+		newDNSCmd(g),
 	)
 	return root
 }

@@ -16,6 +16,7 @@ import (
 func newUpCmd(g *globals) *cobra.Command {
 	opts := controlplane.Options{}
 	var etcdPasswordFile string
+	var dns dnsFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run the control plane (store, API, controller, load balancer) in the foreground",
@@ -38,11 +39,18 @@ and each adds its address to the client config, whose client tries the others wh
   herd up --provider fake --data-dir /tmp/herd --listen 127.0.0.1:0
   herd up --store etcd --etcd-endpoints http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379
 
+  # with herd's authoritative DNS for the fleets' spec.global hostnames (dig @127.0.0.1 -p 5353 ...)
+  herd up --dns-zone herd.test. --dns-listen 127.0.0.1:5353
+
   # a second replica of the same control plane on this machine
   herd up --store etcd --etcd-endpoints ... --listen 127.0.0.1:7444 --lb-address 127.0.0.2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := etcdFlags(cmd, &opts, etcdPasswordFile); err != nil {
+				return err
+			}
+			var err error
+			if opts.DNS, err = dns.options(); err != nil {
 				return err
 			}
 			log, err := g.logger()
@@ -72,6 +80,7 @@ and each adds its address to the client config, whose client tries the others wh
 	cmd.Flags().StringVar(&etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password (with --etcd-username)")
 	cmd.Flags().DurationVar(&opts.Etcd.RequestTimeout, "etcd-request-timeout", etcd.DefaultRequestTimeout, "how long a read or write waits for etcd before the API answers 503 \"etcd has no quorum\"")
 	cmd.Flags().IntVar(&opts.LeaderLeaseTTL, "leader-lease-ttl", leader.DefaultTTL, "seconds a dead leader keeps the controller before another replica takes over (with --store etcd); etcd raises it to 1.5x its election timeout, so 1 needs etcd's --election-timeout at most 500")
+	dns.register(cmd, "dns-", "serve this zone with herd's authoritative DNS (e.g. herd.test.): each fleet's spec.global hostname answered with its healthy regions' load balancers; default: no DNS")
 	return cmd
 }
 

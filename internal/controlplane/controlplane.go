@@ -32,6 +32,7 @@ import (
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/routes"
 	"herd.dev/herd/internal/store/etcd"
 	"herd.dev/herd/internal/usage"
 	"herd.dev/herd/internal/web"
@@ -62,6 +63,8 @@ type Options struct {
 	Logger     *slog.Logger
 	// Ready, if set, is called once the API serves, with its URL.
 	Ready func(url string)
+	// DNS runs herd's authoritative DNS server for a zone. Default: none.
+	DNS DNSOptions
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/herd, or ~/.local/share/herd.
@@ -210,6 +213,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// herd's DNS answers from the store, the regions' reachability from the clients' side and
+	// the round trips each regional load balancer measures to its client networks.
+	clientRTT := &routes.RTTPoller{Admins: func() []routes.LBAdmin { return lbAdmins(regional) }, Logger: log}
+	routeSrc := &routeSource{store: st, lb: lbAddresses{providers: providers, embedded: embeddedLBAddresses(opts.LBAddress)}, reach: regions, rtt: clientRTT}
 	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: monitor, CPU: agents, Logger: log, Observer: decisions}
 
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -234,6 +241,7 @@ func Run(ctx context.Context, opts Options) error {
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions, regions.Collector()),
 		Chaos:            chaosEngine.Handler(),
 		RegionLBs:        func() []apiserver.RegionLB { return regionLBs(regional) },
+		Routes:           routeSrc.Table,
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			ctrl.status(s)
@@ -256,6 +264,14 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	var serveDNS func(context.Context) error
+	if opts.DNS.Zone != "" {
+		if serveDNS, err = startDNS(opts.DNS, routeSrc, recorder, log); err != nil {
+			ln.Close()
+			kubeLn.Close()
+			return err
+		}
+	}
 	if err := client.AddServer(opts.ConfigPath, url, token); err != nil {
 		ln.Close()
 		kubeLn.Close()
@@ -265,7 +281,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 8) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 9) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -286,6 +302,13 @@ func Run(ctx context.Context, opts Options) error {
 	run(runCtx, &wg, "agent metrics", agents.Start)
 	run(runCtx, &wg, "usage", usageSampler.Start)
 	run(runCtx, &wg, "region probes", regions.Run)
+	run(runCtx, &wg, "client round trips", func(ctx context.Context) error {
+		clientRTT.Run(ctx, rttPollInterval)
+		return nil
+	})
+	if serveDNS != nil {
+		run(runCtx, &wg, "dns", serveDNS)
+	}
 	for _, l := range []net.Listener{ln, kubeLn} {
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

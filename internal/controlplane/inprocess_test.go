@@ -21,6 +21,12 @@ import (
 // client of its API.
 func inProcess(t *testing.T) (*cluster, *client.Client) {
 	t.Helper()
+	return inProcessWith(t, func(*controlplane.Options) {})
+}
+
+// inProcessWith is inProcess with options changed by set.
+func inProcessWith(t *testing.T, set func(*controlplane.Options)) (*cluster, *client.Client) {
+	t.Helper()
 	dir := t.TempDir()
 	logFile, err := os.Create(filepath.Join(dir, "up.log"))
 	if err != nil {
@@ -29,14 +35,14 @@ func inProcess(t *testing.T) (*cluster, *client.Client) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- controlplane.Run(ctx, controlplane.Options{
-			DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Provider: fake.Name,
-			ConfigPath: filepath.Join(dir, "config"),
-			Logger:     slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Ready:      func(url string) { ready <- url },
-		})
-	}()
+	opts := controlplane.Options{
+		DataDir: filepath.Join(dir, "data"), Listen: "127.0.0.1:0", Provider: fake.Name,
+		ConfigPath: filepath.Join(dir, "config"),
+		Logger:     slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Ready:      func(url string) { ready <- url },
+	}
+	set(&opts)
+	go func() { done <- controlplane.Run(ctx, opts) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"time"
 
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionhealth"
+	"herd.dev/herd/internal/routes"
 )
 
 // newRegionChecker probes the regions whose load balancers regional configures, from the
@@ -55,6 +57,19 @@ func regionLBs(regional *lbsync.Regional) []apiserver.RegionLB {
 			rl.Address = b.DataAddress.String()
 		}
 		out = append(out, rl)
+	}
+	return out
+}
+
+// rttPollInterval is how often the regional load balancers' client round trips are read: the
+// latency policy follows clients' networks over seconds, not per request.
+const rttPollInterval = 5 * time.Second
+
+// lbAdmins are the admin APIs of the regional load balancers, for the RTT poller.
+func lbAdmins(regional *lbsync.Regional) []routes.LBAdmin {
+	var out []routes.LBAdmin
+	for region, a := range regional.Admins() {
+		out = append(out, routes.LBAdmin{Region: region, URL: a.URL, Token: a.Token})
 	}
 	return out
 }

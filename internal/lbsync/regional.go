@@ -131,6 +131,20 @@ func (r *Regional) Balancers() []RegionLBStatus {
 	return out
 }
 
+// Admins returns the admin API clients of the regional load balancers made so far, by region
+// name: the RTT poller reads their client round trips. The clients hold the admin tokens.
+func (r *Regional) Admins() map[string]*lb.AdminClient {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]*lb.AdminClient, len(r.lbs))
+	for region, rl := range r.lbs {
+		if rl.admin != nil {
+			out[region] = rl.admin
+		}
+	}
+	return out
+}
+
 // regionWant is what a region's load balancer should run.
 type regionWant struct {
 	prov    provider.RegionalBalancers

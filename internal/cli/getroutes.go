@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/client"
+)
+
+// getRoutes is `herd get routes [HOSTNAME] [-o wide|yaml|json]`.
+func getRoutes(ctx context.Context, g *globals, args []string, output string) error {
+	format := outputFormat(output)
+	if err := format.check(); err != nil {
+		return err
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	name := ""
+	if len(args) == 2 {
+		name = args[1]
+	}
+	return printRoutes(ctx, g, c, name, format)
+}
+
+// printRoutes is `herd get routes [HOSTNAME]`: each global hostname, its policy, and per region
+// how it takes part in the DNS answers and why.
+func printRoutes(ctx context.Context, g *globals, c *client.Client, hostname string, format outputFormat) error {
+	table, err := c.Routes(ctx)
+	if err != nil {
+		return err
+	}
+	if hostname != "" {
+		want := strings.ToLower(strings.TrimSuffix(hostname, "."))
+		rs := table.Routes[:0]
+		for _, r := range table.Routes {
+			if r.Hostname == want || r.Fleet == hostname {
+				rs = append(rs, r)
+			}
+		}
+		if len(rs) == 0 {
+			return fmt.Errorf("no route for %q: give a fleet's spec.global.hostname or the fleet's name (herd get routes lists them)", hostname)
+		}
+		table.Routes = rs
+	}
+	if format == "yaml" || format == "json" {
+		return printObject(g.out, format, table)
+	}
+	if len(table.Routes) == 0 {
+		fmt.Fprintln(g.errOut, "No routes found: give a fleet spec.global (docs/global-routing.md).")
+		return nil
+	}
+	headers := []string{"HOSTNAME", "FLEET", "POLICY", "TTL", "REGION", "ANSWER", "READY", "ADDRESS", "WHY"}
+	t := newTable(g.out, headers...)
+	for _, r := range table.Routes {
+		answer := r.Answer()
+		for i, rg := range r.Regions {
+			var addrs []string
+			for _, a := range rg.Addresses {
+				addrs = append(addrs, a.String())
+			}
+			if len(addrs) == 0 {
+				addrs = []string{"<none>"}
+			}
+			t.row(r.Hostname, r.Fleet, r.Policy, fmt.Sprintf("%ds", r.TTLSeconds), rg.Name, answer[i],
+				fmt.Sprintf("%d/%d", rg.Ready, rg.MinReady), strings.Join(addrs, ","), rg.Why)
+		}
+	}
+	return t.flush()
+}
+
+// describeGlobal prints, for a fleet with spec.global, each region as herd's DNS sees it: its part
+// in the answers and why. A control plane that computes no routes is said so, not an error.
+func describeGlobal(ctx context.Context, w io.Writer, c *client.Client, f *v1alpha1.Fleet) {
+	g := f.Spec.Global
+	if g == nil {
+		return
+	}
+	ttl := v1alpha1.DefaultGlobalTTL
+	if g.TTL != nil {
+		ttl = g.TTL.Duration
+	}
+	fmt.Fprintf(w, "%-20s%s, policy %s, TTL %s, min %d Ready per region\n", "Global:", g.Hostname, g.Policy, ttl, deref(g.MinHealthyInstances))
+	table, err := c.Routes(ctx)
+	if err != nil {
+		fmt.Fprintf(w, "  routes unavailable: %v\n", err)
+		return
+	}
+	for _, r := range table.Routes {
+		if r.Fleet != f.Metadata.Name {
+			continue
+		}
+		t := newTable(newIndent(w), "REGION", "DNS ANSWER", "READY", "REACHABLE", "WHY")
+		answer := r.Answer()
+		for i, rg := range r.Regions {
+			t.row(rg.Name, answer[i], fmt.Sprintf("%d/%d", rg.Ready, rg.MinReady), rg.Reachable, rg.Why)
+		}
+		_ = t.flush()
+	}
+}

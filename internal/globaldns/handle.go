@@ -1,0 +1,224 @@
+package globaldns
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// TTLs of the zone's own records, and the negative-caching TTL (SOA minimum, RFC 2308): short,
+// like the answers, so that a hostname added to the zone resolves soon.
+const (
+	soaTTL      = 60
+	nsTTL       = 3600
+	negativeTTL = 5
+)
+
+// DefaultMaxUDPSize caps the EDNS0 buffer size a client may ask for: 1232 bytes fit every path's
+// MTU without fragmentation (the DNS Flag Day 2020 value); bigger answers go over TCP.
+const DefaultMaxUDPSize = 1232
+
+// respond answers one query packet: req is the packet, src the resolver's address, udp set
+// over UDP, where a reply is held to the client's EDNS0 buffer size. It returns the packed reply,
+// in buf when it fits (PackBuffer packs in place when len(buf) suffices), or nil when the packet deserves none (too short for a header, or itself a
+// reply). It never panics on any input, which FuzzRespond checks.
+func (s *Server) respond(req []byte, src netip.Addr, udp bool, buf []byte) []byte {
+	if len(req) < 12 || req[2]&0x80 != 0 { // no header, or QR set: never answer an answer
+		return nil
+	}
+	var q dns.Msg
+	if err := q.Unpack(req); err != nil {
+		return formErr(req, buf)
+	}
+	r := &dns.Msg{}
+	r.Id, r.Response, r.Opcode, r.RecursionDesired = q.Id, true, q.Opcode, q.RecursionDesired
+	r.Question = q.Question
+	maxSize := dns.MaxMsgSize
+	if udp {
+		maxSize = dns.MinMsgSize
+	}
+	opt, optErr := singleOPT(&q)
+	var ecs *dns.EDNS0_SUBNET
+	c := client{addr: src.Unmap(), bits: src.Unmap().BitLen()}
+	if opt != nil {
+		if udp {
+			maxSize = min(max(int(opt.UDPSize()), dns.MinMsgSize), s.maxUDP)
+		}
+		ropt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		ropt.SetUDPSize(uint16(s.maxUDP))
+		r.Extra = []dns.RR{ropt}
+		for _, o := range opt.Option {
+			if e, ok := o.(*dns.EDNS0_SUBNET); ok && ecs == nil {
+				ecs = e
+			}
+		}
+		if ecs != nil {
+			var ok bool
+			if c, ok = ecsClient(ecs); !ok {
+				optErr = true
+			} else {
+				echo := &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: ecs.Family, SourceNetmask: ecs.SourceNetmask, Address: ecs.Address}
+				ropt.Option = []dns.EDNS0{echo}
+				ecs = echo
+			}
+		}
+		if !optErr && opt.Version() != 0 {
+			r.Rcode = dns.RcodeBadVers
+			return pack(r, maxSize, buf)
+		}
+	}
+	switch {
+	case optErr || len(q.Question) != 1:
+		r.Rcode = dns.RcodeFormatError
+		if ecs != nil && optErr {
+			r.Extra[0].(*dns.OPT).Option = nil
+		}
+	case q.Opcode != dns.OpcodeQuery:
+		r.Rcode = dns.RcodeNotImplemented
+	default:
+		scope := s.answer(r, q.Question[0], c)
+		if ecs != nil {
+			ecs.SourceScope = uint8(min(scope, int(ecs.SourceNetmask)))
+		}
+	}
+	return pack(r, maxSize, buf)
+}
+
+// answer fills r for question qn from the current snapshot and returns the ECS scope the answer
+// holds for.
+func (s *Server) answer(r *dns.Msg, qn dns.Question, c client) int {
+	snap := s.snap.Load()
+	name := strings.ToLower(qn.Name)
+	if (qn.Qclass != dns.ClassINET && qn.Qclass != dns.ClassANY) || !dns.IsSubDomain(snap.zone, name) {
+		r.Rcode = dns.RcodeRefused // not ours: an authoritative server gives no referral upwards
+		return 0
+	}
+	r.Authoritative = true
+	if name == snap.zone {
+		switch qn.Qtype {
+		case dns.TypeSOA, dns.TypeANY: // ANY: one RRset is a full answer (RFC 8482)
+			r.Answer = snap.soa
+		case dns.TypeNS:
+			r.Answer = snap.ns
+			for _, ns := range snap.ns {
+				if g := snap.glue[ns.(*dns.NS).Ns]; g != nil {
+					r.Extra = append(r.Extra, g.allA...)
+					r.Extra = append(r.Extra, g.allAAAA...)
+				}
+			}
+		default:
+			r.Ns = snap.soa
+		}
+		return 0
+	}
+	h := snap.hosts[name]
+	if h == nil {
+		h = snap.glue[name]
+	}
+	if h == nil {
+		if !snap.ents[name] {
+			r.Rcode = dns.RcodeNameError
+		}
+		r.Ns = snap.soa
+		return 0
+	}
+	i, scope := h.pick(snap, c)
+	switch qn.Qtype {
+	case dns.TypeA:
+		r.Answer = h.rrset(i, h.a, h.allA)
+	case dns.TypeAAAA:
+		r.Answer = h.rrset(i, h.aaaa, h.allAAAA)
+	case dns.TypeANY:
+		if r.Answer = h.rrset(i, h.a, h.allA); len(r.Answer) == 0 {
+			r.Answer = h.rrset(i, h.aaaa, h.allAAAA)
+		}
+	}
+	if len(r.Answer) == 0 {
+		r.Ns = snap.soa // NODATA: the name exists, not with this type
+	}
+	return scope
+}
+
+func (h *host) rrset(i int, per [][]dns.RR, all []dns.RR) []dns.RR {
+	if i < 0 {
+		return all
+	}
+	return per[i]
+}
+
+// singleOPT returns the query's OPT record; bad is set when there are several (RFC 6891: FORMERR).
+func singleOPT(q *dns.Msg) (opt *dns.OPT, bad bool) {
+	for _, rr := range q.Extra {
+		if o, ok := rr.(*dns.OPT); ok {
+			if opt != nil {
+				return opt, true
+			}
+			opt = o
+		}
+	}
+	return opt, false
+}
+
+// ecsClient reads an EDNS Client Subnet option; ok is false when it is malformed (RFC 7871 7.1:
+// a source prefix longer than the family's addresses, or a non-zero scope in a query).
+func ecsClient(e *dns.EDNS0_SUBNET) (client, bool) {
+	var addr netip.Addr
+	switch e.Family {
+	case 1:
+		a, ok := netip.AddrFromSlice(e.Address.To4())
+		if !ok || e.SourceNetmask > 32 {
+			return client{}, false
+		}
+		addr = a
+	case 2:
+		a, ok := netip.AddrFromSlice(e.Address.To16())
+		if !ok || e.SourceNetmask > 128 {
+			return client{}, false
+		}
+		addr = a
+	default:
+		return client{}, false
+	}
+	if e.SourceScope != 0 {
+		return client{}, false
+	}
+	p, err := addr.Prefix(int(e.SourceNetmask))
+	if err != nil {
+		return client{}, false
+	}
+	return client{addr: p.Addr(), bits: p.Bits()}, true
+}
+
+// pack packs r into buf, truncating it (TC set, records dropped, OPT kept) when it exceeds maxSize
+// so that the resolver retries over TCP.
+func pack(r *dns.Msg, maxSize int, buf []byte) []byte {
+	r.Compress = true
+	out, err := r.PackBuffer(buf)
+	if err != nil {
+		r.Answer, r.Ns, r.Extra = nil, nil, nil
+		r.Rcode = dns.RcodeServerFailure
+		if out, err = r.PackBuffer(buf); err != nil {
+			return nil
+		}
+	}
+	if len(out) <= maxSize {
+		return out
+	}
+	r.Truncate(maxSize)
+	out, err = r.PackBuffer(buf)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// formErr answers a packet whose header reads but whose body does not: the header's id and
+// opcode, FORMERR, no sections.
+func formErr(req, buf []byte) []byte {
+	out := append(buf[:0], req[:12]...)
+	out[2] = 0x80 | req[2]&0x79 // QR, the query's opcode and RD
+	out[3] = dns.RcodeFormatError
+	clear(out[4:12])
+	return out
+}

@@ -1,0 +1,177 @@
+package globaldns
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/events/eventstest"
+	"herd.dev/herd/internal/routes"
+)
+
+// eventLines returns r's events as "Object Type Reason: message" lines.
+func eventLines(r *eventstest.Recorder) []string {
+	var out []string
+	for _, e := range r.Events() {
+		out = append(out, e.Object+" "+e.Type+" "+e.Reason+": "+e.Message)
+	}
+	return out
+}
+
+var (
+	euAddr   = netip.MustParseAddr("10.0.1.1")
+	euAddr6  = netip.MustParseAddr("2001:db8::1")
+	usAddr   = netip.MustParseAddr("10.0.2.1")
+	apAddr   = netip.MustParseAddr("10.0.3.1")
+	nsAddr   = netip.MustParseAddr("10.0.0.53")
+	testZone = "herd.test."
+)
+
+func region(name string, healthy bool, addrs ...netip.Addr) routes.RegionRoute {
+	why := "reachable, 2 Ready instances (min 1)"
+	if !healthy {
+		why = "unreachable from outside the region: partitioned"
+	}
+	return routes.RegionRoute{Name: name, Addresses: addrs, Weight: 1, Ready: 2, MinReady: 1, Reachable: healthy, Healthy: healthy, Why: why}
+}
+
+// testTable has one hostname per policy, all regions healthy.
+func testTable() routes.Table {
+	three := func() []routes.RegionRoute {
+		return []routes.RegionRoute{region("eu", true, euAddr, euAddr6), region("us", true, usAddr), region("ap", true, apAddr)}
+	}
+	weighted := three()
+	weighted[0].Weight, weighted[1].Weight, weighted[2].Weight = 3, 1, 0
+	var many []netip.Addr
+	for i := range 100 {
+		many = append(many, netip.AddrFrom4([4]byte{10, 9, byte(i / 250), byte(1 + i%250)}))
+	}
+	geo := []routes.GeoRule{
+		{Prefix: netip.MustParsePrefix("10.1.0.0/16"), Region: "us"},
+		{Prefix: netip.MustParsePrefix("10.1.7.0/24"), Region: "ap"},
+		{Prefix: netip.MustParsePrefix("2001:db8:aa::/48"), Region: "ap"},
+	}
+	routes.SortGeo(geo)
+	return routes.Table{
+		Routes: []routes.Route{
+			{Fleet: "big", Hostname: "big.herd.test", Policy: v1alpha1.PolicyFailover, TTLSeconds: 5, Regions: []routes.RegionRoute{region("eu", true, many...)}},
+			{Fleet: "deep", Hostname: "deep.app.herd.test", Policy: v1alpha1.PolicyFailover, TTLSeconds: 5, Regions: three()},
+			{Fleet: "fo", Hostname: "fo.herd.test", Policy: v1alpha1.PolicyFailover, TTLSeconds: 5, Regions: three()},
+			{Fleet: "geo", Hostname: "geo.herd.test", Policy: v1alpha1.PolicyGeo, TTLSeconds: 5, Regions: three(), Geo: geo, GeoDefault: "eu"},
+			{Fleet: "lat", Hostname: "lat.herd.test", Policy: v1alpha1.PolicyLatency, TTLSeconds: 5, Regions: three(), Geo: geo, GeoDefault: "eu", LatencyFallback: v1alpha1.PolicyGeo},
+			{Fleet: "w", Hostname: "w.herd.test", Policy: v1alpha1.PolicyWeighted, TTLSeconds: 5, Regions: weighted},
+		},
+		RTT: map[netip.Prefix]map[string]time.Duration{
+			netip.MustParsePrefix("10.5.5.0/24"): {"eu": 80 * time.Millisecond, "us": 20 * time.Millisecond, "ap": 150 * time.Millisecond},
+			netip.MustParsePrefix("10.6.6.0/24"): {"eu": 10 * time.Millisecond, "us": 90 * time.Millisecond},
+		},
+	}
+}
+
+// startServer serves t on a loopback port and returns the server and its address.
+func startServer(t *testing.T, table routes.Table, ev EventRecorder) (*Server, string) {
+	t.Helper()
+	s, err := New(Options{Zone: testZone, Events: ev, Nameservers: []Nameserver{{Name: "ns1.herd.test", Addresses: []netip.Addr{nsAddr}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Update(table)
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, l.Addr().String()
+}
+
+// query asks addr over network ("udp" or "tcp") with the options given.
+func query(t *testing.T, network, addr, name string, qtype uint16, opts ...func(*dns.Msg)) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	for _, o := range opts {
+		o(m)
+	}
+	c := &dns.Client{Net: network, Timeout: 2 * time.Second, UDPSize: 65535}
+	r, _, err := c.Exchange(m, addr)
+	if err != nil {
+		t.Fatalf("%s %s %s: %v", network, name, dns.TypeToString[qtype], err)
+	}
+	if r.Id != m.Id || !r.Response {
+		t.Fatalf("reply id %d response %v to query %d", r.Id, r.Response, m.Id)
+	}
+	return r
+}
+
+// edns adds an OPT record with the buffer size given.
+func edns(size uint16) func(*dns.Msg) { return func(m *dns.Msg) { m.SetEdns0(size, false) } }
+
+// ecs adds an OPT record with an EDNS Client Subnet option for prefix.
+func ecs(prefix string) func(*dns.Msg) {
+	return func(m *dns.Msg) {
+		p := netip.MustParsePrefix(prefix)
+		o := m.IsEdns0()
+		if o == nil {
+			m.SetEdns0(1232, false)
+			o = m.IsEdns0()
+		}
+		family := uint16(1)
+		if p.Addr().Is6() {
+			family = 2
+		}
+		o.Option = append(o.Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: family, SourceNetmask: uint8(p.Bits()), Address: p.Addr().AsSlice()})
+	}
+}
+
+// addrs returns the A and AAAA addresses of r's answer section.
+func addrs(r *dns.Msg) []string {
+	var out []string
+	for _, rr := range r.Answer {
+		switch v := rr.(type) {
+		case *dns.A:
+			out = append(out, v.A.String())
+		case *dns.AAAA:
+			out = append(out, v.AAAA.String())
+		}
+	}
+	return out
+}
+
+func replyECS(r *dns.Msg) *dns.EDNS0_SUBNET {
+	if o := r.IsEdns0(); o != nil {
+		for _, e := range o.Option {
+			if s, ok := e.(*dns.EDNS0_SUBNET); ok {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+func withRegions(t routes.Table, host string, regions ...routes.RegionRoute) routes.Table {
+	out := t
+	out.Routes = append([]routes.Route(nil), t.Routes...)
+	for i := range out.Routes {
+		if out.Routes[i].Hostname == host {
+			out.Routes[i].Regions = regions
+		}
+	}
+	return out
+}
+
+// mustAnswer checks that r answers with exactly want.
+func mustAnswer(t *testing.T, what string, r *dns.Msg, want ...string) {
+	t.Helper()
+	got := addrs(r)
+	if r.Rcode != dns.RcodeSuccess || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: rcode %s answer %v, want NOERROR %v", what, dns.RcodeToString[r.Rcode], got, want)
+	}
+}

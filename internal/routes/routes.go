@@ -1,0 +1,237 @@
+// Package routes computes what herd's authoritative DNS answers for each fleet with spec.global:
+// per region, its load balancer's data addresses, whether it is healthy (reachable from outside
+// the region and with enough Ready instances) and why, plus the round-trip times the regional load
+// balancers measured per client network. The control plane serves the result as GET /v1/routes;
+// the DNS server, in-process or alone (`herd dns`), answers from it.
+package routes
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+)
+
+// Table is everything herd's DNS answers from. It is a value: once built it is never changed.
+type Table struct {
+	// Routes are the hostnames, sorted by hostname.
+	Routes []Route `json:"routes"`
+	// RTT is the smoothed round-trip time from each client network (/24, /48 for IPv6) to each
+	// region's load balancer, as the load balancers measured it.
+	RTT map[netip.Prefix]map[string]time.Duration `json:"rtt,omitempty"`
+}
+
+// Route is one fleet's hostname and the regions that may answer it.
+type Route struct {
+	Fleet string `json:"fleet"`
+	// Hostname is lower case, without the trailing dot.
+	Hostname string                 `json:"hostname"`
+	Policy   v1alpha1.RoutingPolicy `json:"policy"`
+	// TTLSeconds is the answers' TTL.
+	TTLSeconds uint32 `json:"ttlSeconds"`
+	// Regions are in failover order.
+	Regions []RegionRoute `json:"regions"`
+	// Geo is the CIDR map, longest prefix first.
+	Geo             []GeoRule              `json:"geo,omitempty"`
+	GeoDefault      string                 `json:"geoDefault,omitempty"`
+	LatencyFallback v1alpha1.RoutingPolicy `json:"latencyFallback,omitempty"`
+}
+
+// RegionRoute is one region of a route.
+type RegionRoute struct {
+	Name string `json:"name"`
+	// Addresses are the regional load balancer's data addresses.
+	Addresses []netip.Addr `json:"addresses,omitempty"`
+	Weight    int32        `json:"weight"`
+	Ready     int32        `json:"ready"`
+	MinReady  int32        `json:"minReady"`
+	Reachable bool         `json:"reachable"`
+	// Healthy: reachable, at least MinReady Ready instances, and an address to answer with.
+	Healthy bool `json:"healthy"`
+	// Why says why the region is healthy or not, for people.
+	Why string `json:"why"`
+}
+
+// GeoRule sends the clients of a subnet to a region.
+type GeoRule struct {
+	Prefix netip.Prefix `json:"prefix"`
+	Region string       `json:"region"`
+}
+
+// Eligible returns the indexes of the regions that may be in answers: the healthy ones, or every
+// region with an address when none is healthy (fail open, as Route 53 does), with failOpen set.
+func (r *Route) Eligible() (idx []int, failOpen bool) {
+	for i, rg := range r.Regions {
+		if rg.Healthy {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) > 0 {
+		return idx, false
+	}
+	for i, rg := range r.Regions {
+		if len(rg.Addresses) > 0 {
+			idx = append(idx, i)
+		}
+	}
+	return idx, true
+}
+
+// LBAddresses gives the data addresses of a region's load balancer (where clients reach it).
+type LBAddresses interface {
+	RegionLBAddresses(ctx context.Context, region string) ([]netip.Addr, error)
+}
+
+// Reachability says whether a region's load balancer answers checks from outside the region.
+type Reachability interface {
+	RegionUnreachable(region string) (why string, unreachable bool)
+}
+
+// RTTSource gives the smoothed round-trip times the regional load balancers measured, per client
+// network (/24, /48) and region.
+type RTTSource interface {
+	ClientRTT() map[netip.Prefix]map[string]time.Duration
+}
+
+// Inputs are what Compute reads. Reach and RTT may be nil: every region is then reachable and no
+// client network has been measured.
+type Inputs struct {
+	Fleets    []*v1alpha1.Fleet
+	Instances []*v1alpha1.Instance
+	LB        LBAddresses
+	Reach     Reachability
+	RTT       RTTSource
+}
+
+// Compute builds the table from the fleets with spec.global (defaulted, as stored). A region whose
+// load balancer's address cannot be had is in the table without addresses and unhealthy, with the
+// error as its reason.
+func Compute(ctx context.Context, in Inputs) Table {
+	ready := map[[2]string]int32{}
+	for _, inst := range in.Instances {
+		if inst.Status.Phase == v1alpha1.PhaseReady {
+			ready[[2]string{inst.Spec.Fleet, inst.Spec.Region}]++
+		}
+	}
+	addrs := map[string][]netip.Addr{}
+	addrErr := map[string]error{}
+	var t Table
+	for _, f := range in.Fleets {
+		g := f.Spec.Global
+		if g == nil || g.Hostname == "" {
+			continue
+		}
+		r := Route{
+			Fleet: f.Metadata.Name, Hostname: g.Hostname, Policy: g.Policy,
+			TTLSeconds: uint32(v1alpha1.DefaultGlobalTTL / time.Second), LatencyFallback: g.LatencyFallback,
+		}
+		if g.TTL != nil {
+			r.TTLSeconds = uint32(g.TTL.Duration / time.Second)
+		}
+		minReady := int32(v1alpha1.DefaultMinHealthyInstances)
+		if g.MinHealthyInstances != nil {
+			minReady = *g.MinHealthyInstances
+		}
+		for _, name := range failoverOrder(f) {
+			if _, done := addrs[name]; !done && addrErr[name] == nil && in.LB != nil {
+				a, err := in.LB.RegionLBAddresses(ctx, name)
+				if err != nil {
+					addrErr[name] = err
+				} else {
+					addrs[name] = a
+				}
+			}
+			rg := RegionRoute{Name: name, Addresses: addrs[name], Weight: 1, Ready: ready[[2]string{f.Metadata.Name, name}], MinReady: minReady, Reachable: true}
+			if w, ok := g.Weights[name]; ok {
+				rg.Weight = w
+			}
+			unreachableWhy := ""
+			if in.Reach != nil {
+				unreachableWhy, rg.Reachable = in.Reach.RegionUnreachable(name)
+				rg.Reachable = !rg.Reachable
+			}
+			switch {
+			case addrErr[name] != nil:
+				rg.Why = fmt.Sprintf("no load balancer address: %v", addrErr[name])
+			case len(rg.Addresses) == 0:
+				rg.Why = "no load balancer address"
+			case !rg.Reachable:
+				rg.Why = "unreachable from outside the region: " + unreachableWhy
+			case rg.Ready < minReady:
+				rg.Why = fmt.Sprintf("%d Ready instances, fewer than minHealthyInstances %d", rg.Ready, minReady)
+			default:
+				rg.Healthy = true
+				rg.Why = fmt.Sprintf("reachable, %d Ready instances (min %d)", rg.Ready, minReady)
+			}
+			r.Regions = append(r.Regions, rg)
+		}
+		if geo := g.Geo; geo != nil {
+			r.GeoDefault = geo.Default
+			for cidr, region := range geo.CIDRs {
+				if p, err := netip.ParsePrefix(cidr); err == nil {
+					r.Geo = append(r.Geo, GeoRule{Prefix: p.Masked(), Region: region})
+				}
+			}
+			SortGeo(r.Geo)
+		}
+		t.Routes = append(t.Routes, r)
+	}
+	slices.SortFunc(t.Routes, func(a, b Route) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	if in.RTT != nil {
+		t.RTT = in.RTT.ClientRTT()
+	}
+	return t
+}
+
+// SortGeo orders rules longest prefix first (then by address), so the first match is the most
+// specific.
+func SortGeo(rules []GeoRule) {
+	slices.SortFunc(rules, func(a, b GeoRule) int {
+		if c := cmp.Compare(b.Prefix.Bits(), a.Prefix.Bits()); c != 0 {
+			return c
+		}
+		return a.Prefix.Addr().Compare(b.Prefix.Addr())
+	})
+}
+
+// failoverOrder is spec.global.failoverOrder, or the order of spec.regions, followed by any region
+// of spec.regions it leaves out.
+func failoverOrder(f *v1alpha1.Fleet) []string {
+	order := slices.Clone(f.Spec.Global.FailoverOrder)
+	for _, r := range f.Spec.Regions {
+		if !slices.Contains(order, r.Name) {
+			order = append(order, r.Name)
+		}
+	}
+	return order
+}
+
+// Answer says, for each region in order, how it takes part in the hostname's answers now:
+// "primary" or "standby" (failover), "in" (weighted, with its weight; geo; latency), "out", or
+// "in (fail open)" when no region is healthy.
+func (r *Route) Answer() []string {
+	idx, failOpen := r.Eligible()
+	out := make([]string, len(r.Regions))
+	for i := range out {
+		out[i] = "out"
+	}
+	for n, i := range idx {
+		switch {
+		case failOpen:
+			out[i] = "in (fail open)"
+		case r.Policy == v1alpha1.PolicyFailover && n == 0:
+			out[i] = "primary"
+		case r.Policy == v1alpha1.PolicyFailover:
+			out[i] = "standby"
+		case r.Policy == v1alpha1.PolicyWeighted:
+			out[i] = fmt.Sprintf("in (weight %d)", r.Regions[i].Weight)
+		default:
+			out[i] = "in"
+		}
+	}
+	return out
+}

@@ -1,0 +1,100 @@
+package routes
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+)
+
+type fakeLB map[string][]netip.Addr
+
+func (f fakeLB) RegionLBAddresses(_ context.Context, region string) ([]netip.Addr, error) {
+	if region == "broken" {
+		return nil, errors.New("provider down")
+	}
+	return f[region], nil
+}
+
+type fakeReach map[string]string
+
+func (f fakeReach) RegionUnreachable(region string) (string, bool) {
+	why, ok := f[region]
+	return why, ok
+}
+
+type fakeRTT map[netip.Prefix]map[string]time.Duration
+
+func (f fakeRTT) ClientRTT() map[netip.Prefix]map[string]time.Duration { return f }
+
+func instance(fleet, region string, phase v1alpha1.InstancePhase) *v1alpha1.Instance {
+	return &v1alpha1.Instance{Spec: v1alpha1.InstanceSpec{Fleet: fleet, Region: region}, Status: v1alpha1.InstanceStatus{Phase: phase}}
+}
+
+func TestCompute(t *testing.T) {
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "hello"}, Spec: v1alpha1.FleetSpec{
+		Regions: []v1alpha1.Region{{Name: "eu"}, {Name: "us"}, {Name: "ap"}, {Name: "sa"}, {Name: "broken"}},
+		Global: &v1alpha1.Global{Hostname: "hello.herd.test", Policy: v1alpha1.PolicyFailover, FailoverOrder: []string{"us", "eu"},
+			MinHealthyInstances: new(int32(2)), Geo: &v1alpha1.GeoRouting{CIDRs: map[string]string{"10.0.0.0/8": "eu", "10.1.0.0/16": "us"}, Default: "eu"}},
+	}}
+	plain := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "plain"}}
+	in := Inputs{
+		Fleets: []*v1alpha1.Fleet{f, plain},
+		Instances: []*v1alpha1.Instance{
+			instance("hello", "eu", v1alpha1.PhaseReady), instance("hello", "eu", v1alpha1.PhaseReady),
+			instance("hello", "us", v1alpha1.PhaseReady), instance("hello", "us", v1alpha1.PhaseBooting),
+			instance("hello", "ap", v1alpha1.PhaseReady), instance("hello", "ap", v1alpha1.PhaseReady),
+			instance("hello", "sa", v1alpha1.PhaseReady), instance("hello", "sa", v1alpha1.PhaseReady),
+			instance("other", "us", v1alpha1.PhaseReady),
+		},
+		LB: fakeLB{"eu": {netip.MustParseAddr("10.216.0.1")}, "us": {netip.MustParseAddr("10.216.0.2")},
+			"ap": {netip.MustParseAddr("10.216.0.3")}},
+		Reach: fakeReach{"ap": "3 checks failed"},
+		RTT:   fakeRTT{netip.MustParsePrefix("10.9.9.0/24"): {"eu": time.Millisecond}},
+	}
+	table := Compute(context.Background(), in)
+	if len(table.Routes) != 1 || len(table.RTT) != 1 {
+		t.Fatalf("routes %d rtt %d, want the one fleet with spec.global and the RTT table", len(table.Routes), len(table.RTT))
+	}
+	r := table.Routes[0]
+	var order []string
+	for _, rg := range r.Regions {
+		order = append(order, rg.Name)
+	}
+	if !slices.Equal(order, []string{"us", "eu", "ap", "sa", "broken"}) {
+		t.Errorf("region order %v, want failoverOrder then the other regions", order)
+	}
+	want := map[string]struct {
+		healthy bool
+		why     string
+	}{
+		"us":     {false, "1 Ready instances, fewer than minHealthyInstances 2"},
+		"eu":     {true, "reachable, 2 Ready instances (min 2)"},
+		"ap":     {false, "unreachable from outside the region: 3 checks failed"},
+		"sa":     {false, "no load balancer address"},
+		"broken": {false, "no load balancer address: provider down"},
+	}
+	for _, rg := range r.Regions {
+		if w := want[rg.Name]; rg.Healthy != w.healthy || rg.Why != w.why {
+			t.Errorf("%s: healthy %v why %q, want %v %q", rg.Name, rg.Healthy, rg.Why, w.healthy, w.why)
+		}
+	}
+	if got := r.Answer(); !slices.Equal(got, []string{"out", "primary", "out", "out", "out"}) {
+		t.Errorf("answer %v, want eu primary and the rest out", got)
+	}
+	if r.Geo[0].Prefix.Bits() != 16 || r.Geo[0].Region != "us" {
+		t.Errorf("geo %v, want the longest prefix first", r.Geo)
+	}
+
+	// No region healthy: every region with an address answers.
+	in.Reach = fakeReach{"eu": "cut", "us": "cut", "ap": "cut"}
+	r = Compute(context.Background(), in).Routes[0]
+	if got := strings.Join(r.Answer(), ","); got != "in (fail open),in (fail open),in (fail open),out,out" {
+		t.Errorf("fail open answer %s", got)
+	}
+}
