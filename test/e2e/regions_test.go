@@ -217,21 +217,17 @@ func TestIntegrationRegions(t *testing.T) {
 			partitionFailed, detect.Seconds(), cpDownFailed, waveStopped)
 	}()
 
-	// Each step is a subtest; the env's waits fail the subtest that runs.
-	run := func(name string, step func(t *testing.T)) bool {
-		return t.Run(name, func(st *testing.T) {
+	// Each step is a subtest on the same fleet; the env's waits fail the subtest that runs.
+	run := func(name string, step func(t *testing.T)) {
+		t.Run(name, func(st *testing.T) {
 			s.t = st
 			defer func() { s.t = t }()
 			step(st)
 		})
 	}
-	if !run("distance", s.distance) {
-		return
-	}
+	run("distance", s.distance)
 	run("partition", func(t *testing.T) { partitionFailed, detect = s.partition(t) })
-	if !run("control-plane-down", func(t *testing.T) { cpDownFailed = s.controlPlaneDown(t) }) {
-		return
-	}
+	run("control-plane-down", func(t *testing.T) { cpDownFailed = s.controlPlaneDown(t) })
 	run("canary-wave", func(t *testing.T) { waveStopped = s.canaryWave(t) })
 }
 
