@@ -378,8 +378,8 @@ func (s *regionsScenario) controlPlaneDown(t *testing.T) int {
 	// A new herd up: it adopts the instances and the load balancers, and confirms their
 	// configuration, under the same load.
 	s.upLog = filepath.Join(s.dir, "up2.log")
-	s.startUp()
 	started := time.Now()
+	s.startUp()
 	s.waitFor(2*time.Minute, 250*time.Millisecond, func() string {
 		cfg, err := client.LoadConfig(filepath.Join(s.dir, "config"))
 		if err != nil {
