@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha bench-global bench-dns kubernetes deps
+	bench-autoscale bench-ha bench-global bench-dns bench-regions kubernetes deps
 
 # herd, and beside it herd-agent, which every local instance runs (a binary of its own so that
 # instances do not carry the image builder's Helm and Kustomize in their memory).
@@ -75,6 +75,15 @@ bench-global: deps
 # core, driven by dnsperf (Debian) from the other. Its last line is the figures.
 bench-dns: build deps
 	$(GO) run ./hack/bench/dns -herd $(BIN)/herd
+
+# Regions as failure domains: a fleet of real instances of examples/hello in two regions 10 ms and
+# 60 ms away, each behind its own herd lb, with clients in a client network: one region is
+# partitioned under load on the other, herd up is killed -9 under load and started again, and a
+# canary of a bad revision is rolled out as a wave (TestIntegrationRegions; needs root). Its last
+# line is the figures:
+#   regions: partition_failed_requests=<int> detect_unreachable_s=<float> cp_down_failed_requests=<int> wave_stopped=<true|false>
+bench-regions: deps kubernetes
+	$(GO) run ./hack/bench/e2e -test TestIntegrationRegions -figures regions
 
 # Debian packages needed by real instances and benchmarks.
 deps:

@@ -160,7 +160,7 @@ func Run(ctx context.Context, opts Options) error {
 	targets := lbsync.New(balancer, opts.LBAddress, log)
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
-	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{})
+	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{RegionOf: targets.RegionOf})
 	decisions := cpmetrics.NewDecisions()
 	recorder := events.New(events.Options{Store: st, Logger: log, Recorded: decisions.Event})
 	queueMetrics := cpmetrics.NewQueueMetrics()
@@ -170,6 +170,9 @@ func Run(ctx context.Context, opts Options) error {
 	// replica that leads, from the store; the probes of their regions run in every replica and
 	// probe what the regional configurer last saw (nothing on a replica that never led).
 	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log})
+	// Load and revision figures come from the load balancers that carry each fleet's traffic:
+	// the regional ones for fleets served regionally, the embedded one for the others.
+	figures := lbsync.Figures{Embedded: monitor, Regional: regional}
 	// A region whose reachability changes has its fleets reconciled at once by the controller
 	// of the term in progress.
 	var lead *leading
@@ -191,7 +194,7 @@ func Run(ctx context.Context, opts Options) error {
 			func(ctx context.Context) error { return regional.Run(ctx, st) },
 			chaosEngine.Run,
 		},
-		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor, Reachability: regions,
+		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: figures, Reachability: regions,
 			Events: recorder, QueueMetrics: queueMetrics, ProviderCalls: decisions.ProviderCall}}}
 	lead = ctrl
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
@@ -217,7 +220,7 @@ func Run(ctx context.Context, opts Options) error {
 	// the round trips each regional load balancer measures to its client networks.
 	clientRTT := &routes.RTTPoller{Admins: func() []routes.LBAdmin { return lbAdmins(regional) }, Logger: log}
 	routeSrc := &routeSource{store: st, lb: lbAddresses{providers: providers, embedded: embeddedLBAddresses(opts.LBAddress)}, reach: regions, rtt: clientRTT}
-	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: monitor, CPU: agents, Logger: log, Observer: decisions}
+	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: figures, CPU: agents, Logger: log, Observer: decisions}
 
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {

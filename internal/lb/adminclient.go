@@ -48,6 +48,14 @@ func (c *AdminClient) TargetHealth() ([]TargetHealth, error) {
 	return out, err
 }
 
+// Stats returns a snapshot of the load balancer's counters per fleet, group and target (GET
+// /stats), as Metrics gives them in process.
+func (c *AdminClient) Stats() (Snapshot, error) {
+	var out Snapshot
+	err := c.call(http.MethodGet, "/stats", nil, &out)
+	return out, err
+}
+
 func (c *AdminClient) call(method, path string, body []byte, out any) error {
 	timeout := c.Timeout
 	if timeout <= 0 {

@@ -297,6 +297,20 @@ func TestAdminAPI(t *testing.T) {
 		if err := json.Unmarshal(rec.Body.Bytes(), &snap); err != nil || len(snap.Fleets) != 1 {
 			t.Fatalf("%v %s", err, rec.Body.String())
 		}
+		// The client reads the same counters, down to the target's.
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		got, err := (&AdminClient{URL: srv.URL, Token: "s3cret"}).Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok := got.Group("web", "r1")
+		if !ok || len(g.Targets) != 1 || g.Targets[0].ID != "b" || g.Total() == 0 || g.Targets[0].Total() != g.Total() {
+			t.Fatalf("AdminClient.Stats: group %+v, %v; want r1 with target b and the proxied request counted", g, ok)
+		}
+		if _, err := (&AdminClient{URL: srv.URL, Token: "wrong"}).Stats(); err == nil {
+			t.Fatal("AdminClient.Stats with a wrong token succeeded")
+		}
 	})
 }
 

@@ -42,6 +42,10 @@ type Sync struct {
 	fleets map[string][]lb.Listener
 	// refused holds, per fleet, why the load balancer refused its latest listeners.
 	refused map[string]error
+
+	regionsMu sync.Mutex
+	regionOf  map[string]string   // instance -> region
+	instances map[string][]string // fleet -> its instances in regionOf
 }
 
 // New returns a Sync applying to b, with listeners bound on bindHost.
@@ -157,6 +161,7 @@ func (s *Sync) healthPaused(fleet string) bool {
 
 // SetFleetTargets implements controller.TargetSink.
 func (s *Sync) SetFleetTargets(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weights map[string]int32) {
+	s.setRegions(f.Metadata.Name, instances)
 	ls := s.Listeners(f, instances, weights)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -191,6 +196,7 @@ func (s *Sync) ListenerError(fleet string) error {
 
 // RemoveFleet implements controller.TargetSink.
 func (s *Sync) RemoveFleet(name string) {
+	s.setRegions(name, nil)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.refused, name)
@@ -201,6 +207,36 @@ func (s *Sync) RemoveFleet(name string) {
 	if err := s.applyLocked(); err != nil {
 		s.log.Error("remove fleet from the load balancer", "fleet", name, "err", err)
 	}
+}
+
+// RegionOf returns the region of an instance of the fleets it was last given, "" when it has none
+// or was not given: what the Monitor counts each region's load by (MonitorOptions.RegionOf).
+func (s *Sync) RegionOf(instance string) string {
+	s.regionsMu.Lock()
+	defer s.regionsMu.Unlock()
+	return s.regionOf[instance]
+}
+
+// setRegions records the regions of a fleet's instances, forgetting those it no longer has.
+func (s *Sync) setRegions(fleet string, instances []*v1alpha1.Instance) {
+	s.regionsMu.Lock()
+	defer s.regionsMu.Unlock()
+	if s.regionOf == nil {
+		s.regionOf, s.instances = map[string]string{}, map[string][]string{}
+	}
+	for _, name := range s.instances[fleet] {
+		delete(s.regionOf, name)
+	}
+	names := make([]string, 0, len(instances))
+	for _, in := range instances {
+		s.regionOf[in.Metadata.Name] = in.Spec.Region
+		names = append(names, in.Metadata.Name)
+	}
+	if len(names) == 0 {
+		delete(s.instances, fleet)
+		return
+	}
+	s.instances[fleet] = names
 }
 
 // Drained implements controller.TargetSink: an instance is drained once the load balancer has no

@@ -161,3 +161,23 @@ func TestListenerErrorPerFleet(t *testing.T) {
 		t.Fatalf("ListenerError(web) = %v once the port is free, want nil", err)
 	}
 }
+
+// Sync knows the region of every instance of the fleets it was given, for the Monitor.
+func TestSyncRegionOf(t *testing.T) {
+	s := New(&fakeLB{}, "127.0.0.1", nil)
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}}
+	a, b := inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), inst("web-b", "web-1", v1alpha1.PhaseBooting, "")
+	a.Spec.Region, b.Spec.Region = "eu", "us"
+	s.SetFleetTargets(f, []*v1alpha1.Instance{a, b}, nil)
+	if s.RegionOf("web-a") != "eu" || s.RegionOf("web-b") != "us" || s.RegionOf("web-z") != "" {
+		t.Fatalf("RegionOf: web-a %q, web-b %q, web-z %q", s.RegionOf("web-a"), s.RegionOf("web-b"), s.RegionOf("web-z"))
+	}
+	s.SetFleetTargets(f, []*v1alpha1.Instance{a}, nil)
+	if s.RegionOf("web-b") != "" {
+		t.Errorf("web-b left the fleet but is still in region %q", s.RegionOf("web-b"))
+	}
+	s.RemoveFleet("web")
+	if s.RegionOf("web-a") != "" {
+		t.Errorf("the fleet was removed but web-a is still in region %q", s.RegionOf("web-a"))
+	}
+}

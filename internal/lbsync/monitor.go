@@ -41,6 +41,10 @@ type MonitorOptions struct {
 	LoadEvery time.Duration
 	// LoadKeep is how long per-fleet samples are kept: the longest window FleetLoad serves. Default: 10s.
 	LoadKeep time.Duration
+	// RegionOf names the region of an instance (a target's ID), "" when unknown. With it the
+	// Monitor also counts each fleet's targets region by region (RegionLoad,
+	// RegionRevisionStats): one load balancer in front of several regions.
+	RegionOf func(instance string) string
 }
 
 // Monitor turns the load balancer's health and cumulative counters into what the controller's
@@ -62,9 +66,10 @@ type Monitor struct {
 	health   map[string]instHealth
 	inst     []instSample  // oldest first
 	fleet    []fleetSample // oldest first
-	// revBase holds, per fleet and revision, the counters read at the first RevisionStats call
-	// for a given start time: the figures since then are the difference.
-	revBase map[[2]string]revBaseline
+	// revBase holds, per fleet, region ("" for the whole fleet) and revision, the counters read
+	// at the first RevisionStats call for a given start time: the figures since then are the
+	// difference.
+	revBase map[[3]string]revBaseline
 }
 
 type revBaseline struct {
@@ -87,6 +92,8 @@ type instSample struct {
 type fleetSample struct {
 	at     time.Time
 	fleets map[string]lb.Stats
+	// regions holds each fleet's targets summed by region (with RegionOf only).
+	regions map[[2]string]lb.Stats
 }
 
 // NewMonitor returns a Monitor reading src.
@@ -183,6 +190,27 @@ func (m *Monitor) InstanceStats(name string) (requests, errors5xx uint64) {
 
 // FleetLoad implements autoscaler.LoadSource.
 func (m *Monitor) FleetLoad(fleet string, window time.Duration) (autoscaler.Load, bool) {
+	return m.load(window, func(s fleetSample) (lb.Stats, bool) {
+		st, ok := s.fleets[fleet]
+		return st, ok
+	})
+}
+
+// RegionLoad implements autoscaler.RegionLoadSource from the fleet's targets in the region
+// (RegionOf). Requests held for want of a target belong to no region: Queued is 0.
+func (m *Monitor) RegionLoad(fleet, region string, window time.Duration) (autoscaler.Load, bool) {
+	if m.opts.RegionOf == nil {
+		return autoscaler.Load{}, false
+	}
+	return m.load(window, func(s fleetSample) (lb.Stats, bool) {
+		st, ok := s.regions[[2]string{fleet, region}]
+		return st, ok
+	})
+}
+
+// load is the rate and p95 over about window of the counters pick reads from each sample, and
+// whether the newest sample has them.
+func (m *Monitor) load(window time.Duration, pick func(fleetSample) (lb.Stats, bool)) (autoscaler.Load, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
@@ -193,7 +221,7 @@ func (m *Monitor) FleetLoad(fleet string, window time.Duration) (autoscaler.Load
 		return autoscaler.Load{}, false
 	}
 	last := m.fleet[len(m.fleet)-1]
-	cur, ok := last.fleets[fleet]
+	cur, ok := pick(last)
 	if !ok {
 		return autoscaler.Load{}, false
 	}
@@ -202,7 +230,7 @@ func (m *Monitor) FleetLoad(fleet string, window time.Duration) (autoscaler.Load
 		base = len(m.fleet) - 2
 	}
 	first := m.fleet[base]
-	prev := first.fleets[fleet] // zero when the fleet is newer than the sample: count from its start
+	prev, _ := pick(first) // zero when the fleet is newer than the sample: count from its start
 	if prev.Total() > cur.Total() {
 		prev = lb.Stats{}
 	}
@@ -236,6 +264,9 @@ func (m *Monitor) sampleLocked(now time.Time) {
 		for _, f := range snap.Fleets {
 			fs.fleets[f.Fleet] = f.Stats
 		}
+		if m.opts.RegionOf != nil {
+			fs.regions = m.byRegion(snap)
+		}
 		m.fleet = append(m.fleet, fs)
 		m.fleet = trim(m.fleet, func(s fleetSample) time.Time { return s.at }, now.Add(-m.opts.LoadKeep))
 	}
@@ -268,9 +299,50 @@ func trim[T any](s []T, at func(T) time.Time, from time.Time) []T {
 	return append(s[:0:0], s[drop:]...)
 }
 
+// byRegion sums each fleet's targets by the region of their instance; targets of no known region
+// are left out.
+func (m *Monitor) byRegion(snap lb.Snapshot) map[[2]string]lb.Stats {
+	out := map[[2]string]lb.Stats{}
+	for _, f := range snap.Fleets {
+		for _, g := range f.Groups {
+			for _, t := range g.Targets {
+				if region := m.opts.RegionOf(t.ID); region != "" {
+					k := [2]string{f.Fleet, region}
+					out[k] = out[k].Add(t.Stats)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // RevisionStats implements controller.StatsSource: the revision's target group counters (all
 // listeners) since the first call with this since; a later since starts a new window.
 func (m *Monitor) RevisionStats(fleet, revision string, since time.Time) (controller.RevisionStats, bool) {
+	return m.revisionStats(fleet, "", revision, since, func(g lb.GroupStats) (lb.Stats, bool) { return g.Stats, true })
+}
+
+// RegionRevisionStats implements controller.RegionStatsSource: RevisionStats of the revision's
+// targets in the region (RegionOf).
+func (m *Monitor) RegionRevisionStats(fleet, region, revision string, since time.Time) (controller.RevisionStats, bool) {
+	if m.opts.RegionOf == nil {
+		return controller.RevisionStats{}, false
+	}
+	return m.revisionStats(fleet, region, revision, since, func(g lb.GroupStats) (lb.Stats, bool) {
+		var sum lb.Stats
+		found := false
+		for _, t := range g.Targets {
+			if m.opts.RegionOf(t.ID) == region {
+				sum, found = sum.Add(t.Stats), true
+			}
+		}
+		return sum, found
+	})
+}
+
+// revisionStats sums what pick reads of the revision's groups, and counts from the baseline of
+// (fleet, region, revision) for since.
+func (m *Monitor) revisionStats(fleet, region, revision string, since time.Time, pick func(lb.GroupStats) (lb.Stats, bool)) (controller.RevisionStats, bool) {
 	snap := m.src.Metrics()
 	f, ok := snap.Fleet(fleet)
 	if !ok {
@@ -279,9 +351,11 @@ func (m *Monitor) RevisionStats(fleet, revision string, since time.Time) (contro
 	var cur lb.Stats
 	found := false
 	for _, g := range f.Groups {
-		if g.Group == revision {
-			cur = cur.Add(g.Stats)
-			found = true
+		if g.Group != revision {
+			continue
+		}
+		if st, ok := pick(g); ok {
+			cur, found = cur.Add(st), true
 		}
 	}
 	if !found {
@@ -290,9 +364,9 @@ func (m *Monitor) RevisionStats(fleet, revision string, since time.Time) (contro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.revBase == nil {
-		m.revBase = map[[2]string]revBaseline{}
+		m.revBase = map[[3]string]revBaseline{}
 	}
-	key := [2]string{fleet, revision}
+	key := [3]string{fleet, region, revision}
 	base, ok := m.revBase[key]
 	if !ok || !base.since.Equal(since) || base.stats.Total() > cur.Total() {
 		base = revBaseline{since: since, stats: cur}

@@ -132,3 +132,56 @@ func TestMonitorNotifiesHealthChanges(t *testing.T) {
 		t.Error("NotifyHealth claims notifications from a load balancer that cannot notify")
 	}
 }
+
+// With RegionOf, the Monitor counts a fleet's load and revision figures region by region, from
+// the targets of each region's instances.
+func TestMonitorRegions(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	src := &fakeObserved{snap: snapshot(stats(100, 0), stats(100, 10))}
+	regionOf := map[string]string{"web-a": "eu", "web-b": "us"}
+	m := NewMonitor(src, MonitorOptions{RegionOf: func(in string) string { return regionOf[in] }})
+	m.now = func() time.Time { return now }
+
+	if _, ok := m.RegionLoad("web", "eu", time.Second); ok {
+		t.Fatal("RegionLoad answered from one sample")
+	}
+	since := t0
+	if rs, ok := m.RegionRevisionStats("web", "us", "web-1", since); !ok || rs.Requests != 0 {
+		t.Fatalf("first RegionRevisionStats = %+v, %v; want a zero baseline", rs, ok)
+	}
+	now = now.Add(time.Second)
+	src.snap = snapshot(stats(400, 0), stats(150, 30)) // eu +300, us +50 of which 20 5xx
+	if l, ok := m.RegionLoad("web", "eu", time.Second); !ok || l.RequestsPerSecond != 300 {
+		t.Fatalf("RegionLoad(eu) = %+v, %v; want 300 rps", l, ok)
+	}
+	if l, ok := m.RegionLoad("web", "us", time.Second); !ok || l.RequestsPerSecond != 70 {
+		t.Fatalf("RegionLoad(us) = %+v, %v; want 70 rps", l, ok)
+	}
+	if l, ok := m.FleetLoad("web", time.Second); !ok || l.RequestsPerSecond != 370 {
+		t.Fatalf("FleetLoad = %+v, %v; want both regions' 370 rps", l, ok)
+	}
+	if _, ok := m.RegionLoad("web", "ap", time.Second); ok {
+		t.Error("RegionLoad answered for a region with no target")
+	}
+	if rs, ok := m.RegionRevisionStats("web", "us", "web-1", since); !ok || rs.Requests != 70 || rs.Errors5xx != 20 {
+		t.Fatalf("RegionRevisionStats(us) = %+v, %v; want 70 requests, 20 5xx", rs, ok)
+	}
+	if rs, ok := m.RegionRevisionStats("web", "eu", "web-1", since); !ok || rs.Requests != 0 {
+		t.Fatalf("RegionRevisionStats(eu) from its own first call = %+v, %v; want 0 (its baseline is its own)", rs, ok)
+	}
+	if _, ok := m.RegionRevisionStats("web", "ap", "web-1", since); ok {
+		t.Error("RegionRevisionStats answered for a region with no target")
+	}
+	if _, ok := m.RegionRevisionStats("web", "us", "web-2", since); ok {
+		t.Error("RegionRevisionStats answered for a revision the load balancer does not have")
+	}
+
+	plain := NewMonitor(src, MonitorOptions{})
+	if _, ok := plain.RegionRevisionStats("web", "us", "web-1", since); ok {
+		t.Error("a Monitor without RegionOf answered RegionRevisionStats")
+	}
+	if _, ok := plain.RegionLoad("web", "us", time.Second); ok {
+		t.Error("a Monitor without RegionOf answered RegionLoad")
+	}
+}

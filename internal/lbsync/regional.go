@@ -66,6 +66,8 @@ type Regional struct {
 
 	mu  sync.Mutex
 	lbs map[string]*regionLB // by region
+	// served holds the regions of each fleet whose load balancers it configures.
+	served map[string][]string
 }
 
 // regionLB is what Regional knows of one region's load balancer.
@@ -75,6 +77,8 @@ type regionLB struct {
 	applied []byte // the JSON of the config last applied, nil until one was
 	ports   []int
 	err     error // why the last ensure or apply failed
+	// mon counts its traffic, read over the admin API (Figures).
+	mon *regionMonitor
 }
 
 // RegionLBStatus is a regional load balancer as Regional last saw it.
@@ -156,6 +160,7 @@ type regionWant struct {
 // when it runs another one.
 func (r *Regional) apply(ctx context.Context, f *follower) {
 	want := map[string]*regionWant{}
+	served := map[string][]string{}
 	names := make([]string, 0, len(f.fleets))
 	for n := range f.fleets {
 		names = append(names, n)
@@ -182,9 +187,13 @@ func (r *Regional) apply(ctx context.Context, f *follower) {
 				w = &regionWant{prov: prov, options: reg.Options}
 				want[reg.Name] = w
 			}
-			w.cfg.Listeners = append(w.cfg.Listeners, r.listeners.Listeners(fl, here, weights)...)
+			w.cfg.Listeners = append(w.cfg.Listeners, r.listeners.Listeners(fl, here, regionWeights(fl, reg.Name, weights))...)
+			served[name] = append(served[name], reg.Name)
 		}
 	}
+	r.mu.Lock()
+	r.served = served
+	r.mu.Unlock()
 	regions := make([]string, 0, len(want))
 	for region := range want {
 		regions = append(regions, region)
@@ -269,8 +278,23 @@ func (r *Regional) ensure(ctx context.Context, region string, rl *regionLB, w *r
 	r.mu.Lock()
 	rl.info = info
 	rl.admin = &lb.AdminClient{URL: info.AdminURL, Token: strings.TrimSpace(string(token))}
+	rl.mon = newRegionMonitor(*rl.admin)
 	r.mu.Unlock()
 	return nil
+}
+
+// regionWeights are the weights a region's own load balancer gives a fleet's revisions: the
+// region's part of a wave while it runs there (a canary at 10% in the region is 10% of the
+// region's traffic), else the fleet's (fleetWeights).
+func regionWeights(f *v1alpha1.Fleet, region string, fleetWeights map[string]int32) map[string]int32 {
+	if f.Status.Rollout.InProgress() {
+		for _, rs := range f.Status.Regions {
+			if rs.Name == region && rs.Rollout.InProgress() && rs.Rollout.Weights != nil {
+				return rs.Rollout.Weights
+			}
+		}
+	}
+	return fleetWeights
 }
 
 func (r *Regional) setErr(rl *regionLB, err error) {

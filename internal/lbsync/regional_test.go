@@ -26,9 +26,10 @@ import (
 type adminLB struct {
 	srv *httptest.Server
 
-	mu   sync.Mutex
-	cfg  lb.Config
-	puts int
+	mu    sync.Mutex
+	cfg   lb.Config
+	puts  int
+	stats lb.Snapshot // what GET /stats answers
 }
 
 func newAdminLB(t *testing.T, token string) *adminLB {
@@ -40,6 +41,10 @@ func newAdminLB(t *testing.T, token string) *adminLB {
 		}
 		a.mu.Lock()
 		defer a.mu.Unlock()
+		if r.URL.Path == "/stats" {
+			_ = json.NewEncoder(w).Encode(a.stats)
+			return
+		}
 		if r.Method == http.MethodPut {
 			data, _ := io.ReadAll(r.Body)
 			cfg, err := lb.ParseConfig(data)

@@ -50,6 +50,9 @@ type env struct {
 	lbPort  int
 	mu      sync.Mutex
 	created map[string]bool // every instance name seen
+	// regions and clientNets are the region networks and client networks of the local
+	// provider the test uses besides the default region, checked for leftovers too.
+	regions, clientNets []string
 }
 
 func newEnv(t *testing.T) *env {
@@ -304,6 +307,14 @@ func (e *env) cleanup(before localtest.Snapshot) {
 		}
 	}
 	o := localtest.Owned{Dirs: []string{e.data}, Links: []string{p.BridgeName("local")}}
+	for _, r := range e.regions {
+		router, internet, veth := p.RegionHostNames(r)
+		o.Netns = append(o.Netns, router, internet)
+		o.Links = append(o.Links, veth, p.BridgeName(r))
+	}
+	for _, c := range e.clientNets {
+		o.Netns = append(o.Netns, p.ClientNetns(c))
+	}
 	for n := range e.created {
 		ns, veth, cg := local.HostNames(n)
 		o.Netns = append(o.Netns, ns)
@@ -342,10 +353,17 @@ type load struct {
 // client sends its next GET as soon as it has the answer to the last one or, with pace > 0, at
 // most one every pace.
 func startLoad(url string, n int, pace, limit time.Duration) *load {
+	return startLoadWith(func() *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	}, url, n, pace, limit)
+}
+
+// startLoadWith is startLoad with each client's HTTP client made by newClient.
+func startLoadWith(newClient func() *http.Client, url string, n int, pace, limit time.Duration) *load {
 	l := &load{stop: make(chan struct{})}
 	end := time.Now().Add(limit)
 	for range n {
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		client := newClient()
 		l.wg.Go(func() {
 			defer client.CloseIdleConnections()
 			var tick <-chan time.Time

@@ -7,6 +7,7 @@
 //	autoscale: decision_s=<float> new_capacity_serving_s=<float> warm_pool_serving_s=<float>
 //	ha: takeover_s=<float> failed_requests=<int> lost_acked_writes=<int> orphans=<int> duplicates=<int>
 //	front: failed_requests=<int> failover_ms=<int>
+//	regions: partition_failed_requests=<int> detect_unreachable_s=<float> cp_down_failed_requests=<int> wave_stopped=<true|false>
 //
 // The scenarios need root and the host dependencies (make deps, make kubernetes). It exits non-zero
 // when the test fails or is skipped, after printing the figures if the test measured them.
@@ -35,8 +36,8 @@ func main() {
 	if *test == "" || *name == "" {
 		fail("bench", fmt.Errorf("-test and -figures are required"))
 	}
-	// "<name>: key=value key=value ...", numbers only.
-	figures := regexp.MustCompile(regexp.QuoteMeta(*name) + `:( [a-z_]+=-?[0-9.]+)+`)
+	// "<name>: key=value key=value ...", numbers and booleans only.
+	figures := regexp.MustCompile(regexp.QuoteMeta(*name) + `:( [a-z_]+=(-?[0-9.]+|true|false))+`)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

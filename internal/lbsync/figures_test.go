@@ -1,0 +1,139 @@
+package lbsync
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/autoscaler"
+	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+func (a *adminLB) setStats(s lb.Snapshot) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats = s
+}
+
+// waitLoad polls load until it answers with more than zero requests per second or fails.
+func waitLoad(t *testing.T, what string, load func() (autoscaler.Load, bool)) autoscaler.Load {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, ok := load()
+		if ok && l.RequestsPerSecond > 0 {
+			return l
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no load after 5s (last %+v, %v)", what, l, ok)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFigures counts a fleet served regionally on its regions' own load balancers, over their
+// admin API, each region apart, and any other fleet on the embedded load balancer; a region
+// whose load balancer does not answer has no figures rather than zero ones.
+func TestFigures(t *testing.T) {
+	fp, err := fake.New(fake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &regionalProvider{Provider: fp, dir: t.TempDir(), ensured: map[string]map[string]string{},
+		lbs: map[string]*adminLB{"eu": newAdminLB(t, "secret-eu"), "us": newAdminLB(t, "secret-us")}}
+	st := memory.New()
+	defer st.Close()
+	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+		Regions:   []v1alpha1.Region{{Name: "eu", Provider: fake.Name}, {Name: "us", Provider: fake.Name}},
+	}})
+	put(t, st, store.Instances, regionalInst("web-eu-1", "eu", "10.0.0.1"))
+	put(t, st, store.Instances, regionalInst("web-us-1", "us", "10.0.1.1"))
+	r := NewRegional(RegionalOptions{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx, st) }()
+	defer func() { cancel(); <-done }()
+	waitRegion(t, p.lbs["eu"], ":8080 -> web-1:1:1; web-eu-1")
+	waitRegion(t, p.lbs["us"], ":8080 -> web-1:1:1; web-us-1")
+
+	regional := func(n uint64) lb.Snapshot {
+		return lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "web", Stats: stats(n, n/10), Groups: []lb.GroupStats{{Group: "web-1", Stats: stats(n, n/10)}}}}}
+	}
+	p.lbs["eu"].setStats(regional(1000))
+	p.lbs["us"].setStats(regional(1000))
+	embedded := &fakeObserved{snap: lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "quick", Stats: stats(10, 0), Groups: []lb.GroupStats{{Group: "quick-1", Stats: stats(10, 0)}}}}}}
+	f := Figures{Embedded: NewMonitor(embedded, MonitorOptions{}), Regional: r}
+
+	since := time.Now()
+	if rs, ok := f.RegionRevisionStats("web", "eu", "web-1", since); !ok || rs.Requests != 0 {
+		t.Fatalf("first RegionRevisionStats(eu) = %+v, %v; want a zero baseline", rs, ok)
+	}
+	f.RevisionStats("web", "web-1", since)
+	f.RegionLoad("web", "eu", time.Second)
+	f.RegionLoad("web", "us", time.Second)
+	// Region eu takes 550 more requests, 50 of them 5xx; region us none.
+	p.lbs["eu"].setStats(regional(1500))
+	eu := waitLoad(t, "RegionLoad(eu)", func() (autoscaler.Load, bool) { return f.RegionLoad("web", "eu", time.Second) })
+	if us, ok := f.RegionLoad("web", "us", time.Second); !ok || us.RequestsPerSecond != 0 {
+		t.Errorf("RegionLoad(us) = %+v, %v; want 0 rps: its load balancer counted nothing more", us, ok)
+	}
+	if all, ok := f.FleetLoad("web", time.Second); !ok || all.RequestsPerSecond < eu.RequestsPerSecond {
+		t.Errorf("FleetLoad(web) = %+v, %v; want at least region eu's %v rps", all, ok, eu.RequestsPerSecond)
+	}
+	if rs, ok := f.RegionRevisionStats("web", "eu", "web-1", since); !ok || rs.Requests != 550 || rs.Errors5xx != 50 {
+		t.Errorf("RegionRevisionStats(eu) = %+v, %v; want 550 requests, 50 5xx", rs, ok)
+	}
+	if rs, ok := f.RegionRevisionStats("web", "us", "web-1", since); !ok || rs.Requests != 0 {
+		t.Errorf("RegionRevisionStats(us) = %+v, %v; want 0 requests", rs, ok)
+	}
+	if rs, ok := f.RevisionStats("web", "web-1", since); !ok || rs.Requests != 550 {
+		t.Errorf("RevisionStats(web) = %+v, %v; want both regions' 550 requests", rs, ok)
+	}
+
+	// A fleet not served regionally is the embedded load balancer's.
+	if _, ok := f.RevisionStats("quick", "quick-1", since); !ok {
+		t.Error("RevisionStats(quick) did not come from the embedded load balancer")
+	}
+	if _, ok := f.RegionLoad("quick", "solo", time.Second); ok {
+		t.Error("RegionLoad(quick) answered from an embedded Monitor that cannot tell regions apart")
+	}
+
+	// Region us's load balancer stops answering: its figures are unknown.
+	p.lbs["us"].srv.Close()
+	f.RegionLoad("web", "us", time.Second) // the failed read
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := f.RegionLoad("web", "us", time.Second); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("RegionLoad(us) still answers 5s after its load balancer stopped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A regional load balancer gives a fleet's revisions the region's own weights while the wave
+// runs there, not the blend of every region's.
+func TestRegionWeights(t *testing.T) {
+	blend := map[string]int32{"old": 95, "new": 5}
+	f := &v1alpha1.Fleet{Status: v1alpha1.FleetStatus{
+		Rollout: &v1alpha1.RolloutStatus{Phase: v1alpha1.RolloutProgressing, Weights: blend},
+		Regions: []v1alpha1.RegionStatus{
+			{Name: "eu", Rollout: &v1alpha1.RolloutStatus{Phase: v1alpha1.RolloutProgressing, Weights: map[string]int32{"old": 90, "new": 10}}},
+			{Name: "us", Rollout: &v1alpha1.RolloutStatus{Phase: "Waiting"}},
+		},
+	}}
+	if w := regionWeights(f, "eu", blend); w["new"] != 10 {
+		t.Errorf("region eu's weights %v, want its own 10%% canary", w)
+	}
+	if w := regionWeights(f, "us", blend); w["new"] != 5 {
+		t.Errorf("region us's weights %v, want the fleet's while the wave is not there", w)
+	}
+}
