@@ -47,7 +47,10 @@ type RegionalOptions struct {
 	// Resync is how often every regional load balancer's configuration is checked. Default:
 	// DefaultRegionalResync.
 	Resync time.Duration
-	Logger *slog.Logger
+	// Applied, if set, is called after every pass over the regions: what Balancers returns may
+	// have changed (Front's Kick).
+	Applied func()
+	Logger  *slog.Logger
 }
 
 // Regional keeps the load balancer of every region in step with the store: for each region
@@ -194,6 +197,9 @@ func (r *Regional) apply(ctx context.Context, f *follower) {
 		r.mu.Lock()
 		delete(r.lbs, region)
 		r.mu.Unlock()
+	}
+	if r.opts.Applied != nil {
+		r.opts.Applied()
 	}
 }
 
