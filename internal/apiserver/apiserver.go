@@ -63,6 +63,11 @@ type Options struct {
 	Chaos http.Handler
 	// RegionLBs, if set, reports the regional load balancers for GET /v1/regions/loadbalancers.
 	RegionLBs func() []RegionLB
+	// ClientRTTs, if set, reports the round trip from each client network to each region for
+	// GET /v1/rtt.
+	ClientRTTs func() []ClientRTT
+	// Front, if set, reports the global front door for GET /v1/front.
+	Front func() FrontDoor
 }
 
 // RegionLB is a region's own load balancer, as the control plane last saw it.
@@ -131,6 +136,7 @@ func New(opts Options) *Server {
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
+	s.routeGlobal()
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

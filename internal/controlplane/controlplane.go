@@ -166,7 +166,14 @@ func Run(ctx context.Context, opts Options) error {
 	// The regional load balancers (of the fleets served regionally) are configured by the
 	// replica that leads, from the store; the probes of their regions run in every replica and
 	// probe what the regional configurer last saw (nothing on a replica that never led).
-	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log})
+	// The front door (where a provider runs one) serves the fleets served regionally, from the
+	// regional load balancers the regional configurer reached; it follows each pass of it.
+	var front *lbsync.Front
+	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log, Applied: func() { front.Kick() }})
+	front = lbsync.NewFront(lbsync.FrontOptions{Providers: providers, Regions: regional.Balancers, Logger: log})
+	// The round trip from each client network to each region, as the regions' load balancers
+	// measure it: what a latency-based answer ranks regions by.
+	rtts := lbsync.NewRTTs(lbsync.RTTOptions{Sources: regional.RTTSources, Logger: log})
 	// A region whose reachability changes has its fleets reconciled at once by the controller
 	// of the term in progress.
 	var lead *leading
@@ -186,6 +193,7 @@ func Run(ctx context.Context, opts Options) error {
 	ctrl := &leading{log: log, deps: termDeps{store: st, providers: providers, targets: targets,
 		inTerm: []func(context.Context) error{
 			func(ctx context.Context) error { return regional.Run(ctx, st) },
+			func(ctx context.Context) error { return front.Run(ctx, st) },
 			chaosEngine.Run,
 		},
 		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: monitor, Reachability: regions,
@@ -234,6 +242,8 @@ func Run(ctx context.Context, opts Options) error {
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions, regions.Collector()),
 		Chaos:            chaosEngine.Handler(),
 		RegionLBs:        func() []apiserver.RegionLB { return regionLBs(regional) },
+		ClientRTTs:       func() []apiserver.ClientRTT { return clientRTTs(rtts) },
+		Front:            func() apiserver.FrontDoor { return frontDoor(front) },
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			ctrl.status(s)
@@ -265,7 +275,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 8) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 9) // one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -286,6 +296,7 @@ func Run(ctx context.Context, opts Options) error {
 	run(runCtx, &wg, "agent metrics", agents.Start)
 	run(runCtx, &wg, "usage", usageSampler.Start)
 	run(runCtx, &wg, "region probes", regions.Run)
+	run(runCtx, &wg, "region round trips", rtts.Run)
 	for _, l := range []net.Listener{ln, kubeLn} {
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -3,7 +3,9 @@ package controlplane
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net"
+	"time"
 
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/lbsync"
@@ -55,6 +57,30 @@ func regionLBs(regional *lbsync.Regional) []apiserver.RegionLB {
 			rl.Address = b.DataAddress.String()
 		}
 		out = append(out, rl)
+	}
+	return out
+}
+
+// clientRTTs is what the API reports of the round trips the regional load balancers measured.
+func clientRTTs(rtts *lbsync.RTTs) []apiserver.ClientRTT {
+	entries := rtts.Entries()
+	out := make([]apiserver.ClientRTT, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, apiserver.ClientRTT{Network: e.RTT.Network.String(), Region: e.Region,
+			SRTTms: math.Round(float64(e.RTT.SRTT)/float64(time.Microsecond)) / 1000, Samples: e.RTT.Samples, LastSeen: e.RTT.LastSeen})
+	}
+	return out
+}
+
+// frontDoor is what the API reports of the front door.
+func frontDoor(f *lbsync.Front) apiserver.FrontDoor {
+	s := f.Status()
+	out := apiserver.FrontDoor{Listeners: []apiserver.FrontListener{}, Synced: s.Synced, Error: s.Error}
+	if s.DataAddress.IsValid() {
+		out.Address = s.DataAddress.String()
+	}
+	for _, l := range s.Listeners {
+		out.Listeners = append(out.Listeners, apiserver.FrontListener{Name: l.Name, Fleet: l.Fleet, Port: l.Port, Regions: l.Regions})
 	}
 	return out
 }

@@ -1,5 +1,6 @@
 // What the control plane uses of the local provider's regions through provider's optional
-// interfaces: the regional load balancers, dialing from the clients' side, killing an instance.
+// interfaces: the regional load balancers, the front door, dialing from the clients' side, killing an
+// instance.
 
 package local
 
