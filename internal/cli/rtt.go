@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -17,6 +18,11 @@ func getRTT(ctx context.Context, g *globals, args []string, output string) error
 	format := outputFormat(output)
 	if err := format.check(); err != nil {
 		return err
+	}
+	if len(args) == 1 {
+		if _, err := netip.ParsePrefix(args[0]); err != nil {
+			return fmt.Errorf("client network %q: give a CIDR prefix such as 10.216.1.0/24 (see herd get rtt)", args[0])
+		}
 	}
 	c, err := g.client()
 	if err != nil {
