@@ -67,6 +67,11 @@ type Options struct {
 	RegionLBs func() []RegionLB
 	// Routes, if set, computes what herd's DNS answers from, for GET /v1/routes.
 	Routes func(ctx context.Context) (routes.Table, error)
+	// ClientRTTs, if set, reports the round trip from each client network to each region for
+	// GET /v1/rtt.
+	ClientRTTs func() []ClientRTT
+	// Front, if set, reports the global front door for GET /v1/front.
+	Front func() FrontDoor
 }
 
 // RegionLB is a region's own load balancer, as the control plane last saw it.
@@ -136,6 +141,7 @@ func New(opts Options) *Server {
 		writeJSON(w, http.StatusOK, out)
 	})
 	s.mux.HandleFunc("GET /v1/routes", s.getRoutes)
+	s.routeGlobal()
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

@@ -1,40 +1,55 @@
 package apiserver
 
 import (
-	"fmt"
-
-	"herd.dev/herd/api/v1alpha1"
+	"net/http"
+	"time"
 )
 
-// hostnameClashes refuses a spec.global.hostname given to two fleets: herd's DNS answers a name
-// for one fleet only, and would otherwise answer it for whichever sorts first. fleets are the
-// applied ones; stored are those in the store, of which those not applied keep their hostnames.
-func hostnameClashes(fleets []v1alpha1.Fleet, stored []*v1alpha1.Fleet) []FieldProblem {
-	owner := map[string]int{} // hostname -> 1-based document
-	applied := map[string]bool{}
-	var problems []FieldProblem
-	for i := range fleets {
-		f := &fleets[i]
-		applied[f.Metadata.Name] = true
-		if f.Spec.Global == nil || f.Spec.Global.Hostname == "" {
-			continue
+// ClientRTT is the round trip from one client network to one region, as the region's own load
+// balancer measured it on its clients' connections (GET /v1/rtt).
+type ClientRTT struct {
+	// Network is the client network: a /24 (IPv4) or /48 (IPv6).
+	Network string `json:"network"`
+	Region  string `json:"region"`
+	// SRTTms is the moving average of the kernel's smoothed RTT, in milliseconds.
+	SRTTms   float64   `json:"srtt_ms"`
+	Samples  uint64    `json:"samples"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// FrontDoor is the global front door as the control plane last configured it (GET /v1/front).
+type FrontDoor struct {
+	// Address is where clients reach it; "" while none runs.
+	Address   string          `json:"address,omitempty"`
+	Listeners []FrontListener `json:"listeners"`
+	// Synced is true when it runs the configuration the store gives it; Error says why not.
+	Synced bool   `json:"synced"`
+	Error  string `json:"error,omitempty"`
+}
+
+// FrontListener is one listener of the front door: a fleet's listener, served by its regions.
+type FrontListener struct {
+	Name  string `json:"name"`
+	Fleet string `json:"fleet"`
+	Port  int    `json:"port"`
+	// Regions are the regions behind it, in the fleet's order.
+	Regions []string `json:"regions"`
+}
+
+// routeGlobal serves what the control plane knows of routing users to regions.
+func (s *Server) routeGlobal() {
+	s.mux.HandleFunc("GET /v1/rtt", func(w http.ResponseWriter, r *http.Request) {
+		out := []ClientRTT{}
+		if s.opts.ClientRTTs != nil {
+			out = append(out, s.opts.ClientRTTs()...)
 		}
-		h := f.Spec.Global.Hostname
-		if doc, taken := owner[h]; taken && fleets[doc-1].Metadata.Name != f.Metadata.Name {
-			problems = append(problems, FieldProblem{Document: i + 1, Field: "spec.global.hostname",
-				Message: fmt.Sprintf("%s is also the hostname of fleet %q (document %d of this apply): give each fleet its own hostname", h, fleets[doc-1].Metadata.Name, doc)})
-			continue
+		writeJSON(w, http.StatusOK, out)
+	})
+	s.mux.HandleFunc("GET /v1/front", func(w http.ResponseWriter, r *http.Request) {
+		out := FrontDoor{Listeners: []FrontListener{}}
+		if s.opts.Front != nil {
+			out = s.opts.Front()
 		}
-		owner[h] = i + 1
-	}
-	for _, o := range stored {
-		if applied[o.Metadata.Name] || o.Spec.Global == nil {
-			continue // an applied fleet's hostname is the one applied now
-		}
-		if doc, taken := owner[o.Spec.Global.Hostname]; taken {
-			problems = append(problems, FieldProblem{Document: doc, Field: "spec.global.hostname",
-				Message: fmt.Sprintf("%s is already the hostname of fleet %q: choose another, or remove it from fleet %q first", o.Spec.Global.Hostname, o.Metadata.Name, o.Metadata.Name)})
-		}
-	}
-	return problems
+		writeJSON(w, http.StatusOK, out)
+	})
 }

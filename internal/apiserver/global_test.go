@@ -1,57 +1,40 @@
 package apiserver
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
-	"strings"
+	"net/http/httptest"
 	"testing"
 
-	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
 )
 
-func withHostname(h string) func(*v1alpha1.Fleet) {
-	return func(f *v1alpha1.Fleet) { f.Spec.Global = &v1alpha1.Global{Hostname: h} }
-}
-
-// A hostname another fleet has is refused at apply, naming that fleet, and nothing is stored; so
-// are two fleets of one apply with one hostname.
-func TestApplyRefusesHostnameClash(t *testing.T) {
-	srv, st := newServer(t)
-	if code, body := call(t, srv, token, "POST", "/v1/apply", fleetJSON("web", withHostname("web.herd.test"))); code != 200 {
-		t.Fatalf("first fleet: %d %s", code, body)
+// GET /v1/rtt and GET /v1/front answer what the control plane reports, behind the token, and an
+// empty list or front door when it reports nothing.
+func TestGlobalRouting(t *testing.T) {
+	bare, _ := newServer(t)
+	for path, want := range map[string]string{"/v1/rtt": "[]\n", "/v1/front": `{"listeners":[],"synced":false}` + "\n"} {
+		if code, body := call(t, bare, token, http.MethodGet, path, ""); code != http.StatusOK || body != want {
+			t.Errorf("GET %s without reports: %d %q, want %q", path, code, body, want)
+		}
+		if code, _ := call(t, bare, "", http.MethodGet, path, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d, want 401", path, code)
+		}
 	}
-	code, body := call(t, srv, token, "POST", "/v1/apply", fleetJSON("clash", withHostname("WEB.herd.test.")))
-	if code != http.StatusUnprocessableEntity || !strings.Contains(body, `spec.global.hostname`) ||
-		!strings.Contains(body, `web.herd.test is already the hostname of fleet \"web\": choose another`) {
-		t.Fatalf("clash: %d %s, want 422 naming fleet web and the fix", code, body)
+	srv := httptest.NewServer(New(Options{Store: memory.New(), Token: token,
+		ClientRTTs: func() []ClientRTT {
+			return []ClientRTT{{Network: "10.216.1.0/24", Region: "eu", SRTTms: 10.5, Samples: 2}}
+		},
+		Front: func() FrontDoor {
+			return FrontDoor{Address: "10.216.0.3", Synced: true, Listeners: []FrontListener{{Name: "web/http", Fleet: "web", Port: 8080, Regions: []string{"eu"}}}}
+		},
+	}))
+	t.Cleanup(srv.Close)
+	if code, body := call(t, srv, token, http.MethodGet, "/v1/rtt", ""); code != http.StatusOK ||
+		body != `[{"network":"10.216.1.0/24","region":"eu","srtt_ms":10.5,"samples":2,"last_seen":"0001-01-01T00:00:00Z"}]`+"\n" {
+		t.Errorf("GET /v1/rtt: %d %s", code, body)
 	}
-	if _, err := store.GetObject[v1alpha1.Fleet](context.Background(), st, store.Fleets, "clash"); err == nil {
-		t.Fatal("the refused fleet was stored")
-	}
-	if code, body := call(t, srv, token, "POST", "/v1/apply", fleetJSON("web", withHostname("web.herd.test"))); code != 200 {
-		t.Fatalf("re-apply of the holder: %d %s", code, body)
-	}
-	var req ApplyRequest
-	for _, name := range []string{"one", "two"} {
-		var r ApplyRequest
-		_ = json.Unmarshal([]byte(fleetJSON(name, withHostname("x.herd.test"))), &r)
-		req.Fleets = append(req.Fleets, r.Fleets...)
-	}
-	both, _ := json.Marshal(req)
-	code, body = call(t, srv, token, "POST", "/v1/apply", string(both))
-	if code != http.StatusUnprocessableEntity || !strings.Contains(body, `x.herd.test is also the hostname of fleet \"one\" (document 1 of this apply)`) {
-		t.Fatalf("two fleets with one hostname in one apply: %d %s", code, body)
-	}
-}
-
-func TestGetRoutesNeedsToken(t *testing.T) {
-	srv, _ := newServer(t)
-	if code, _ := call(t, srv, "wrong", "GET", "/v1/routes", ""); code != http.StatusUnauthorized {
-		t.Errorf("GET /v1/routes with a wrong token: %d, want 401", code)
-	}
-	if code, body := call(t, srv, token, "GET", "/v1/routes", ""); code != http.StatusNotImplemented {
-		t.Errorf("GET /v1/routes without a routes source: %d %s, want 501", code, body)
+	if code, body := call(t, srv, token, http.MethodGet, "/v1/front", ""); code != http.StatusOK ||
+		body != `{"address":"10.216.0.3","listeners":[{"name":"web/http","fleet":"web","port":8080,"regions":["eu"]}],"synced":true}`+"\n" {
+		t.Errorf("GET /v1/front: %d %s", code, body)
 	}
 }

@@ -38,8 +38,13 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			fd, err := c.FrontDoor(ctx)
+			if err != nil {
+				return err
+			}
 			describeFleet(g.out, f)
 			describeGlobal(ctx, g.out, c, f)
+			describeFront(g.out, f.Metadata.Name, fd)
 			describeInstances(g.out, f, insts)
 			fmt.Fprintln(g.out, "Events:")
 			if len(evs) == 0 {

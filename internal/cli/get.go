@@ -15,24 +15,33 @@ func newGetCmd(g *globals) *cobra.Command {
 	var output string
 	var fleet string
 	cmd := &cobra.Command{
-		Use:   "get fleets|instances|regions|routes [NAME]",
-		Short: "List fleets, instances, the regions of fleets or global routes",
+		Use:   "get fleets|instances|regions|routes|rtt [NAME]",
+		Short: "List fleets, instances, the regions of fleets, global routes or the round trips to regions",
 		Long: `get lists fleets, instances, or regions: one line per fleet and region, with the region's
 desired, running and ready instances, the revision it runs (during a wave, the old one until the
 wave reaches it), its state (Ready, Scaling, Pending, Degraded, ProviderFailed, Unreachable) and
 why. For regions, NAME is a fleet. routes lists each global hostname (spec.global) with each
-region's part in its DNS answers and why; NAME is a hostname or a fleet.`,
+region's part in its DNS answers and why; NAME is a hostname or a fleet.
+
+get rtt lists the round trip from each client network (/24, /48 for IPv6) to each region, as the
+region's own load balancer measures it on the connections it serves (the kernel's smoothed RTT,
+averaged): what a latency-based answer ranks regions by. For rtt, NAME is a client network.`,
 		Example: `  herd get fleets
   herd get instances --fleet hello -o wide
   herd get fleet hello -o yaml
   herd get regions
   herd get regions hello -o wide
-  herd get routes                     # each global hostname's answer per region, and why`,
+  herd get routes                     # each global hostname's answer per region, and why
+  herd get rtt
+  herd get rtt 10.216.1.0/24 -o json`,
 		Args:      cobra.RangeArgs(1, 2),
-		ValidArgs: []string{"fleets", "instances", "regions", "routes"},
+		ValidArgs: []string{"fleets", "instances", "regions", "routes", "rtt"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if resource(args[0]) == "region" {
+			switch resource(args[0]) {
+			case "region":
 				return getRegions(cmd.Context(), g, args[1:], output)
+			case "rtt":
+				return getRTT(cmd.Context(), g, args[1:], output)
 			}
 			if resource(args[0]) == "route" {
 				return getRoutes(cmd.Context(), g, args, output)
@@ -103,6 +112,8 @@ func resource(s string) string {
 		return "region"
 	case "route", "routes":
 		return "route"
+	case "rtt", "rtts":
+		return "rtt"
 	}
 	return s
 }

@@ -107,3 +107,37 @@ func TestRegionRowsLB(t *testing.T) {
 		t.Fatalf("rows %q, want %q", got, want)
 	}
 }
+
+// get rtt prints one line per client network and region; describe shows the front door's
+// listeners of the fleet only.
+func TestPrintRTTAndFront(t *testing.T) {
+	var out, errOut strings.Builder
+	g := &globals{out: &out, errOut: &errOut}
+	if err := printRTT(g, nil); err != nil || out.Len() != 0 || !strings.Contains(errOut.String(), "No round trips") {
+		t.Errorf("empty: %v %q %q", err, out.String(), errOut.String())
+	}
+	rtts := []apiserver.ClientRTT{{Network: "10.216.1.0/24", Region: "eu", SRTTms: 10.967, Samples: 4}, {Network: "10.216.1.0/24", Region: "us", SRTTms: 111.742, Samples: 3}}
+	if err := printRTT(g, rtts); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "10.216.1.0/24 eu 11.0ms 4") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), "10.216.1.0/24 us 111.7ms 3") {
+		t.Errorf("get rtt:\n%s", out.String())
+	}
+
+	out.Reset()
+	fd := &apiserver.FrontDoor{Address: "10.216.0.3", Synced: true, Listeners: []apiserver.FrontListener{
+		{Name: "web/http", Fleet: "web", Port: 8080, Regions: []string{"us", "eu"}},
+		{Name: "db/tcp", Fleet: "db", Port: 5432, Regions: []string{"eu"}},
+	}}
+	describeFront(&out, "web", fd)
+	if want := "Front door:         Synced\n  web/http: 10.216.0.3:8080 -> regions us, eu\n"; out.String() != want {
+		t.Errorf("describe:\n%q\nwant\n%q", out.String(), want)
+	}
+	out.Reset()
+	describeFront(&out, "quick", fd)
+	if out.Len() != 0 {
+		t.Errorf("a fleet the front door does not serve: %q", out.String())
+	}
+}

@@ -367,3 +367,25 @@ func (c *Client) RegionLBs(ctx context.Context) ([]apiserver.RegionLB, error) {
 	}
 	return out, err
 }
+
+// ClientRTTs returns the round trip from each client network to each region, as the regions' load
+// balancers measured it (none from a control plane that predates it).
+func (c *Client) ClientRTTs(ctx context.Context) ([]apiserver.ClientRTT, error) {
+	var out []apiserver.ClientRTT
+	err := c.do(ctx, http.MethodGet, "/v1/rtt", nil, &out)
+	if IsNotFound(err) {
+		return nil, nil
+	}
+	return out, err
+}
+
+// FrontDoor returns the global front door the control plane configures (none from a control plane
+// that predates it).
+func (c *Client) FrontDoor(ctx context.Context) (*apiserver.FrontDoor, error) {
+	var out apiserver.FrontDoor
+	err := c.do(ctx, http.MethodGet, "/v1/front", nil, &out)
+	if IsNotFound(err) {
+		return &apiserver.FrontDoor{}, nil
+	}
+	return &out, err
+}

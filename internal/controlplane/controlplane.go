@@ -32,7 +32,6 @@ import (
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/provider/local"
-	"herd.dev/herd/internal/routes"
 	"herd.dev/herd/internal/store/etcd"
 	"herd.dev/herd/internal/usage"
 	"herd.dev/herd/internal/web"
@@ -169,7 +168,14 @@ func Run(ctx context.Context, opts Options) error {
 	// The regional load balancers (of the fleets served regionally) are configured by the
 	// replica that leads, from the store; the probes of their regions run in every replica and
 	// probe what the regional configurer last saw (nothing on a replica that never led).
-	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log})
+	// The front door (where a provider runs one) serves the fleets served regionally, from the
+	// regional load balancers the regional configurer reached; it follows each pass of it.
+	var front *lbsync.Front
+	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log, Applied: func() { front.Kick() }})
+	front = lbsync.NewFront(lbsync.FrontOptions{Providers: providers, Regions: regional.Balancers, Logger: log})
+	// The round trip from each client network to each region, as the regions' load balancers
+	// measure it: what a latency-based answer ranks regions by.
+	rtts := lbsync.NewRTTs(lbsync.RTTOptions{Sources: regional.RTTSources, Logger: log})
 	// Load and revision figures come from the load balancers that carry each fleet's traffic:
 	// the regional ones for fleets served regionally, the embedded one for the others.
 	figures := lbsync.Figures{Embedded: monitor, Regional: regional}
@@ -192,6 +198,7 @@ func Run(ctx context.Context, opts Options) error {
 	ctrl := &leading{log: log, deps: termDeps{store: st, providers: providers, targets: targets,
 		inTerm: []func(context.Context) error{
 			func(ctx context.Context) error { return regional.Run(ctx, st) },
+			func(ctx context.Context) error { return front.Run(ctx, st) },
 			chaosEngine.Run,
 		},
 		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: figures, Reachability: regions,
@@ -218,8 +225,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// herd's DNS answers from the store, the regions' reachability from the clients' side and
 	// the round trips each regional load balancer measures to its client networks.
-	clientRTT := &routes.RTTPoller{Admins: func() []routes.LBAdmin { return lbAdmins(regional) }, Logger: log}
-	routeSrc := &routeSource{store: st, lb: lbAddresses{providers: providers, embedded: embeddedLBAddresses(opts.LBAddress)}, reach: regions, rtt: clientRTT}
+	routeSrc := &routeSource{store: st, lb: lbAddresses{providers: providers, embedded: embeddedLBAddresses(opts.LBAddress)}, reach: regions, rtt: rtts}
 	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: figures, CPU: agents, Logger: log, Observer: decisions}
 
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -245,6 +251,8 @@ func Run(ctx context.Context, opts Options) error {
 		Chaos:            chaosEngine.Handler(),
 		RegionLBs:        func() []apiserver.RegionLB { return regionLBs(regional) },
 		Routes:           routeSrc.Table,
+		ClientRTTs:       func() []apiserver.ClientRTT { return clientRTTs(rtts) },
+		Front:            func() apiserver.FrontDoor { return frontDoor(front) },
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			ctrl.status(s)
@@ -305,10 +313,7 @@ func Run(ctx context.Context, opts Options) error {
 	run(runCtx, &wg, "agent metrics", agents.Start)
 	run(runCtx, &wg, "usage", usageSampler.Start)
 	run(runCtx, &wg, "region probes", regions.Run)
-	run(runCtx, &wg, "client round trips", func(ctx context.Context) error {
-		clientRTT.Run(ctx, rttPollInterval)
-		return nil
-	})
+	run(runCtx, &wg, "region round trips", rtts.Run)
 	if serveDNS != nil {
 		run(runCtx, &wg, "dns", serveDNS)
 	}

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net"
 	"time"
 
@@ -10,7 +11,6 @@ import (
 	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionhealth"
-	"herd.dev/herd/internal/routes"
 )
 
 // newRegionChecker probes the regions whose load balancers regional configures, from the
@@ -61,15 +61,26 @@ func regionLBs(regional *lbsync.Regional) []apiserver.RegionLB {
 	return out
 }
 
-// rttPollInterval is how often the regional load balancers' client round trips are read: the
-// latency policy follows clients' networks over seconds, not per request.
-const rttPollInterval = 5 * time.Second
+// clientRTTs is what the API reports of the round trips the regional load balancers measured.
+func clientRTTs(rtts *lbsync.RTTs) []apiserver.ClientRTT {
+	entries := rtts.Entries()
+	out := make([]apiserver.ClientRTT, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, apiserver.ClientRTT{Network: e.RTT.Network.String(), Region: e.Region,
+			SRTTms: math.Round(float64(e.RTT.SRTT)/float64(time.Microsecond)) / 1000, Samples: e.RTT.Samples, LastSeen: e.RTT.LastSeen})
+	}
+	return out
+}
 
-// lbAdmins are the admin APIs of the regional load balancers, for the RTT poller.
-func lbAdmins(regional *lbsync.Regional) []routes.LBAdmin {
-	var out []routes.LBAdmin
-	for region, a := range regional.Admins() {
-		out = append(out, routes.LBAdmin{Region: region, URL: a.URL, Token: a.Token})
+// frontDoor is what the API reports of the front door.
+func frontDoor(f *lbsync.Front) apiserver.FrontDoor {
+	s := f.Status()
+	out := apiserver.FrontDoor{Listeners: []apiserver.FrontListener{}, Synced: s.Synced, Error: s.Error}
+	if s.DataAddress.IsValid() {
+		out.Address = s.DataAddress.String()
+	}
+	for _, l := range s.Listeners {
+		out.Listeners = append(out.Listeners, apiserver.FrontListener{Name: l.Name, Fleet: l.Fleet, Port: l.Port, Regions: l.Regions})
 	}
 	return out
 }

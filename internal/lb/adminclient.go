@@ -56,6 +56,14 @@ func (c *AdminClient) Stats() (Snapshot, error) {
 	return out, err
 }
 
+// ClientRTTs returns the round trip to each client network the load balancer served (GET /rtt),
+// sorted by network.
+func (c *AdminClient) ClientRTTs() ([]NetworkRTT, error) {
+	var out []NetworkRTT
+	err := c.call(http.MethodGet, "/rtt", nil, &out)
+	return out, err
+}
+
 func (c *AdminClient) call(method, path string, body []byte, out any) error {
 	timeout := c.Timeout
 	if timeout <= 0 {

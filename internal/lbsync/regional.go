@@ -47,7 +47,10 @@ type RegionalOptions struct {
 	// Resync is how often every regional load balancer's configuration is checked. Default:
 	// DefaultRegionalResync.
 	Resync time.Duration
-	Logger *slog.Logger
+	// Applied, if set, is called after every pass over the regions: what Balancers returns may
+	// have changed (Front's Kick).
+	Applied func()
+	Logger  *slog.Logger
 }
 
 // Regional keeps the load balancer of every region in step with the store: for each region
@@ -135,20 +138,6 @@ func (r *Regional) Balancers() []RegionLBStatus {
 	return out
 }
 
-// Admins returns the admin API clients of the regional load balancers made so far, by region
-// name: the RTT poller reads their client round trips. The clients hold the admin tokens.
-func (r *Regional) Admins() map[string]*lb.AdminClient {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]*lb.AdminClient, len(r.lbs))
-	for region, rl := range r.lbs {
-		if rl.admin != nil {
-			out[region] = rl.admin
-		}
-	}
-	return out
-}
-
 // regionWant is what a region's load balancer should run.
 type regionWant struct {
 	prov    provider.RegionalBalancers
@@ -217,6 +206,9 @@ func (r *Regional) apply(ctx context.Context, f *follower) {
 		r.mu.Lock()
 		delete(r.lbs, region)
 		r.mu.Unlock()
+	}
+	if r.opts.Applied != nil {
+		r.opts.Applied()
 	}
 }
 

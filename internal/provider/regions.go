@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"net"
+	"net/http"
 	"net/netip"
 	"time"
 )
@@ -27,6 +28,29 @@ type RegionalBalancers interface {
 	// options), starts its load balancer or adopts the one that runs, and says how to reach it.
 	// A load balancer that runs keeps its configuration. It is idempotent.
 	EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (RegionBalancer, error)
+}
+
+// FrontDoor tells how to reach the global front door a provider runs (`herd front`).
+type FrontDoor struct {
+	// DataAddress is where clients reach the front door's listeners (bound on ":<port>").
+	DataAddress netip.Addr
+	// AdminURL is its admin API (lb.NewAdminHandler), reached with HTTP.
+	AdminURL string
+	// HTTP is the client that reaches the admin API (the local provider's is on a Unix socket).
+	// Default: http.DefaultClient.
+	HTTP *http.Client
+	// TokenFile holds the admin API's bearer token. A secret: never log its content.
+	TokenFile string
+}
+
+// FrontDoors MAY be implemented by a provider that runs a global front door where the regions'
+// clients are (the local provider's, in its internet namespace). The control plane then gives
+// it, over its admin API, one listener per listener of every fleet its regions' own load
+// balancers serve, with those load balancers as the regions.
+type FrontDoors interface {
+	// EnsureFrontDoor starts the front door or adopts the one that runs, and says how to reach
+	// it. A front door that runs keeps its configuration. It is idempotent.
+	EnsureFrontDoor(ctx context.Context) (FrontDoor, error)
 }
 
 // ClientDialer MAY be implemented by a provider whose regions are networks apart from the

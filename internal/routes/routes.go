@@ -94,7 +94,7 @@ type Reachability interface {
 // RTTSource gives the smoothed round-trip times the regional load balancers measured, per client
 // network (/24, /48) and region.
 type RTTSource interface {
-	ClientRTT() map[netip.Prefix]map[string]time.Duration
+	ClientRTTs() map[netip.Prefix]map[string]time.Duration
 }
 
 // Inputs are what Compute reads. Reach and RTT may be nil: every region is then reachable and no
@@ -182,7 +182,7 @@ func Compute(ctx context.Context, in Inputs) Table {
 	}
 	slices.SortFunc(t.Routes, func(a, b Route) int { return cmp.Compare(a.Hostname, b.Hostname) })
 	if in.RTT != nil {
-		t.RTT = in.RTT.ClientRTT()
+		t.RTT = in.RTT.ClientRTTs()
 	}
 	return t
 }

@@ -30,7 +30,7 @@ func (f fakeReach) RegionUnreachable(region string) (string, bool) {
 
 type fakeRTT map[netip.Prefix]map[string]time.Duration
 
-func (f fakeRTT) ClientRTT() map[netip.Prefix]map[string]time.Duration { return f }
+func (f fakeRTT) ClientRTTs() map[netip.Prefix]map[string]time.Duration { return f }
 
 func instance(fleet, region string, phase v1alpha1.InstancePhase) *v1alpha1.Instance {
 	return &v1alpha1.Instance{Spec: v1alpha1.InstanceSpec{Fleet: fleet, Region: region}, Status: v1alpha1.InstanceStatus{Phase: phase}}

@@ -282,11 +282,10 @@ func (p *Provider) regionSubnet(regions map[string]*regionRecord, region string,
 				taken = append(taken, sn)
 			}
 		}
-		// The internet namespace's subnet is not on the host: keep regions off it too.
+		// The internet's subnets (its own, the client networks') are not on the host: keep
+		// regions off them too.
 		if inet, err := p.readInternet(); err == nil && inet != nil {
-			if sn, err := netip.ParsePrefix(inet.Subnet); err == nil {
-				taken = append(taken, sn)
-			}
+			taken = append(taken, inet.subnets()...)
 		}
 		sn, err := pickSubnet(p.opts.SubnetPool, taken, host)
 		if err != nil {

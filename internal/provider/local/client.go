@@ -23,8 +23,12 @@ type ClientNetwork struct {
 	// Netns is the client's network namespace (/run/netns/<Netns>): run clients in it with
 	// `ip netns exec <Netns> ...` or nsenter --net=/run/netns/<Netns>.
 	Netns string `json:"netns"`
-	// Address is the client's address on the internet.
+	// Address is the client's address on the internet: the .1 of Network.
 	Address string `json:"address"`
+	// Network is the /24 of the internet pool that is the client network's own, routed to it by
+	// the internet namespace: load balancers that aggregate clients per /24 (GET /rtt) see each
+	// client network apart. Other addresses of it can be added in the namespace (on lo).
+	Network string `json:"network"`
 	// Shape is its link's shape: its distance to the internet, added to every region's.
 	Shape Shape `json:"shape"`
 	// RegionLatency adds round-trip time between this client network and some regions, by
@@ -56,7 +60,7 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape Shape, regi
 		if err != nil {
 			return err
 		}
-		addr, err := p.internetHost(inet, "client/"+name)
+		network, err := p.internetNetwork(inet, "client/"+name)
 		if err != nil {
 			return err
 		}
@@ -68,12 +72,20 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape Shape, regi
 		if c == nil {
 			c = &ClientNetwork{Name: name}
 		}
-		c.Netns, c.Address, c.Shape, c.RegionLatency = clientNetns(p.opts.DataDir, name), addr.String(), shape, regionLatency
+		addr := hostAddr(network, clientHost).String()
+		moved := c.Address != "" && c.Address != addr
+		c.Netns, c.Address, c.Network, c.Shape, c.RegionLatency = clientNetns(p.opts.DataDir, name), addr, network.String(), shape, regionLatency
 		if err := writeClient(dir, c); err != nil {
 			return err
 		}
 		if err := ensureNetns(ctx, c.Netns, false); err != nil {
 			return err
+		}
+		if moved {
+			// Made when client networks shared the internet's /24: its old address goes.
+			if err := p.flushClientLink(ctx, c, inet); err != nil {
+				return err
+			}
 		}
 		if err := ensureLinkDevices(ctx, p.clientLink(c, inet)); err != nil {
 			return err
@@ -95,6 +107,7 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape Shape, regi
 func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
 	sn, _ := netip.ParsePrefix(inet.Subnet)
 	addr, _ := netip.ParseAddr(c.Address)
+	network, _ := netip.ParsePrefix(c.Network)
 	cfg := linkConfig{
 		Name:  "client " + c.Name,
 		A:     linkEnd{Netns: c.Netns, Device: "eth0"},
@@ -109,7 +122,25 @@ func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
 			cfg.PeerLatency[hostAddr(sn, h)] = d
 		}
 	}
-	return link{cfg: cfg, addrA: addr, hub: hostAddr(sn, hubHost), defaultRoute: true}
+	return link{cfg: cfg, addrA: addr, hub: hostAddr(sn, hubHost), defaultRoute: true, networkA: network}
+}
+
+// flushClientLink removes every address of the client network's link, at both ends, and the
+// address the internet record held for it, before the link gets its addresses again.
+func (p *Provider) flushClientLink(ctx context.Context, c *ClientNetwork, inet *internetRecord) error {
+	l := p.clientLink(c, inet)
+	for _, end := range []linkEnd{l.cfg.A, l.cfg.B} {
+		if nsLinkExists(ctx, end.Netns, end.Device) {
+			if err := run(ctx, "ip", "-n", end.Netns, "addr", "flush", "dev", end.Device); err != nil {
+				return err
+			}
+		}
+	}
+	if _, ok := inet.Hosts["client/"+c.Name]; ok {
+		delete(inet.Hosts, "client/"+c.Name)
+		return p.writeInternet(inet)
+	}
+	return nil
 }
 
 // syncClientRelay gives the client network's relay its link's config now and records it. The

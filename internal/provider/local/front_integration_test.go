@@ -92,8 +92,8 @@ func (l *frontLoad) halt() {
 // TestIntegrationFrontDoor: two regions 10 ms and 60 ms away, each with its regional load balancer
 // serving an HTTP server in its router; the front door in the internet namespace sends a client's
 // load to the nearer region, and when that region is partitioned, to the other one without a
-// failed GET. The regional load balancers' RTT tables show the client network at the regions'
-// distances.
+// failed GET. The regional load balancers' RTT tables show two client networks, each on a /24
+// of its own, at their own distances.
 func TestIntegrationFrontDoor(t *testing.T) {
 	p, _ := regionEnv(t, "near", "far")
 	ctx := context.Background()
@@ -204,29 +204,67 @@ func TestIntegrationFrontDoor(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Each regional load balancer measured the client network at its own distance.
-	clientNet := netip.PrefixFrom(netip.MustParseAddr(client.Address), 24).Masked()
-	for r, rlb := range regionLBs {
-		code, body := adminDo(t, rlb, http.MethodGet, "/rtt", "")
-		var table []lb.NetworkRTT
-		if err := json.Unmarshal([]byte(body), &table); code != http.StatusOK || err != nil {
-			t.Fatalf("region %s: GET /rtt: %d %v: %s", r, code, err, body)
+	// Each regional load balancer measures each client network at its own distance: a second
+	// client network, 100 ms farther from the near region only, ranks the regions the other way,
+	// and shows up in the tables as a /24 of its own.
+	remote, err := p.AddClient(ctx, "remote", local.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := []local.ClientNetwork{client, remote}
+	want := map[string]map[string]time.Duration{ // client -> region -> round trip
+		"home":   {"near": latency["near"], "far": latency["far"]},
+		"remote": {"near": latency["near"] + 100*time.Millisecond, "far": latency["far"]},
+	}
+	for _, c := range clients {
+		if c.Network != netip.PrefixFrom(netip.MustParseAddr(c.Address), 24).Masked().String() {
+			t.Errorf("client network %s: address %s outside its network %s", c.Name, c.Address, c.Network)
 		}
-		var got *lb.NetworkRTT
-		for i := range table {
-			if table[i].Network == clientNet {
-				got = &table[i]
+		for r, rlb := range regionLBs {
+			url := "http://" + net.JoinHostPort(rlb.DataAddress.String(), "8080") + "/"
+			for range 3 { // a new connection each: each is one sample
+				if got := getFrom(t, c.Netns, url, 30*time.Second); got != r {
+					t.Fatalf("GET %s from %s: %q, want %q", url, c.Name, got, r)
+				}
 			}
 		}
-		if got == nil {
-			t.Errorf("region %s: GET /rtt has no %s: %s", r, clientNet, body)
-			continue
+	}
+	if client.Network == remote.Network {
+		t.Fatalf("client networks home and remote share the network %s", client.Network)
+	}
+	for r, rlb := range regionLBs {
+		table, err := (&lb.AdminClient{URL: rlb.AdminURL, Token: readToken(t, rlb.TokenFile)}).ClientRTTs()
+		if err != nil {
+			t.Fatalf("region %s: %v", r, err)
 		}
-		t.Logf("region %s (latency %s): client network %s at %s over %d samples", r, latency[r], got.Network, got.SRTT, got.Samples)
-		if got.SRTT < latency[r]*8/10 || got.SRTT > latency[r]*3/2+20*time.Millisecond {
-			t.Errorf("region %s: the client network's round trip is %s, far from the region's latency %s", r, got.SRTT, latency[r])
+		byNet := map[netip.Prefix]lb.NetworkRTT{}
+		for _, e := range table {
+			byNet[e.Network] = e
+			t.Logf("region %s: GET /rtt: %s at %s over %d samples", r, e.Network, e.SRTT, e.Samples)
+		}
+		for _, c := range clients {
+			got, ok := byNet[netip.MustParsePrefix(c.Network)]
+			if !ok {
+				t.Errorf("region %s: GET /rtt has no entry for client network %s (%s): %v", r, c.Name, c.Network, table)
+				continue
+			}
+			w := want[c.Name][r]
+			t.Logf("region %s: client network %s (%s) at %s, expected %s", r, c.Name, c.Network, got.SRTT, w)
+			if got.SRTT < w*8/10 || got.SRTT > w*3/2+20*time.Millisecond {
+				t.Errorf("region %s: client network %s's round trip is %s, far from the %s its links add up to", r, c.Name, got.SRTT, w)
+			}
 		}
 	}
+}
+
+// readToken returns the bearer token in path.
+func readToken(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // waitUntil polls cond every 10 ms until it holds, or fails the test after timeout.

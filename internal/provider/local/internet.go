@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -20,15 +21,18 @@ import (
 	"time"
 )
 
-// DefaultInternetPool is where the /24 of a data directory's internet namespace comes from.
+// DefaultInternetPool is where the /24s of a data directory's internet come from: the internet
+// namespace's own, and one per client network.
 var DefaultInternetPool = netip.MustParsePrefix("10.216.0.0/16")
 
-// Addresses in the internet's /24: every link's internet end has the hub address; routers and
-// clients get one address each from 1 to 253.
+// Addresses in the internet's /24: every link's internet end has the hub address; routers and the
+// front door get one address each from 1 to 253. A client network has a /24 of its own, whose .1
+// is its address.
 const (
 	hubHost      = 254
 	firstNetHost = 1
 	lastNetHost  = 253
+	clientHost   = 1
 )
 
 // Files and names of the network state, under <provider dir>/net.
@@ -45,8 +49,22 @@ const (
 type internetRecord struct {
 	Netns  string `json:"netns"`
 	Subnet string `json:"subnet"`
-	// Hosts maps "region/<name>", "client/<name>" and "front" to a host number of Subnet.
+	// Hosts maps "region/<name>" and "front" to a host number of Subnet.
 	Hosts map[string]int `json:"hosts"`
+	// Networks maps "client/<name>" to the /24 of the pool a client network was given, routed to
+	// its link: a load balancer that aggregates its clients per /24 tells client networks apart.
+	Networks map[string]string `json:"networks,omitempty"`
+}
+
+// subnets returns the internet's /24 and every client network's.
+func (r *internetRecord) subnets() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range append([]string{r.Subnet}, slices.Collect(maps.Values(r.Networks))...) {
+		if sn, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, sn)
+		}
+	}
+	return out
 }
 
 func (p *Provider) netDir() string { return filepath.Join(p.dir, netSubdir) }
@@ -79,28 +97,7 @@ func (p *Provider) ensureInternet(ctx context.Context) (*internetRecord, error) 
 		return nil, err
 	}
 	if inet == nil {
-		hostLk, err := lockFile(hostLockPath)
-		if err != nil {
-			return nil, err
-		}
-		defer hostLk.unlock()
-		regions, err := readRegions(p.regionsDir())
-		if err != nil {
-			return nil, err
-		}
-		own := map[string]bool{}
-		var taken []netip.Prefix
-		for _, r := range regions {
-			own[r.Bridge] = true
-			if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
-				taken = append(taken, sn)
-			}
-		}
-		host, err := hostPrefixes(own)
-		if err != nil {
-			return nil, err
-		}
-		sn, err := pickSubnet(p.opts.InternetPool, taken, host)
+		sn, err := p.freeInternetSubnet(nil)
 		if err != nil {
 			return nil, fmt.Errorf("the internet namespace: %w", err)
 		}
@@ -113,6 +110,56 @@ func (p *Provider) ensureInternet(ctx context.Context) (*internetRecord, error) 
 		return nil, fmt.Errorf("the internet namespace: %w", err)
 	}
 	return inet, nil
+}
+
+// freeInternetSubnet picks a /24 of the internet pool that overlaps none of taken, no region
+// subnet of this data directory (a router holds both) and no address of the host. The caller
+// holds the provider lock; the choice holds the host-wide lock, as regions' choices do.
+func (p *Provider) freeInternetSubnet(taken []netip.Prefix) (netip.Prefix, error) {
+	hostLk, err := lockFile(hostLockPath)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	defer hostLk.unlock()
+	regions, err := readRegions(p.regionsDir())
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	own := map[string]bool{}
+	for _, r := range regions {
+		own[r.Bridge] = true
+		if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
+			taken = append(taken, sn)
+		}
+	}
+	host, err := hostPrefixes(own)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return pickSubnet(p.opts.InternetPool, taken, host)
+}
+
+// internetNetwork gives key ("client/y") a /24 of its own from the internet pool, once.
+func (p *Provider) internetNetwork(inet *internetRecord, key string) (netip.Prefix, error) {
+	if s, ok := inet.Networks[key]; ok {
+		sn, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("network of %s %q: %w", key, s, err)
+		}
+		return sn, nil
+	}
+	sn, err := p.freeInternetSubnet(inet.subnets())
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("a network for %s: %w", key, err)
+	}
+	if inet.Networks == nil {
+		inet.Networks = map[string]string{}
+	}
+	inet.Networks[key] = sn.String()
+	if err := p.writeInternet(inet); err != nil {
+		return netip.Prefix{}, err
+	}
+	return sn, nil
 }
 
 // internetHost gives key ("region/x", "client/y") an address of the internet, once.
@@ -137,23 +184,26 @@ func (p *Provider) internetHost(inet *internetRecord, key string) (netip.Addr, e
 			return hostAddr(sn, h), nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("the internet %s has no address left (%d regions and clients)", inet.Subnet, lastNetHost)
+	return netip.Addr{}, fmt.Errorf("the internet %s has no address left (%d regions and front door)", inet.Subnet, lastNetHost)
 }
 
-// releaseInternet gives key's address back and removes the internet namespace when nothing is
+// releaseInternet gives key's address or network back and removes the internet namespace when nothing is
 // linked to it any more. The caller holds the provider lock.
 func (p *Provider) releaseInternet(ctx context.Context, key string) error {
 	inet, err := p.readInternet()
 	if err != nil || inet == nil {
 		return err
 	}
-	if _, ok := inet.Hosts[key]; ok {
+	_, host := inet.Hosts[key]
+	_, network := inet.Networks[key]
+	if host || network {
 		delete(inet.Hosts, key)
+		delete(inet.Networks, key)
 		if err := p.writeInternet(inet); err != nil {
 			return err
 		}
 	}
-	if len(inet.Hosts) > 0 {
+	if len(inet.Hosts)+len(inet.Networks) > 0 {
 		return nil
 	}
 	if err := deleteNetns(ctx, inet.Netns, ""); err != nil {
@@ -207,6 +257,8 @@ type link struct {
 	hub   netip.Addr
 	// defaultRoute: A routes everything through the link (a router or a client does).
 	defaultRoute bool
+	// networkA, if valid, is routed to end A in B's namespace: a client network's /24.
+	networkA netip.Prefix
 }
 
 // ensureLinkDevices creates the link's TUN devices with their addresses and routes.
@@ -231,6 +283,11 @@ func ensureLinkDevices(ctx context.Context, l link) error {
 	}
 	if l.defaultRoute {
 		if err := run(ctx, "ip", "-n", l.cfg.A.Netns, "route", "replace", "default", "dev", l.cfg.A.Device); err != nil {
+			return err
+		}
+	}
+	if l.networkA.IsValid() {
+		if err := run(ctx, "ip", "-n", l.cfg.B.Netns, "route", "replace", l.networkA.String(), "dev", l.cfg.B.Device); err != nil {
 			return err
 		}
 	}

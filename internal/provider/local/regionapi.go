@@ -1,5 +1,6 @@
 // What the control plane uses of the local provider's regions through provider's optional
-// interfaces: the regional load balancers, dialing from the clients' side, killing an instance.
+// interfaces: the regional load balancers, the front door, dialing from the clients' side, killing an
+// instance.
 
 package local
 
@@ -16,6 +17,7 @@ import (
 var (
 	_ provider.RegionalBalancers = (*Provider)(nil)
 	_ provider.ClientDialer      = (*Provider)(nil)
+	_ provider.FrontDoors        = (*Provider)(nil)
 	_ provider.InstanceKiller    = (*Provider)(nil)
 )
 
@@ -30,6 +32,16 @@ func (p *Provider) EnsureRegionBalancer(ctx context.Context, region string, opti
 		return provider.RegionBalancer{}, err
 	}
 	return provider.RegionBalancer{Region: region, DataAddress: lb.DataAddress, AdminURL: lb.AdminURL, TokenFile: lb.TokenFile}, nil
+}
+
+// EnsureFrontDoor implements provider.FrontDoors with EnsureFront: the front door in the internet
+// namespace, its admin API on a Unix socket.
+func (p *Provider) EnsureFrontDoor(ctx context.Context) (provider.FrontDoor, error) {
+	f, err := p.EnsureFront(ctx)
+	if err != nil {
+		return provider.FrontDoor{}, err
+	}
+	return provider.FrontDoor{DataAddress: f.DataAddress, AdminURL: f.AdminURL, HTTP: f.AdminClient(), TokenFile: f.TokenFile}, nil
 }
 
 // DialFromClients implements provider.ClientDialer: it dials from the internet namespace, where

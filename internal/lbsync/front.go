@@ -1,0 +1,286 @@
+package lbsync
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/front"
+	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/store"
+)
+
+// FrontOptions configure a Front.
+type FrontOptions struct {
+	// Providers are the control plane's providers by name; the first, by name, implementing
+	// provider.FrontDoors runs the front door. With none, Front does nothing.
+	Providers map[string]provider.Provider
+	// Regions returns the regional load balancers and their data addresses: *Regional's
+	// Balancers. Required.
+	Regions func() []RegionLBStatus
+	// Resync is how often the front door's configuration is read back and compared. Default:
+	// DefaultRegionalResync.
+	Resync time.Duration
+	Logger *slog.Logger
+}
+
+// Front keeps the global front door in step with the store, as Regional keeps the regional load
+// balancers: for every listener of every fleet served regionally (ServedRegionally) it gives the
+// front door a listener on the same port whose regions are the fleet's regions' own load balancers
+// (front.Config). It is level-based: the configuration is derived whole from the store and the
+// regional load balancers Regional reached, read back every Resync and sent only when the front
+// door runs another one, so a front door adopted from an earlier herd up is not touched and one
+// that restarted empty is configured again. It starts the front door only once a fleet needs it.
+// Only the replica that runs the controller runs it.
+type Front struct {
+	opts FrontOptions
+	log  *slog.Logger
+	prov provider.FrontDoors // nil: no provider runs a front door
+	kick chan struct{}
+	// regionsKnown is set by the first Kick: until Regional has passed over every region once, it
+	// knows only some regions' addresses, and a front door adopted by a new herd up would be given
+	// a configuration with regions missing.
+	regionsKnown atomic.Bool
+
+	mu        sync.Mutex
+	door      provider.FrontDoor
+	admin     *lb.AdminClient // nil until the front door was ensured
+	applied   []byte          // the JSON of the config last applied or found, nil until one was
+	listeners []FrontListener
+	err       error
+}
+
+// FrontListener is one listener of the front door.
+type FrontListener struct {
+	// Name is "<fleet>/<listener>", as on the regional load balancers.
+	Name  string
+	Fleet string
+	// Port is where the front door serves it, on its DataAddress: the fleet listener's port.
+	Port int
+	// Regions are the regions behind it, in the fleet's order.
+	Regions []string
+}
+
+// FrontStatus is the front door as Front last saw it.
+type FrontStatus struct {
+	// DataAddress is where clients reach its listeners; invalid until it was started.
+	DataAddress netip.Addr
+	Listeners   []FrontListener
+	// Synced is true when it runs the configuration derived from the store; Error says why not.
+	Synced bool
+	Error  string
+}
+
+// NewFront returns a Front; Run it.
+func NewFront(opts FrontOptions) *Front {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = DefaultRegionalResync
+	}
+	f := &Front{opts: opts, log: opts.Logger.With("component", "front-sync"), kick: make(chan struct{}, 1)}
+	names := make([]string, 0, len(opts.Providers))
+	for n := range opts.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if fd, ok := opts.Providers[n].(provider.FrontDoors); ok {
+			f.prov = fd
+			break
+		}
+	}
+	return f
+}
+
+// Kick asks for a sync soon: the regional load balancers changed (Regional's Applied). Front
+// configures nothing before the first Kick.
+func (f *Front) Kick() {
+	f.regionsKnown.Store(true)
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run configures the front door from st until ctx ends. It keeps its last configuration when it
+// ends (and while the store cannot answer).
+func (f *Front) Run(ctx context.Context, st store.Store) error {
+	if f.prov == nil {
+		<-ctx.Done()
+		return nil
+	}
+	tick := make(chan time.Time)
+	go func() {
+		t := time.NewTicker(f.opts.Resync)
+		defer t.Stop()
+		for {
+			var now time.Time
+			select {
+			case <-ctx.Done():
+				return
+			case now = <-t.C:
+			case <-f.kick:
+				now = time.Now()
+			}
+			select {
+			case tick <- now:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	watchStore(ctx, st, f.log, tick, func(fl *follower, dirty map[string]bool) { f.apply(ctx, fl, len(dirty) == 0) })
+	return nil
+}
+
+// Status returns the front door as last seen.
+func (f *Front) Status() FrontStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := FrontStatus{DataAddress: f.door.DataAddress, Listeners: slices.Clone(f.listeners), Synced: f.err == nil && f.applied != nil}
+	if f.err != nil {
+		s.Error = f.err.Error()
+	}
+	return s
+}
+
+// FrontListeners derives the front door's listeners from the fleets (served regionally only) and the
+// regional load balancers' data addresses by region; a region whose load balancer has no address
+// yet is left out, and a listener without any region too.
+func FrontListeners(fleets []*v1alpha1.Fleet, lbs map[string]netip.Addr) ([]front.Listener, []FrontListener) {
+	sort.Slice(fleets, func(i, j int) bool { return fleets[i].Metadata.Name < fleets[j].Metadata.Name })
+	var cfg []front.Listener
+	var out []FrontListener
+	for _, fl := range fleets {
+		if !ServedRegionally(fl) {
+			continue
+		}
+		hc := fl.Spec.HealthCheck
+		checkPort := hc.Port
+		if checkPort == 0 && len(fl.Spec.Listeners) > 0 {
+			checkPort = fl.Spec.Listeners[0].InstancePort
+		}
+		for _, l := range fl.Spec.Listeners {
+			port := strconv.Itoa(int(l.Port))
+			fln := front.Listener{Name: fl.Metadata.Name + "/" + l.Name, Fleet: fl.Metadata.Name, Address: ":" + port, Protocol: lb.ProtocolHTTP}
+			if l.Protocol == v1alpha1.ProtocolTCP {
+				fln.Protocol = lb.ProtocolTCP
+			} else if l.InstancePort == checkPort {
+				// Checked through the regional load balancer, which answers 503 without a healthy
+				// instance. Another listener's path may not exist on its port: a TCP connect.
+				fln.HealthPath = hc.Path
+			}
+			st := FrontListener{Name: fln.Name, Fleet: fln.Fleet, Port: int(l.Port)}
+			for _, r := range fl.Spec.Regions {
+				if a, ok := lbs[r.Name]; ok && a.IsValid() {
+					fln.Regions = append(fln.Regions, front.Region{Name: r.Name, Address: net.JoinHostPort(a.String(), port)})
+					st.Regions = append(st.Regions, r.Name)
+				}
+			}
+			if len(fln.Regions) > 0 {
+				cfg = append(cfg, fln)
+				out = append(out, st)
+			}
+		}
+	}
+	return cfg, out
+}
+
+// apply derives the front door's configuration and gives it to the front door when it runs
+// another one; readBack says to compare with what it runs even if the configuration did not change.
+func (f *Front) apply(ctx context.Context, fl *follower, readBack bool) {
+	if !f.regionsKnown.Load() {
+		return
+	}
+	fleets := make([]*v1alpha1.Fleet, 0, len(fl.fleets))
+	for _, x := range fl.fleets {
+		fleets = append(fleets, x)
+	}
+	lbs := map[string]netip.Addr{}
+	for _, b := range f.opts.Regions() {
+		lbs[b.Region] = b.DataAddress
+	}
+	listeners, status := FrontListeners(fleets, lbs)
+	cfg := front.Config(listeners...)
+	want, err := json.Marshal(cfg.WithDefaults())
+	if err != nil {
+		f.setErr(err)
+		return
+	}
+	f.mu.Lock()
+	admin, applied, failed := f.admin, f.applied, f.err != nil
+	f.mu.Unlock()
+	if admin == nil && len(listeners) == 0 {
+		return // no fleet needs a front door: none is started
+	}
+	if !readBack && !failed && bytes.Equal(applied, want) {
+		return
+	}
+	if admin == nil || failed {
+		if admin, err = f.ensure(ctx); err != nil {
+			f.setErr(err)
+			return
+		}
+	}
+	running, err := admin.Config()
+	if err != nil {
+		f.setErr(fmt.Errorf("read the front door's configuration: %w", err))
+		return
+	}
+	if have, err := json.Marshal(running.WithDefaults()); err == nil && bytes.Equal(have, want) {
+		f.setApplied(want, status)
+		return
+	}
+	if err := admin.Apply(cfg); err != nil {
+		f.setErr(fmt.Errorf("configure the front door: %w", err))
+		f.log.Error("the front door refused its configuration", "err", err)
+		return
+	}
+	f.setApplied(want, status)
+	f.log.Info("front door configured", "listeners", len(listeners), "address", f.Status().DataAddress)
+}
+
+// ensure starts or adopts the front door and reads its token.
+func (f *Front) ensure(ctx context.Context) (*lb.AdminClient, error) {
+	door, err := f.prov.EnsureFrontDoor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	token, err := os.ReadFile(door.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the front door's admin token: %w", err)
+	}
+	admin := &lb.AdminClient{URL: door.AdminURL, Token: strings.TrimSpace(string(token)), HTTP: door.HTTP}
+	f.mu.Lock()
+	f.door, f.admin = door, admin
+	f.mu.Unlock()
+	return admin, nil
+}
+
+func (f *Front) setErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *Front) setApplied(cfg []byte, listeners []FrontListener) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied, f.listeners, f.err = cfg, listeners, nil
+}

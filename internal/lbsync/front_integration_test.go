@@ -1,0 +1,169 @@
+package lbsync_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/provider/local/regiontest"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+// TestIntegrationFrontAndRTTs: on real region networks (near 10 ms, far 60 ms away), the store's
+// fleet in both regions gets the front door configured by Front, which sends a client's requests
+// to the near region; and RTTs gathers, from the regional load balancers' own tables, two client
+// networks that rank the regions the other way round from each other.
+func TestIntegrationFrontAndRTTs(t *testing.T) {
+	p := regiontest.Provider(t, []string{"near", "far"}, []string{"home", "remote"})
+	ctx := context.Background()
+	latency := map[string]time.Duration{"near": 10 * time.Millisecond, "far": 60 * time.Millisecond}
+	home, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := p.AddClient(ctx, "remote", local.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The targets: an HTTP server on each region's bridge address of the host, which the region's
+	// router reaches as it reaches the region's instances.
+	port := 0
+	addrs := map[string]string{}
+	for _, region := range []string{"near", "far"} {
+		rn, err := p.EnsureRegion(ctx, region, map[string]string{"latency": latency[region].String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := rn.Subnet.Addr().Next().String()
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		addrs[region] = host
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, region) })}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+	st := memory.New()
+	defer st.Close()
+	put := func(kind string, obj store.Object) {
+		op, err := store.PutOp(kind, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Txn(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Far first in the spec: the front door must rank regions by distance, not by order.
+	put(store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners:   []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
+		HealthCheck: v1alpha1.HealthCheck{Path: "/", Port: int32(port)},
+		Regions: []v1alpha1.Region{{Name: "far", Provider: local.Name, Options: map[string]string{"latency": "60ms"}},
+			{Name: "near", Provider: local.Name, Options: map[string]string{"latency": "10ms"}}},
+	}})
+	for region, addr := range addrs {
+		put(store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
+			Spec:   v1alpha1.InstanceSpec{Fleet: "web", Revision: "web-1", Region: region, Provider: local.Name},
+			Status: v1alpha1.InstanceStatus{Phase: v1alpha1.PhaseReady, Address: addr}})
+	}
+
+	providers := map[string]provider.Provider{local.Name: p}
+	var front *lbsync.Front
+	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Applied: func() { front.Kick() }})
+	front = lbsync.NewFront(lbsync.FrontOptions{Providers: providers, Regions: regional.Balancers})
+	rtts := lbsync.NewRTTs(lbsync.RTTOptions{Sources: regional.RTTSources, Interval: 500 * time.Millisecond})
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go regional.Run(rctx, st)
+	go front.Run(rctx, st)
+	go rtts.Run(rctx)
+
+	// The front door serves the fleet's listener on its own address, from the near region.
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
+	var fs lbsync.FrontStatus
+	for fs = front.Status(); !fs.Synced || len(fs.Listeners) != 1 || len(fs.Listeners[0].Regions) != 2; fs = front.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the front door was not configured with both regions within 60s: %+v (regions %+v)", fs, regional.Balancers())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	url := fmt.Sprintf("http://%s/", net.JoinHostPort(fs.DataAddress.String(), "8080"))
+	hc := regiontest.HTTPClient(home.Netns, 5*time.Second)
+	var body string
+	for body != "near" {
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s from the client: %q, want the near region's answer", url, body)
+		}
+		body, _ = get(hc, url)
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("front door at %s serves web/http from the near region, %s after the configurers started", url, time.Since(start).Round(time.Millisecond))
+	for range 20 {
+		if body, err := get(hc, url); err != nil || body != "near" {
+			t.Fatalf("GET %s: %q %v, want every answer from the near region", url, body, err)
+		}
+	}
+
+	// Each client network talks to each region's load balancer; RTTs shows each on its own /24.
+	want := map[string]map[string]time.Duration{
+		home.Network:   {"near": latency["near"], "far": latency["far"]},
+		remote.Network: {"near": latency["near"] + 100*time.Millisecond, "far": latency["far"]},
+	}
+	for _, c := range []local.ClientNetwork{home, remote} {
+		for _, b := range regional.Balancers() {
+			u := fmt.Sprintf("http://%s/", net.JoinHostPort(b.DataAddress.String(), "8080"))
+			for range 3 {
+				// A client of its own each time: a new connection, sampled after its request.
+				if body, err := get(regiontest.HTTPClient(c.Netns, 5*time.Second), u); err != nil || body != b.Region {
+					t.Fatalf("GET %s from %s: %q %v", u, c.Name, body, err)
+				}
+			}
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		got := rtts.ClientRTTs()
+		done := true
+		for network, regions := range want {
+			for region := range regions {
+				if got[netip.MustParsePrefix(network)][region] == 0 {
+					done = false
+				}
+			}
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("RTTs has not every client network in every region within 10s: %v", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := rtts.ClientRTTs()
+	for network, regions := range want {
+		for region, w := range regions {
+			d := got[netip.MustParsePrefix(network)][region]
+			t.Logf("client network %s -> region %s: %s (its links add up to %s)", network, region, d, w)
+			if d < w*8/10 || d > w*3/2+20*time.Millisecond {
+				t.Errorf("client network %s -> region %s: %s, far from the %s its links add up to", network, region, d, w)
+			}
+		}
+	}
+	if h, r := got[netip.MustParsePrefix(home.Network)], got[netip.MustParsePrefix(remote.Network)]; !(h["near"] < h["far"] && r["far"] < r["near"]) {
+		t.Errorf("home ranks near %s / far %s and remote near %s / far %s: want home nearer to near and remote nearer to far", h["near"], h["far"], r["near"], r["far"])
+	}
+}

@@ -1,0 +1,154 @@
+package lbsync
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/store"
+	"herd.dev/herd/internal/store/memory"
+)
+
+// frontProvider is a regionalProvider whose regions' load balancers have addresses of their own
+// and which runs a front door (an adminLB).
+type frontProvider struct {
+	*regionalProvider
+	front   *adminLB
+	ensures atomic.Int32
+}
+
+var regionAddr = map[string]string{"eu": "10.216.0.1", "us": "10.216.0.2", "solo": "10.216.0.3"}
+
+func (p *frontProvider) EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (provider.RegionBalancer, error) {
+	b, err := p.regionalProvider.EnsureRegionBalancer(ctx, region, options)
+	b.DataAddress = netip.MustParseAddr(regionAddr[region])
+	return b, err
+}
+
+func (p *frontProvider) EnsureFrontDoor(ctx context.Context) (provider.FrontDoor, error) {
+	p.ensures.Add(1)
+	tok := filepath.Join(p.dir, "front-token")
+	if err := os.WriteFile(tok, []byte("secret-front\n"), 0o600); err != nil {
+		return provider.FrontDoor{}, err
+	}
+	return provider.FrontDoor{DataAddress: netip.MustParseAddr("10.216.0.9"), AdminURL: p.front.srv.URL, TokenFile: tok}, nil
+}
+
+// describeFront writes a front door's config as "addr protocol path [region=address ...] policy;".
+func describeFront(c lb.Config) string {
+	var out []string
+	for _, l := range c.Listeners {
+		s := l.Address + " " + string(l.Protocol) + " " + l.HealthCheck.Path + " ["
+		for _, g := range l.Groups {
+			for _, tg := range g.Targets {
+				s += " " + g.Name + "=" + tg.Address
+			}
+		}
+		out = append(out, s+" ] "+string(l.GroupPolicy))
+	}
+	return strings.Join(out, "; ")
+}
+
+// TestFront gives the front door one listener per listener of each fleet served regionally, with
+// the fleet's regions' load balancers behind it; configures it again after it restarted empty;
+// leaves an adopted front door that runs the right configuration alone; empties it when the last
+// such fleet goes; and starts none while no fleet needs one.
+func TestFront(t *testing.T) {
+	fp, err := fake.New(fake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &frontProvider{front: newAdminLB(t, "secret-front"), regionalProvider: &regionalProvider{Provider: fp, dir: t.TempDir(), ensured: map[string]map[string]string{},
+		lbs: map[string]*adminLB{"eu": newAdminLB(t, "secret-eu"), "us": newAdminLB(t, "secret-us"), "solo": newAdminLB(t, "secret-solo")}}}
+	st := memory.New()
+	defer st.Close()
+	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "quick"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 9090, InstancePort: 30080}},
+		Regions:   []v1alpha1.Region{{Name: "solo", Provider: fake.Name}},
+	}})
+
+	run := func() (*Front, context.CancelFunc, chan struct{}) {
+		providers := map[string]provider.Provider{fake.Name: p}
+		f := NewFront(FrontOptions{Providers: providers, Resync: 50 * time.Millisecond})
+		r := NewRegional(RegionalOptions{Providers: providers, Resync: time.Hour, Applied: f.Kick})
+		f.opts.Regions = r.Balancers
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = r.Run(ctx, st) }()
+		go func() { defer close(done); _ = f.Run(ctx, st) }()
+		return f, cancel, done
+	}
+	f, cancel, done := run()
+	// The one-region fleet is herd up's: no front door is started for it.
+	time.Sleep(200 * time.Millisecond) // several resyncs: what must not happen has had its chance
+	if n := p.ensures.Load(); n != 0 {
+		t.Fatalf("the front door was ensured %d times with no fleet served regionally", n)
+	}
+
+	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{
+			{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP},
+			{Name: "admin", Port: 8081, InstancePort: 30081, Protocol: v1alpha1.ProtocolHTTP},
+			{Name: "db", Port: 5432, InstancePort: 30432, Protocol: v1alpha1.ProtocolTCP},
+		},
+		HealthCheck: v1alpha1.HealthCheck{Path: "/healthz", Port: 30080},
+		Regions:     []v1alpha1.Region{{Name: "us", Provider: fake.Name}, {Name: "eu", Provider: fake.Name}},
+	}})
+	want := ":8080 http /healthz [ us=10.216.0.2:8080 eu=10.216.0.1:8080 ] nearest; " +
+		":8081 http  [ us=10.216.0.2:8081 eu=10.216.0.1:8081 ] nearest; " +
+		":5432 tcp  [ us=10.216.0.2:5432 eu=10.216.0.1:5432 ] nearest"
+	waitFront := func(want string) {
+		t.Helper()
+		waitDescribed(t, want, func() string { c, _ := p.front.state(); return describeFront(c) })
+	}
+	waitFront(want)
+	deadline := time.Now().Add(5 * time.Second)
+	for s := f.Status(); !s.Synced || len(s.Listeners) != 3 || s.Listeners[0].Name != "web/http" || s.Listeners[0].Port != 8080 ||
+		strings.Join(s.Listeners[0].Regions, ",") != "us,eu" || s.DataAddress.String() != "10.216.0.9"; s = f.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Status: %+v, want synced, at 10.216.0.9, web/http on 8080 with regions us and eu first of 3", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The real front door's settings (front.Config): checks every 500 ms, retries on the next region.
+	if c, _ := p.front.state(); c.Listeners[0].Retry.Budget != 1 || !c.Listeners[0].HealthCheck.CloseOnUnhealthy {
+		t.Errorf("the front door's listener is not front.Config's: %+v", c.Listeners[0])
+	}
+
+	// A front door that restarted with no configuration gets it again within a resync.
+	p.front.restart()
+	waitFront(want)
+	cancel()
+	<-done
+
+	// A new herd up adopts the front door that runs the right configuration: it changes nothing.
+	_, before := p.front.state()
+	f2, cancel2, done2 := run()
+	deadline = time.Now().Add(5 * time.Second)
+	for s := f2.Status(); !s.Synced; s = f2.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new Front did not sync: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, after := p.front.state(); after != before {
+		t.Errorf("the adopted front door got %d configs, want none: it runs the right one", after-before)
+	}
+
+	// The fleet goes: the front door serves nothing (and keeps running).
+	if err := store.Delete(context.Background(), st, store.Fleets, "web", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFront("")
+	cancel2()
+	<-done2
+}
