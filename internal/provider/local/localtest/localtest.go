@@ -496,9 +496,19 @@ const exclusiveLock = "/run/herd-real-instance-tests.lock"
 // leak checks. Call it before Take.
 func Exclusive(t testing.TB) {
 	t.Helper()
+	unlock, err := Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+}
+
+// Lock takes the machine-wide lock of Exclusive for a program that boots real instances outside
+// a test (make conformance), waiting until no one else holds it; unlock releases it.
+func Lock() (unlock func(), err error) {
 	f, err := os.OpenFile(exclusiveLock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		t.Fatalf("open %s: %v", exclusiveLock, err)
+		return nil, fmt.Errorf("open %s: %w", exclusiveLock, err)
 	}
 	for {
 		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
@@ -508,10 +518,10 @@ func Exclusive(t testing.TB) {
 	}
 	if err != nil {
 		f.Close()
-		t.Fatalf("lock %s: %v", exclusiveLock, err)
+		return nil, fmt.Errorf("lock %s: %w", exclusiveLock, err)
 	}
-	t.Cleanup(func() {
+	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
-	})
+	}, nil
 }
