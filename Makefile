@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha kubernetes deps
+	bench-autoscale bench-ha conformance kubernetes deps
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/herd ./cmd/herd
@@ -60,6 +60,14 @@ bench-autoscale: deps kubernetes
 # figures.
 bench-ha: deps kubernetes
 	$(GO) run ./hack/bench/e2e -test TestIntegrationHATakeover -figures ha
+
+# The upstream conformance suite of the pinned Kubernetes ([Conformance] tests of e2e.test, built with
+# its test images from the k8s.io/kubernetes module) against one real local instance (needs root).
+# Not part of make test: it takes hours on 2 cores. Prints every failure with its reason; its last
+# line is the counts. Pass flags through CONFORMANCE_FLAGS, e.g. CONFORMANCE_FLAGS='-focus "Pods.*\[Conformance\]"'.
+conformance: build deps kubernetes
+	./hack/conformance/suite/build.sh
+	$(GO) run ./hack/conformance -herd $(BIN)/herd $(CONFORMANCE_FLAGS)
 
 # Debian packages needed by real instances and benchmarks.
 deps:

@@ -5,7 +5,8 @@
 # kube-proxy), openssl (instance certificates and keys), prometheus (its
 # promtool checks the shipped alert rules; the integration tests run a real
 # Prometheus scraping herd up), chromium (the dashboard's tests drive a real
-# headless browser).
+# headless browser), and for the test images of make conformance: busybox-static, bind9-dnsutils
+# (dig), curl and netcat-openbsd (the programs agnhost's and jessie-dnsutils' tests call).
 #
 # Idempotent: when everything is installed it checks and exits quietly, without
 # touching apt's lists. Otherwise it runs `apt-get update` once and installs what
@@ -15,7 +16,8 @@
 # Needs root (or sudo) and Debian or a derivative with apt.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium)
+packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium
+	busybox-static bind9-dnsutils curl netcat-openbsd)
 
 # Files each package must provide; checked after installing, so that a broken
 # install fails here rather than when an instance boots.
@@ -24,6 +26,7 @@ required=(
 	/usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap
 	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
 	/usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium
+	/bin/busybox /usr/bin/dig /usr/bin/curl /bin/nc.openbsd
 )
 
 # System services these packages ship; herd runs its own instances of them (and

@@ -143,7 +143,7 @@ func run(ctx context.Context, o options) (string, error) {
 	}
 	fmt.Printf("node image %s built in %.0f s\n", b.ShortDigest(), time.Since(start).Seconds())
 
-	fmt.Println("waiting for the machine-wide lock on real instances (" + "localtest.Lock" + ")")
+	fmt.Println("waiting for the machine-wide lock on real instances")
 	unlock, err := localtest.Lock()
 	if err != nil {
 		return "", err
@@ -210,7 +210,7 @@ func runSuite(ctx context.Context, o options, bin, kubeconfig string) error {
 		"--focus", o.focus, "--skip", strings.Join(skips, "|"),
 		filepath.Join(bin, "e2e.test"), "--",
 		"--kubeconfig", kubeconfig, "--provider", "skeleton", "--report-dir", o.reportDir,
-		"--disable-log-dump",
+		"--kubectl-path", filepath.Join(bin, "kubectl"), "--disable-log-dump",
 	}
 	log, err := os.Create(filepath.Join(o.reportDir, "e2e.log"))
 	if err != nil {
@@ -220,7 +220,7 @@ func runSuite(ctx context.Context, o options, bin, kubeconfig string) error {
 	fmt.Printf("running the suite (%d processes, log %s):\n  ginkgo %s\n", o.procs, log.Name(), strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "ginkgo"), args...)
 	cmd.Dir = o.reportDir
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "KUBECTL_PATH="+filepath.Join(bin, "kubectl"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout = io.MultiWriter(os.Stdout, log)
 	cmd.Stderr = cmd.Stdout
 	start := time.Now()

@@ -1,10 +1,9 @@
-// This module builds the upstream Kubernetes components that herd's local
-// instances run. It is separate from herd's own module so that herd's build
-// never pulls in Kubernetes' dependency tree; build.sh builds it into herd's
-// cache directory. To move to another patch release, change the version of
-// k8s.io/kubernetes and of every k8s.io staging module below (kept equal:
-// v1.X.Y <-> v0.X.Y), run `go mod tidy` here and update
-// internal/kubebin.Version.
+// This module builds what `make conformance` runs: the upstream end-to-end suite (e2e.test), the
+// ginkgo CLI that runs it in parallel and the programs of its test images, from k8s.io/kubernetes
+// at the version hack/kubernetes/go.mod pins (keep the two equal; build.sh checks). It is separate
+// from hack/kubernetes so that the suite's extra dependencies do not touch the components' build.
+// k8s.io/sample-apiserver is at v0.33.5: the module proxy serves no source of v0.33.13, and the
+// aggregator test only needs its API types and server from it.
 module herd.dev/herd/hack/conformance
 
 go 1.24.0
