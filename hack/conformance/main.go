@@ -206,7 +206,7 @@ func runSuite(ctx context.Context, o options, bin, kubeconfig string) error {
 		skips = append(skips, o.skip)
 	}
 	args := []string{
-		"--procs", fmt.Sprint(o.procs), "--timeout", o.timeout.String(), "--no-color",
+		"--procs", fmt.Sprint(o.procs), "--timeout", o.timeout.String(), "--no-color", "--silence-skips",
 		"--focus", o.focus, "--skip", strings.Join(skips, "|"),
 		filepath.Join(bin, "e2e.test"), "--",
 		"--kubeconfig", kubeconfig, "--provider", "skeleton", "--report-dir", o.reportDir,
@@ -240,6 +240,7 @@ func printSummary(w io.Writer, s conformance.Summary, reportDir string) {
 	for _, r := range s.Failures {
 		fmt.Fprintf(w, "FAIL %s\n  %s\n", r.Name, r.Reason)
 	}
+	unselected := 0
 	for _, r := range s.Skips {
 		why := r.Reason
 		for t, reason := range oneNodeSkips {
@@ -247,7 +248,14 @@ func printSummary(w io.Writer, s conformance.Summary, reportDir string) {
 				why = "one node: " + reason
 			}
 		}
+		if why == "skipped" { // left out by -focus or -skip, not by the test itself
+			unselected++
+			continue
+		}
 		fmt.Fprintf(w, "SKIP %s\n  %s\n", r.Name, why)
+	}
+	if unselected > 0 {
+		fmt.Fprintf(w, "%d more [Conformance] tests skipped: not selected by -focus and -skip\n", unselected)
 	}
 	fmt.Fprintf(w, "report: %s\n", reportDir)
 }

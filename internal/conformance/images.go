@@ -68,9 +68,12 @@ func (b *builder) busyboxBase() (*rootfs, error) {
 
 // withTools adds the programs of the Debian packages the tests call in agnhost and
 // jessie-dnsutils: dig, nslookup and host (bind9-dnsutils), getent (libc-bin), curl,
-// nc (netcat-openbsd), ip and ss (iproute2) and bash.
+// nc (netcat-openbsd), ip and ss (iproute2) and bash. /bin/sh becomes dash: Debian's static
+// busybox shell runs its own applets before PATH, and the tests' `sh -c '... | nc -v -t ...'`
+// needs the real nc, not busybox's.
 func (b *builder) withTools(r *rootfs) error {
 	for dst, src := range map[string]string{
+		"/bin/sh":      "/bin/dash",
 		"/usr/bin/dig": "/usr/bin/dig", "/usr/bin/nslookup": "/usr/bin/nslookup", "/usr/bin/host": "/usr/bin/host",
 		"/usr/bin/getent": "/usr/bin/getent", "/usr/bin/curl": "/usr/bin/curl", "/usr/bin/nc": "/bin/nc.openbsd",
 		"/sbin/ip": "/bin/ip", "/usr/bin/ss": "/bin/ss", "/bin/bash": "/bin/bash",
@@ -141,14 +144,14 @@ func (b *builder) updateDemo(name string) (*rootfs, imageConfig, error) {
 
 // Images are the test images the [Conformance] tests reference, with how each is made here.
 var Images = []Image{
-	{Ref: Registry + "agnhost:2.53", Made: "agnhost built from k8s.io/kubernetes test/images/agnhost; busybox, dig, curl, nc, ip, ss, bash from Debian",
+	{Ref: Registry + "agnhost:2.53", Made: "agnhost built from k8s.io/kubernetes test/images/agnhost; busybox, dash, dig, curl, nc, ip, ss, bash from Debian",
 		build: func(b *builder) (*rootfs, imageConfig, error) { r, err := b.agnhost(); return r, agnhostConfig, err }},
 	{Ref: Registry + "busybox:1.36.1-1", Made: "Debian's busybox-static (1.35)",
 		build: func(b *builder) (*rootfs, imageConfig, error) {
 			r, err := b.busyboxBase()
 			return r, imageConfig{Cmd: []string{"sh"}}, err
 		}},
-	{Ref: Registry + "jessie-dnsutils:1.7", Made: "busybox with Debian's dig, nslookup, host, getent and bash",
+	{Ref: Registry + "jessie-dnsutils:1.7", Made: "busybox with Debian's dash, dig, nslookup, host, getent and bash",
 		build: func(b *builder) (*rootfs, imageConfig, error) {
 			r, err := b.busyboxBase()
 			if err == nil {
@@ -215,6 +218,9 @@ var Images = []Image{
 func BuildImages(src Sources, dir string, progress func(string)) (map[string]string, error) {
 	if src.Root == "" {
 		src.Root = "/"
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	b := &builder{src: src}
 	files := map[string]string{}

@@ -15,7 +15,7 @@ import (
 // fakeSources stands in for the programs built from the Kubernetes modules and the module's
 // data files; the Debian programs are this host's.
 func fakeSources(t *testing.T) Sources {
-	for _, p := range []string{"/bin/busybox", "/usr/bin/dig", "/usr/bin/curl", "/bin/nc.openbsd", "/usr/bin/etcd"} {
+	for _, p := range []string{"/bin/busybox", "/bin/dash", "/usr/bin/dig", "/usr/bin/curl", "/bin/nc.openbsd", "/usr/bin/etcd"} {
 		if _, err := os.Stat(p); err != nil {
 			t.Skipf("%s is not installed (hack/install-deps.sh installs it)", p)
 		}
@@ -95,8 +95,11 @@ func TestBuildImages(t *testing.T) {
 	if h := agn["/agnhost-2"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "agnhost" {
 		t.Errorf("agnhost-2 = %+v, want a link to agnhost", h)
 	}
-	if h := agn["/bin/sh"]; h != nil && h.Linkname != "/bin/busybox" {
-		t.Errorf("/bin/sh links to %q, want busybox", h.Linkname)
+	if h := agn["/bin/sh"]; h == nil || h.Typeflag != tar.TypeReg {
+		t.Errorf("agnhost's /bin/sh = %+v, want dash, not busybox's shell (which prefers its own nc)", h)
+	}
+	if h := agn["/bin/ls"]; h == nil || h.Linkname != "/bin/busybox" {
+		t.Errorf("agnhost's /bin/ls = %+v, want a link to busybox", h)
 	}
 
 	nnp, _, _, _ := files(t, got[Registry+"nonewprivs:1.3"], Registry+"nonewprivs:1.3")
