@@ -50,12 +50,20 @@ const (
 )
 
 // busyboxBase is Debian's static busybox (package busybox-static) with /etc/passwd and
-// /etc/group: what busybox:1.36.1, and alpine under the other images, give the tests.
+// /etc/group: what busybox:1.36.1, and alpine under the other images, give the tests. /bin/sh is
+// Debian's bash: the shell of Debian's busybox 1.35 drops environment variables whose names are
+// not identifiers (data-1=value-1 from a Secret's envFrom, which the tests look for in `sh -c
+// env`), and runs its own applets (nc) before those on PATH.
 func (b *builder) busyboxBase() (*rootfs, error) {
 	if b.base == nil {
 		r := newRootfs()
 		if err := r.busybox(b.host("/bin/busybox")); err != nil {
 			return nil, err
+		}
+		for _, p := range []string{"/bin/sh", "/bin/bash"} {
+			if err := r.hostBinary(p, b.host("/bin/bash")); err != nil {
+				return nil, err
+			}
 		}
 		r.file("/etc/passwd", 0o644, []byte(passwd))
 		r.file("/etc/group", 0o644, []byte(group))
@@ -68,15 +76,12 @@ func (b *builder) busyboxBase() (*rootfs, error) {
 
 // withTools adds the programs of the Debian packages the tests call in agnhost and
 // jessie-dnsutils: dig, nslookup and host (bind9-dnsutils), getent (libc-bin), curl,
-// nc (netcat-openbsd), ip and ss (iproute2) and bash. /bin/sh becomes dash: Debian's static
-// busybox shell runs its own applets before PATH, and the tests' `sh -c '... | nc -v -t ...'`
-// needs the real nc, not busybox's.
+// nc (netcat-openbsd), ip and ss (iproute2).
 func (b *builder) withTools(r *rootfs) error {
 	for dst, src := range map[string]string{
-		"/bin/sh":      "/bin/dash",
 		"/usr/bin/dig": "/usr/bin/dig", "/usr/bin/nslookup": "/usr/bin/nslookup", "/usr/bin/host": "/usr/bin/host",
 		"/usr/bin/getent": "/usr/bin/getent", "/usr/bin/curl": "/usr/bin/curl", "/usr/bin/nc": "/bin/nc.openbsd",
-		"/sbin/ip": "/bin/ip", "/usr/bin/ss": "/bin/ss", "/bin/bash": "/bin/bash",
+		"/sbin/ip": "/bin/ip", "/usr/bin/ss": "/bin/ss",
 	} {
 		if err := r.hostBinary(dst, b.host(src)); err != nil {
 			return err
@@ -144,14 +149,14 @@ func (b *builder) updateDemo(name string) (*rootfs, imageConfig, error) {
 
 // Images are the test images the [Conformance] tests reference, with how each is made here.
 var Images = []Image{
-	{Ref: Registry + "agnhost:2.53", Made: "agnhost built from k8s.io/kubernetes test/images/agnhost; busybox, dash, dig, curl, nc, ip, ss, bash from Debian",
+	{Ref: Registry + "agnhost:2.53", Made: "agnhost built from k8s.io/kubernetes test/images/agnhost; busybox, bash, dig, curl, nc, ip, ss from Debian",
 		build: func(b *builder) (*rootfs, imageConfig, error) { r, err := b.agnhost(); return r, agnhostConfig, err }},
-	{Ref: Registry + "busybox:1.36.1-1", Made: "Debian's busybox-static (1.35)",
+	{Ref: Registry + "busybox:1.36.1-1", Made: "Debian's busybox-static (1.35), bash as sh",
 		build: func(b *builder) (*rootfs, imageConfig, error) {
 			r, err := b.busyboxBase()
 			return r, imageConfig{Cmd: []string{"sh"}}, err
 		}},
-	{Ref: Registry + "jessie-dnsutils:1.7", Made: "busybox with Debian's dash, dig, nslookup, host, getent and bash",
+	{Ref: Registry + "jessie-dnsutils:1.7", Made: "busybox with Debian's dig, nslookup, host and getent",
 		build: func(b *builder) (*rootfs, imageConfig, error) {
 			r, err := b.busyboxBase()
 			if err == nil {

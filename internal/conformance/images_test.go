@@ -15,7 +15,7 @@ import (
 // fakeSources stands in for the programs built from the Kubernetes modules and the module's
 // data files; the Debian programs are this host's.
 func fakeSources(t *testing.T) Sources {
-	for _, p := range []string{"/bin/busybox", "/bin/dash", "/usr/bin/dig", "/usr/bin/curl", "/bin/nc.openbsd", "/usr/bin/etcd"} {
+	for _, p := range []string{"/bin/busybox", "/bin/bash", "/usr/bin/dig", "/usr/bin/curl", "/bin/nc.openbsd", "/usr/bin/etcd"} {
 		if _, err := os.Stat(p); err != nil {
 			t.Skipf("%s is not installed (hack/install-deps.sh installs it)", p)
 		}
@@ -96,10 +96,20 @@ func TestBuildImages(t *testing.T) {
 		t.Errorf("agnhost-2 = %+v, want a link to agnhost", h)
 	}
 	if h := agn["/bin/sh"]; h == nil || h.Typeflag != tar.TypeReg {
-		t.Errorf("agnhost's /bin/sh = %+v, want dash, not busybox's shell (which prefers its own nc)", h)
+		t.Errorf("agnhost's /bin/sh = %+v, want bash, not busybox's shell (which prefers its own nc)", h)
 	}
 	if h := agn["/bin/ls"]; h == nil || h.Linkname != "/bin/busybox" {
 		t.Errorf("agnhost's /bin/ls = %+v, want a link to busybox", h)
+	}
+
+	bb, _, _, _ := files(t, got[Registry+"busybox:1.36.1-1"], Registry+"busybox:1.36.1-1")
+	if h := bb["/bin/sh"]; h == nil || h.Typeflag != tar.TypeReg {
+		t.Errorf("busybox's /bin/sh = %+v, want bash (busybox 1.35's shell drops env names such as data-1)", h)
+	}
+	for _, p := range []string{"/bin/sysctl", "/sbin/sysctl", "/bin/env"} {
+		if h := bb[p]; h == nil || h.Linkname != "/bin/busybox" {
+			t.Errorf("busybox's %s = %+v, want a link to busybox", p, h)
+		}
 	}
 
 	nnp, _, _, _ := files(t, got[Registry+"nonewprivs:1.3"], Registry+"nonewprivs:1.3")

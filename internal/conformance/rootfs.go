@@ -104,8 +104,9 @@ func (r *rootfs) hostBinary(p, src string) error {
 	return nil
 }
 
-// busybox lays out Debian's static busybox at /bin/busybox with a link for every applet, the way
-// the busybox image does: a shell and the usual utilities, nothing else.
+// busybox lays out Debian's static busybox at /bin/busybox with a link for every applet at the
+// path Debian gives it and in /bin, where the busybox image has all of them (the sysctl test
+// runs /bin/sysctl): the usual utilities, nothing else.
 func (r *rootfs) busybox(src string) error {
 	if err := r.hostFile("/bin/busybox", src, 0o755); err != nil {
 		return fmt.Errorf("%s is not installed (Debian's busybox-static; hack/install-deps.sh installs it): %w", src, err)
@@ -115,8 +116,10 @@ func (r *rootfs) busybox(src string) error {
 		return fmt.Errorf("%s --list-full: %w", src, err)
 	}
 	for _, applet := range strings.Fields(string(out)) {
-		if p := "/" + applet; p != "/bin/busybox" {
-			r.symlink(p, "/bin/busybox")
+		for _, p := range []string{"/" + applet, "/bin/" + path.Base(applet)} {
+			if p != "/bin/busybox" {
+				r.symlink(p, "/bin/busybox")
+			}
 		}
 	}
 	return nil
