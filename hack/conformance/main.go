@@ -191,6 +191,9 @@ func run(ctx context.Context, o options) (string, error) {
 		return "", err
 	}
 	printSummary(os.Stdout, s, o.reportDir)
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("interrupted: the counts are of the tests that ran before; %s", s.Line())
+	}
 	return s.Line(), nil
 }
 
@@ -223,12 +226,16 @@ func runSuite(ctx context.Context, o options, bin, kubeconfig string) error {
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout = io.MultiWriter(os.Stdout, log)
 	cmd.Stderr = cmd.Stdout
+	// Interrupted, ginkgo stops the running tests and still writes the report of what ran; it is
+	// killed only if it has not finished a few minutes later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 3 * time.Minute
 	start := time.Now()
 	err = cmd.Run()
 	fmt.Printf("the suite ran for %s\n", time.Since(start).Round(time.Second))
 	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) || ctx.Err() != nil {
-		return fmt.Errorf("running ginkgo: %w", errors.Join(err, ctx.Err()))
+	if err != nil && !errors.As(err, &exit) {
+		return fmt.Errorf("running ginkgo: %w", err)
 	}
 	return nil
 }
