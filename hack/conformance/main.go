@@ -226,8 +226,9 @@ func runSuite(ctx context.Context, o options, bin, kubeconfig string) error {
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout = io.MultiWriter(os.Stdout, log)
 	cmd.Stderr = cmd.Stdout
-	// Interrupted, ginkgo stops the running tests and still writes the report of what ran; it is
-	// killed only if it has not finished a few minutes later.
+	// Interrupted, ginkgo is asked to stop with SIGINT, after which it may still write the report
+	// of what ran; it is killed if it has not finished 3 minutes later, and then there is no
+	// report (seen once: it went on running [Serial] tests until killed).
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 3 * time.Minute
 	start := time.Now()
