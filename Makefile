@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha bench-global bench-dns bench-regions kubernetes deps
+	bench-autoscale bench-ha bench-global bench-dns bench-regions conformance kubernetes deps
 
 # herd, and beside it herd-agent, which every local instance runs (a binary of its own so that
 # instances do not carry the image builder's Helm and Kustomize in their memory).
@@ -84,6 +84,14 @@ bench-dns: build deps
 #   regions: partition_failed_requests=<int> detect_unreachable_s=<float> cp_down_failed_requests=<int> wave_stopped=<true|false>
 bench-regions: deps kubernetes
 	$(GO) run ./hack/bench/e2e -test TestIntegrationRegions -figures regions
+
+# The upstream conformance suite of the pinned Kubernetes ([Conformance] tests of e2e.test, built with
+# its test images from the k8s.io/kubernetes module) against one real local instance (needs root).
+# Not part of make test: it takes hours on 2 cores. Prints every failure with its reason; its last
+# line is the counts. Pass flags through CONFORMANCE_FLAGS, e.g. CONFORMANCE_FLAGS='-focus "Pods.*\[Conformance\]"'.
+conformance: build deps kubernetes
+	./hack/conformance/suite/build.sh
+	$(GO) run ./hack/conformance -herd $(BIN)/herd $(CONFORMANCE_FLAGS)
 
 # Debian packages needed by real instances and benchmarks.
 deps:

@@ -70,7 +70,7 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 	}
 	// One at a time with the tests that boot real instances: they would compete for the cores.
 	fmt.Println("waiting for the real-instance lock")
-	unlock, err := localtest.LockExclusive()
+	unlock, err := localtest.Lock()
 	if err != nil {
 		return "", err
 	}

@@ -496,16 +496,16 @@ const exclusiveLock = "/run/herd-real-instance-tests.lock"
 // leak checks. Call it before Take.
 func Exclusive(t testing.TB) {
 	t.Helper()
-	unlock, err := LockExclusive()
+	unlock, err := Lock()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
 }
 
-// LockExclusive takes the lock Exclusive takes, for programs that are not tests (the benchmarks),
-// waiting until it is free, and returns what releases it.
-func LockExclusive() (unlock func(), err error) {
+// Lock takes the machine-wide lock of Exclusive for a program that boots real instances outside
+// a test (make conformance), waiting until no one else holds it; unlock releases it.
+func Lock() (unlock func(), err error) {
 	f, err := os.OpenFile(exclusiveLock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", exclusiveLock, err)
