@@ -4,7 +4,10 @@
 //	kube-combined kube-controller-manager --kubeconfig=... -- kube-scheduler --kubeconfig=... -- kubelet ...
 //
 // Arguments are one group per component, separated by "--", each starting with the component's
-// name. herd's local instances run their components this way because every component carries its
+// name. With kube-apiserver among them and --start-after-ready=KUBECONFIG first, the API server
+// starts first and the others once the API server KUBECONFIG names answers /readyz (started
+// together, they would compete with its start-up for the CPU, then wait in their retry
+// back-off). herd's local instances run their components this way because every component carries its
 // own copy of the same libraries' code and static data (client-go, apimachinery, the API schemes):
 // in one process those pages are counted, and touched, once.
 //
@@ -40,7 +43,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
 	basecompatibility "k8s.io/component-base/compatibility"
@@ -74,6 +79,12 @@ var runners = map[string]func(args []string) (func(ctx context.Context) error, e
 	"kube-scheduler":          prepareScheduler,
 	"kubelet":                 command(kubeletapp.NewKubeletCommand),
 	"kube-proxy":              command(proxyapp.NewProxyCommand),
+}
+
+// result is how one component's run ended.
+type result struct {
+	name string
+	err  error
 }
 
 // group is one component and its arguments.
@@ -119,7 +130,13 @@ func names() []string {
 }
 
 func main() {
-	groups, err := parseGroups(os.Args[1:])
+	args := os.Args[1:]
+	var readyKubeconfig string
+	if len(args) > 0 && strings.HasPrefix(args[0], readyFlag+"=") {
+		readyKubeconfig = strings.TrimPrefix(args[0], readyFlag+"=")
+		args = args[1:]
+	}
+	groups, err := parseGroups(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kube-combined: %v\n", err)
 		os.Exit(2)
@@ -129,10 +146,6 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	type result struct {
-		name string
-		err  error
-	}
 	runs := make([]func(context.Context) error, len(groups))
 	for i, g := range groups {
 		if runs[i], err = runners[g.name](g.args); err != nil {
@@ -142,11 +155,32 @@ func main() {
 		}
 	}
 	done := make(chan result, len(groups))
-	for i, g := range groups {
+	start := func(i int) {
+		g := groups[i]
 		klog.InfoS("Starting component", "component", g.name, "args", g.args)
 		go func() {
 			done <- result{g.name, runs[i](ctx)}
 		}()
+	}
+	api := slices.IndexFunc(groups, func(g group) bool { return g.name == "kube-apiserver" })
+	if api >= 0 && readyKubeconfig != "" {
+		start(api)
+		go func() {
+			if err := waitReady(ctx, readyKubeconfig, done); err != nil {
+				klog.ErrorS(err, "Not starting the other components")
+				return
+			}
+			klog.InfoS("kube-apiserver is ready; starting the other components")
+			for i := range groups {
+				if i != api {
+					start(i)
+				}
+			}
+		}()
+	} else {
+		for i := range groups {
+			start(i)
+		}
 	}
 	select {
 	case r := <-done:
@@ -169,6 +203,41 @@ func main() {
 		}
 	}
 	logs.FlushLogs()
+}
+
+// readyFlag, first on the command line, names a kubeconfig whose API server must answer /readyz
+// before the components other than kube-apiserver start.
+const readyFlag = "--start-after-ready"
+
+// waitReady polls GET /readyz of the API server that kubeconfig names until it answers 200, ctx
+// ends (an error) or a component stops (done has a result: then it is put back, and an error).
+func waitReady(ctx context.Context, kubeconfig string, done chan result) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("%s: %w", readyFlag, err)
+	}
+	cfg.Timeout = time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", readyFlag, err)
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		var code int
+		client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&code)
+		if code == 200 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case r := <-done:
+			done <- r
+			return fmt.Errorf("%s stopped before the API server was ready", r.name)
+		case <-t.C:
+		}
+	}
 }
 
 // command prepares a component's upstream command, which parses its flags and runs when

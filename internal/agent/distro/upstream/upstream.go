@@ -190,11 +190,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 		cancel:       cancel,
 		procs:        map[string]*proc.Process{},
 	}
-	first := []proc.Spec{
-		{Name: "containerd", Path: bins.containerd, Args: []string{"--config", l.config("containerd.toml")}},
-		{Name: "etcd", Path: bins.etcd, Args: etcdArgs(cfg)},
-		{Name: "kube-apiserver", Path: bins.apiserver, Args: apiServerArgs(cfg)},
-	}
+	first, rest := processes(bins, cfg)
 	for _, s := range first {
 		if err := n.start(s); err != nil {
 			cancel()
@@ -211,7 +207,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 			return
 		}
 		spec.Step("kube-apiserver ready")
-		for _, s := range nodeComponents(bins, cfg) {
+		for _, s := range rest {
 			if err := n.start(s); err != nil {
 				n.fail(err)
 				return
