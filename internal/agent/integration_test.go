@@ -170,6 +170,11 @@ func startInstance(t *testing.T, agentBin string, bundle image.Bundle, extraArgs
 		}
 		if t.Failed() {
 			t.Logf("agent.log (last lines):\n%s", proc.Tail(in.logPath, 40))
+			// The components' logs (one kube-combined.log when they run in one process).
+			logs, _ := filepath.Glob(filepath.Join(in.stateDir, "logs", "*.log"))
+			for _, l := range logs {
+				t.Logf("%s (last lines):\n%s", filepath.Base(l), proc.Tail(l, 30))
+			}
 		}
 	})
 	return in
