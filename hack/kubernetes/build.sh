@@ -9,7 +9,7 @@
 # it matches and every binary is present the script exits at once.
 #
 # The first build downloads about 220 MB of modules (1 GB unpacked in the module
-# cache) and takes 6 to 8 minutes on 2 cores; Go's build cache makes later
+# cache) and takes 7 to 9 minutes on 2 cores; Go's build cache makes later
 # builds of the same inputs take seconds.
 #
 # Environment:
@@ -22,7 +22,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 
-components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+# kube-combined (./combined, this module's own command) runs several of the others in one
+# process; herd's instances run it when it is built.
+components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kube-combined)
+
+# pkg prints the Go package of component $1.
+pkg() {
+	case $1 in
+	kube-combined) echo ./combined ;;
+	*) echo "k8s.io/kubernetes/cmd/$1" ;;
+	esac
+}
 
 die() { echo "hack/kubernetes/build.sh: $*" >&2; exit 1; }
 
@@ -42,7 +52,7 @@ cache_root=${HERD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/herd}
 bindir="$cache_root/kubernetes/$version/bin"
 stampfile="$bindir/.stamp"
 
-stamp=$(cat go.mod go.sum "$self") || die "cannot read go.mod, go.sum or $self"
+stamp=$(cat go.mod go.sum "$self" combined/*.go) || die "cannot read go.mod, go.sum, combined/*.go or $self"
 stamp=$( { echo "$stamp"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -d' ' -f1)
 
 have_all() {
@@ -72,10 +82,10 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 echo "kubernetes $version: building ${#components[@]} components into $bindir"
-echo "(the first build downloads ~220 MB of modules and takes 6-8 minutes on 2 cores)"
+echo "(the first build downloads ~220 MB of modules and takes 7-9 minutes on 2 cores)"
 
 pkgs=()
-for c in "${components[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+for c in "${components[@]}"; do pkgs+=("$(pkg "$c")"); done
 start=$SECONDS
 printf '[0/%d] %-24s ' "${#components[@]}" "modules"
 # Listing the dependencies downloads exactly the modules the build needs.
@@ -95,7 +105,7 @@ for c in "${components[@]}"; do
 	# Upstream builds every one of these statically with these tags.
 	if ! CGO_ENABLED=0 nice -n "${HERD_BUILD_NICE:-10}" go build -trimpath \
 		-tags selinux,notest -ldflags "$ldflags" \
-		-o "$bindir/.$c.tmp" "k8s.io/kubernetes/cmd/$c"; then
+		-o "$bindir/.$c.tmp" "$(pkg "$c")"; then
 		rm -f "$bindir/.$c.tmp"
 		echo
 		die "building $c failed (see the compiler output above)"

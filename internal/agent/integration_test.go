@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -169,6 +170,11 @@ func startInstance(t *testing.T, agentBin string, bundle image.Bundle, extraArgs
 		}
 		if t.Failed() {
 			t.Logf("agent.log (last lines):\n%s", proc.Tail(in.logPath, 40))
+			// The components' logs (one kube-combined.log when they run in one process).
+			logs, _ := filepath.Glob(filepath.Join(in.stateDir, "logs", "*.log"))
+			for _, l := range logs {
+				t.Logf("%s (last lines):\n%s", filepath.Base(l), proc.Tail(l, 30))
+			}
 		}
 	})
 	return in
@@ -440,22 +446,27 @@ func TestIntegrationAgentFailsWhenAComponentExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed := false
+	// The scheduler runs in a process of its own, or with other components in kube-combined's
+	// when that binary is built: killing that process must fail the instance, naming it.
+	host := ""
 	for _, pid := range cgroups.Procs(hs, in.cgroupRoot) {
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if strings.TrimSpace(string(comm)) == "kube-scheduler" {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		name := filepath.Base(args[0])
+		if name == "kube-scheduler" || name == "kube-combined" && slices.Contains(args[1:], "kube-scheduler") {
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			killed = true
+			host = name
 		}
 	}
-	if !killed {
-		t.Fatal("no kube-scheduler process in the instance's cgroup")
+	if host == "" {
+		t.Fatal("no process running kube-scheduler in the instance's cgroup")
 	}
+	t.Logf("killed %s, which runs kube-scheduler", host)
 	st := in.waitPhase(t, PhaseFailed, 30*time.Second)
-	if !strings.Contains(st.Reason, "kube-scheduler") || !strings.Contains(st.Reason, "signal: killed") {
-		t.Errorf("reason %q does not name kube-scheduler and how it ended", st.Reason)
+	if !strings.Contains(st.Reason, host) || !strings.Contains(st.Reason, "signal: killed") {
+		t.Errorf("reason %q does not name %s and how it ended", st.Reason, host)
 	}
 	if code := in.waitExit(t, 30*time.Second); code != 1 {
 		t.Errorf("exit code = %d, want 1", code)

@@ -29,6 +29,8 @@ var Components = []string{
 	"kubelet",
 	"kube-proxy",
 	"kubectl",
+	// kube-combined runs several of the components above in one process (hack/kubernetes/combined).
+	"kube-combined",
 }
 
 // ErrNotBuilt is wrapped by the errors of Dir and Path when the binaries have

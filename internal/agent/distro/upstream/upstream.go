@@ -48,6 +48,7 @@ type binaries struct {
 	containerd, ctr, etcd                   string
 	apiserver, controllerManager, scheduler string
 	kubelet, kubeProxy                      string
+	combined                                string // "" when kube-combined is not built
 }
 
 // findBinaries locates every executable, naming the make target that provides a missing one.
@@ -84,6 +85,9 @@ func findBinaries() (binaries, error) {
 	kube(&b.scheduler, "kube-scheduler")
 	kube(&b.kubelet, "kubelet")
 	kube(&b.kubeProxy, "kube-proxy")
+	if p, err := kubebin.Path(combinedName); err == nil {
+		b.combined = p
+	}
 	return b, errors.Join(errs...)
 }
 
@@ -186,11 +190,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 		cancel:       cancel,
 		procs:        map[string]*proc.Process{},
 	}
-	first := []proc.Spec{
-		{Name: "containerd", Path: bins.containerd, Args: []string{"--config", l.config("containerd.toml")}},
-		{Name: "etcd", Path: bins.etcd, Args: etcdArgs(cfg)},
-		{Name: "kube-apiserver", Path: bins.apiserver, Args: apiServerArgs(cfg)},
-	}
+	first, rest := processes(bins, cfg)
 	for _, s := range first {
 		if err := n.start(s); err != nil {
 			cancel()
@@ -207,12 +207,6 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 			return
 		}
 		spec.Step("kube-apiserver ready")
-		rest := []proc.Spec{
-			{Name: "kube-controller-manager", Path: bins.controllerManager, Args: controllerManagerArgs(cfg)},
-			{Name: "kube-scheduler", Path: bins.scheduler, Args: schedulerArgs(cfg)},
-			{Name: "kubelet", Path: bins.kubelet, Args: kubeletArgs(cfg)},
-			{Name: "kube-proxy", Path: bins.kubeProxy, Args: kubeProxyArgs(cfg)},
-		}
 		for _, s := range rest {
 			if err := n.start(s); err != nil {
 				n.fail(err)
@@ -379,7 +373,7 @@ func lastBytes(b []byte, n int) string {
 // stopOrder is the order of stopping: the reverse of starting. Components in one group stop
 // together.
 var stopOrder = [][]string{
-	{"kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager"},
+	{"kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager", combinedName},
 	{"kube-apiserver"},
 	{"etcd"},
 	{"containerd"},

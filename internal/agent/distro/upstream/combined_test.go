@@ -1,0 +1,114 @@
+package upstream
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"herd.dev/herd/internal/agent/proc"
+)
+
+func names(specs []proc.Spec) []string {
+	var n []string
+	for _, s := range specs {
+		n = append(n, s.Name)
+	}
+	return n
+}
+
+func testBinaries() binaries {
+	return binaries{containerd: "/b/containerd", etcd: "/b/etcd", apiserver: "/b/kas", controllerManager: "/b/kcm",
+		scheduler: "/b/ks", kubelet: "/b/kubelet", kubeProxy: "/b/kp"}
+}
+
+func TestProcessesSeparateWithoutTheCombinedBinary(t *testing.T) {
+	first, rest := processes(testBinaries(), testNode())
+	if got, want := names(first), []string{"containerd", "etcd", "kube-apiserver"}; !slices.Equal(got, want) {
+		t.Errorf("first = %v, want %v", got, want)
+	}
+	if got, want := names(rest), []string{"kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}; !slices.Equal(got, want) {
+		t.Errorf("rest = %v, want %v", got, want)
+	}
+}
+
+// flagsOf are the flags each component takes, as a binary of its own or in kube-combined.
+func flagsOf(c nodeConfig) map[string][]string {
+	return map[string][]string{
+		"kube-apiserver":          apiServerArgs(c),
+		"kube-controller-manager": controllerManagerArgs(c),
+		"kube-scheduler":          schedulerArgs(c),
+		"kubelet":                 kubeletArgs(c),
+		"kube-proxy":              kubeProxyArgs(c),
+	}
+}
+
+func TestProcessesInOneProcess(t *testing.T) {
+	for _, together := range [][]string{
+		{"kube-controller-manager", "kube-scheduler"},
+		{"kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"},
+		{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"},
+	} {
+		t.Run(strings.Join(together, ","), func(t *testing.T) {
+			saved := combinedComponents
+			t.Cleanup(func() { combinedComponents = saved })
+			combinedComponents = together
+			c := testNode()
+			b := testBinaries()
+			b.combined = "/b/kube-combined"
+			first, rest := processes(b, c)
+			all := append(slices.Clone(first), rest...)
+			for _, s := range all {
+				if slices.Contains(together, s.Name) {
+					t.Errorf("%s runs in a process of its own although it is one of the combined components", s.Name)
+				}
+			}
+			// Every component runs somewhere, once.
+			i := slices.IndexFunc(all, func(s proc.Spec) bool { return s.Name == combinedName })
+			if i < 0 {
+				t.Fatalf("no %s process among %v", combinedName, names(all))
+			}
+			if n := len(all) + len(together) - 1; n != 7 {
+				t.Errorf("%d processes and %d components in one: %d, want containerd, etcd and the 5 components", len(all), len(together), n)
+			}
+			s := all[i]
+			if s.Path != "/b/kube-combined" {
+				t.Errorf("path = %q, want the combined binary", s.Path)
+			}
+			// With the API server inside, kube-combined starts with containerd and etcd and starts
+			// the others itself when the API server is ready; otherwise once it is ready.
+			apiInside := slices.Contains(together, "kube-apiserver")
+			if inFirst := slices.ContainsFunc(first, func(p proc.Spec) bool { return p.Name == combinedName }); inFirst != apiInside {
+				t.Errorf("kube-combined started at once = %v, want %v (the API server is one of its components: %v)", inFirst, apiInside, apiInside)
+			}
+			// Each component's group: its name, then exactly the flags it takes as a binary of
+			// its own.
+			var want []string
+			if apiInside {
+				want = append(want, "--start-after-ready="+c.l.kubeconfig("controller-manager"))
+			}
+			flags := flagsOf(c)
+			for i, name := range together {
+				if i > 0 {
+					want = append(want, "--")
+				}
+				want = append(want, name)
+				want = append(want, flags[name]...)
+			}
+			if !slices.Equal(s.Args, want) {
+				t.Errorf("args =\n%q\nwant\n%q", s.Args, want)
+			}
+		})
+	}
+}
+
+// kube-combined splits its command line at "--" and takes a group's first word as a component's
+// name: no flag of a component may be a bare "--" or a word of its own.
+func TestComponentFlagsAreAllFlags(t *testing.T) {
+	for name, flags := range flagsOf(testNode()) {
+		for _, f := range flags {
+			if f == "--" || !strings.HasPrefix(f, "--") || !strings.Contains(f, "=") {
+				t.Errorf("%s: argument %q is not a --flag=value: kube-combined would split its groups wrongly", name, f)
+			}
+		}
+	}
+}
