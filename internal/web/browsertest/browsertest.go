@@ -25,6 +25,14 @@ func New(t *testing.T) context.Context {
 	if _, err := os.Stat(Chromium); err != nil {
 		t.Fatalf("%s: %v (hack/install-deps.sh installs Debian's chromium)", Chromium, err)
 	}
+	// The profile is not t.TempDir(): chromium's helper processes may still write into it for a
+	// moment after the browser is stopped, which fails t.TempDir()'s own removal. It is removed
+	// once nothing writes into it any more.
+	profile, err := os.MkdirTemp("", "herd-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeWhenQuiet(t, profile) })
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(Chromium),
 		chromedp.Flag("headless", true),
@@ -37,7 +45,7 @@ func New(t *testing.T) context.Context {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1400, 1000),
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -129,4 +137,21 @@ func Fetch(t *testing.T, ctx context.Context, path string) (int, string) {
 		return p.WithAwaitPromise(true)
 	}))
 	return res.Status, res.Body
+}
+
+// removeWhenQuiet removes dir, trying again for a few seconds while something still writes into
+// it (RemoveAll fails with "directory not empty" when a file appears during the removal).
+func removeWhenQuiet(t *testing.T, dir string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := os.RemoveAll(dir)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("remove the browser profile: %v", err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
