@@ -62,6 +62,8 @@ type Front struct {
 	applied   []byte          // the JSON of the config last applied or found, nil until one was
 	listeners []FrontListener
 	err       error
+	// removed is true once no front door runs because none is needed (remove succeeded).
+	removed bool
 }
 
 // FrontListener is one listener of the front door.
@@ -226,9 +228,16 @@ func (f *Front) apply(ctx context.Context, fl *follower, readBack bool) {
 	f.mu.Lock()
 	admin, applied, failed := f.admin, f.applied, f.err != nil
 	f.mu.Unlock()
-	if admin == nil && len(listeners) == 0 {
-		return // no fleet needs a front door: none is started
+	if len(listeners) == 0 {
+		// No fleet needs a front door: none is started, and one that runs (the last fleet
+		// served regionally is gone, or an earlier herd up left it) is removed, with the
+		// network it held.
+		f.remove(ctx, admin != nil)
+		return
 	}
+	f.mu.Lock()
+	f.removed = false
+	f.mu.Unlock()
 	if !readBack && !failed && bytes.Equal(applied, want) {
 		return
 	}
@@ -254,6 +263,27 @@ func (f *Front) apply(ctx context.Context, fl *follower, readBack bool) {
 	}
 	f.setApplied(want, status)
 	f.log.Info("front door configured", "listeners", len(listeners), "address", f.Status().DataAddress)
+}
+
+// remove stops the front door once after the last fleet that needed it went (and once at start,
+// for one an earlier herd up left): running says one was ensured by this Front.
+func (f *Front) remove(ctx context.Context, running bool) {
+	f.mu.Lock()
+	done := f.removed
+	f.mu.Unlock()
+	if done && !running {
+		return
+	}
+	if err := f.prov.RemoveFrontDoor(ctx); err != nil {
+		f.setErr(fmt.Errorf("remove the front door: %w", err))
+		return
+	}
+	if running {
+		f.log.Info("front door removed: no fleet is served regionally")
+	}
+	f.mu.Lock()
+	f.door, f.admin, f.applied, f.listeners, f.err, f.removed = provider.FrontDoor{}, nil, nil, nil, nil, true
+	f.mu.Unlock()
 }
 
 // ensure starts or adopts the front door and reads its token.

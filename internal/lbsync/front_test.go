@@ -24,6 +24,7 @@ type frontProvider struct {
 	*regionalProvider
 	front   *adminLB
 	ensures atomic.Int32
+	removes atomic.Int32
 }
 
 var regionAddr = map[string]string{"eu": "10.216.0.1", "us": "10.216.0.2", "solo": "10.216.0.3"}
@@ -41,6 +42,11 @@ func (p *frontProvider) EnsureFrontDoor(ctx context.Context) (provider.FrontDoor
 		return provider.FrontDoor{}, err
 	}
 	return provider.FrontDoor{DataAddress: netip.MustParseAddr("10.216.0.9"), AdminURL: p.front.srv.URL, TokenFile: tok}, nil
+}
+
+func (p *frontProvider) RemoveFrontDoor(ctx context.Context) error {
+	p.removes.Add(1)
+	return nil
 }
 
 // describeFront writes a front door's config as "addr protocol path [region=address ...] policy;".
@@ -144,11 +150,24 @@ func TestFront(t *testing.T) {
 		t.Errorf("the adopted front door got %d configs, want none: it runs the right one", after-before)
 	}
 
-	// The fleet goes: the front door serves nothing (and keeps running).
+	// The fleet goes: the front door, needed by no fleet now, is removed.
+	removesBefore := p.removes.Load()
 	if err := store.Delete(context.Background(), st, store.Fleets, "web", 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFront("")
+	deadline = time.Now().Add(5 * time.Second)
+	for s := f2.Status(); p.removes.Load() == removesBefore || s.DataAddress.IsValid() || len(s.Listeners) != 0; s = f2.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the front door was not removed after the last fleet served regionally went: %d removals, status %+v", p.removes.Load()-removesBefore, s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Removed once: later resyncs with no fleet leave it be.
+	removed := p.removes.Load()
+	time.Sleep(200 * time.Millisecond) // several resyncs: what must not happen has had its chance
+	if n := p.removes.Load() - removed; n != 0 {
+		t.Errorf("the front door was removed %d more times with nothing to remove", n)
+	}
 	cancel2()
 	<-done2
 }

@@ -51,6 +51,9 @@ type FrontDoors interface {
 	// EnsureFrontDoor starts the front door or adopts the one that runs, and says how to reach
 	// it. A front door that runs keeps its configuration. It is idempotent.
 	EnsureFrontDoor(ctx context.Context) (FrontDoor, error)
+	// RemoveFrontDoor stops the front door and gives back what it held (its address, and the
+	// network it lives in once nothing else does). It is idempotent: nothing to remove is no error.
+	RemoveFrontDoor(ctx context.Context) error
 }
 
 // ClientDialer MAY be implemented by a provider whose regions are networks apart from the

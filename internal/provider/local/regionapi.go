@@ -44,6 +44,9 @@ func (p *Provider) EnsureFrontDoor(ctx context.Context) (provider.FrontDoor, err
 	return provider.FrontDoor{DataAddress: f.DataAddress, AdminURL: f.AdminURL, HTTP: f.AdminClient(), TokenFile: f.TokenFile}, nil
 }
 
+// RemoveFrontDoor implements provider.FrontDoors with RemoveFront.
+func (p *Provider) RemoveFrontDoor(ctx context.Context) error { return p.RemoveFront(ctx) }
+
 // DialFromClients implements provider.ClientDialer: it dials from the internet namespace, where
 // every region's link and every client network meets, so that a region's partition or
 // degradation applies to the connection as to any client's. The socket is made on a thread that
