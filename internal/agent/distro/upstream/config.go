@@ -272,10 +272,6 @@ func apiServerArgs(c nodeConfig) []string {
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--profiling=false",
-		// One client population, no tenants: priority and fairness only costs memory and CPU,
-		// and without it its API (FlowSchemas, PriorityLevelConfigurations) means nothing.
-		"--enable-priority-and-fairness=false",
-		"--runtime-config=flowcontrol.apiserver.k8s.io/v1=false",
 	}
 }
 
