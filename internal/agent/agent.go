@@ -64,6 +64,7 @@ type agent struct {
 
 	mu    sync.Mutex
 	dyn   dynamic.Interface
+	logs  *podLogs
 	works []workloadRef
 }
 

@@ -79,8 +79,12 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 	if err != nil {
 		return err
 	}
+	logs, err := newPodLogs(rc)
+	if err != nil {
+		return err
+	}
 	a.mu.Lock()
-	a.dyn = dyn
+	a.dyn, a.logs = dyn, logs
 	a.mu.Unlock()
 
 	if err := wait(imported, "images imported"); err != nil {
@@ -118,10 +122,14 @@ func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error 
 	defer t.Stop()
 	var nodeReadySeen bool
 	var terminalSince time.Time
+	var last readiness
 	for i := 0; ; i++ {
 		// The pods are looked at once a second, or at every poll while one looks terminal.
 		withPods := i%5 == 4 || !terminalSince.IsZero()
 		r := a.check(bootCtx, withPods)
+		if withPods || last.reason == "" {
+			last = r
+		}
 		if r.nodeReady && !nodeReadySeen {
 			nodeReadySeen = true
 			a.step("node Ready")
@@ -147,7 +155,13 @@ func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error 
 			if ctx.Err() != nil {
 				return errStop
 			}
-			last := a.check(context.Background(), true)
+			// One more look with the pods, bounded: an API server too slow to answer must not
+			// hold the verdict back (the last look's reason stands then).
+			final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if r := a.check(final, true); final.Err() == nil {
+				last = r
+			}
+			cancel()
 			return fmt.Errorf("not ready within --ready-timeout %s: %s", a.cfg.ReadyTimeout, last.reason)
 		case <-t.C:
 		}

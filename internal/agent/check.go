@@ -54,7 +54,7 @@ type readiness struct {
 // is explained by its pods' states.
 func (a *agent) check(ctx context.Context, withPods bool) readiness {
 	a.mu.Lock()
-	dyn, works := a.dyn, a.works
+	dyn, works, logs := a.dyn, a.works, a.logs
 	a.mu.Unlock()
 	var r readiness
 	var reasons []string
@@ -83,7 +83,9 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 				for i := range list.Items {
 					_ = runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &pods[i])
 				}
-				rep, terminal := podsReport(pods)
+				rep, terminal := podsReport(pods, func(p *corev1.Pod, container string, previous bool) string {
+					return logs.tail(ctx, p.Namespace, p.Name, container, previous)
+				})
 				why += "; " + rep
 				if terminal {
 					v.terminal = true

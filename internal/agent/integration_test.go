@@ -424,6 +424,10 @@ spec:
 	if !strings.Contains(st.Reason, "exit code 1") && !strings.Contains(st.Reason, "CrashLoopBackOff") {
 		t.Errorf("reason %q says neither how the container exited nor that it is crash-looping", st.Reason)
 	}
+	// The app's own words on why it exits: the last lines of its log.
+	if !strings.Contains(st.Reason, "last log lines: ") || !strings.Contains(st.Reason, `DELAY=\"not-a-duration\"`) {
+		t.Errorf("reason %q does not give the container's last log lines", st.Reason)
+	}
 	if code := in.waitExit(t, 30*time.Second); code != 1 {
 		t.Errorf("exit code = %d, want 1", code)
 	}

@@ -155,9 +155,23 @@ var terminalWaitingReasons = map[string]bool{
 	"InvalidImageName":  true,
 }
 
+// logTailFunc returns the last lines of a container's log (its previous run's with previous),
+// "" when there are none.
+type logTailFunc func(pod *corev1.Pod, container string, previous bool) string
+
 // podsReport explains why pods are not ready, from their conditions and their containers'
-// states. terminal is set when one of them can never start (see terminalWaitingReasons).
-func podsReport(pods []corev1.Pod) (report string, terminal bool) {
+// states, with the last log lines of containers that exited with an error (when logTail is not
+// nil). terminal is set when one of them can never start (see terminalWaitingReasons).
+func podsReport(pods []corev1.Pod, logTail logTailFunc) (report string, terminal bool) {
+	lastLines := func(p *corev1.Pod, container string, previous bool) string {
+		if logTail == nil {
+			return ""
+		}
+		if l := logTail(p, container, previous); l != "" {
+			return "; last log lines: " + l
+		}
+		return ""
+	}
 	if len(pods) == 0 {
 		return "no pods", false
 	}
@@ -184,6 +198,9 @@ func podsReport(pods []corev1.Pod) (report string, terminal bool) {
 				}
 				if t := cs.LastTerminationState.Terminated; t != nil {
 					s += fmt.Sprintf(" (last exit code %d: %s)", t.ExitCode, strings.TrimSpace(t.Reason+" "+t.Message))
+					if t.ExitCode != 0 {
+						s += lastLines(&p, cs.Name, true)
+					}
 				}
 				if terminalWaitingReasons[w.Reason] {
 					terminal = true
@@ -191,7 +208,11 @@ func podsReport(pods []corev1.Pod) (report string, terminal bool) {
 				probs = append(probs, s)
 			case cs.State.Terminated != nil:
 				t := cs.State.Terminated
-				probs = append(probs, fmt.Sprintf("container %s terminated: exit code %d %s", cs.Name, t.ExitCode, strings.TrimSpace(t.Reason+" "+t.Message)))
+				s := fmt.Sprintf("container %s terminated: exit code %d %s", cs.Name, t.ExitCode, strings.TrimSpace(t.Reason+" "+t.Message))
+				if t.ExitCode != 0 {
+					s += lastLines(&p, cs.Name, false)
+				}
+				probs = append(probs, s)
 			case !cs.Ready:
 				probs = append(probs, fmt.Sprintf("container %s running, not ready (restarts %d)", cs.Name, cs.RestartCount))
 			}

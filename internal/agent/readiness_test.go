@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,7 +175,7 @@ func TestPodsReport(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, terminal := podsReport(tt.pods)
+			got, terminal := podsReport(tt.pods, nil)
 			if terminal != tt.terminal {
 				t.Errorf("terminal = %v, want %v (%s)", terminal, tt.terminal, got)
 			}
@@ -183,5 +185,33 @@ func TestPodsReport(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPodsReportLogLines: a container that exited with an error is explained by the last lines of
+// its log (its previous run's when it waits to restart); a clean exit and a running container
+// are not.
+func TestPodsReportLogLines(t *testing.T) {
+	crash := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}
+	crash.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
+	exited := corev1.ContainerStatus{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error"}}}
+	clean := corev1.ContainerStatus{Name: "done", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}
+	pod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{crash, exited, clean}}}
+	var asked []string
+	got, _ := podsReport([]corev1.Pod{pod}, func(p *corev1.Pod, container string, previous bool) string {
+		asked = append(asked, fmt.Sprintf("%s/%s/%s previous=%t", p.Namespace, p.Name, container, previous))
+		return `"fatal: DELAY: invalid duration"`
+	})
+	for _, w := range []string{
+		`container app waiting: CrashLoopBackOff (last exit code 1: Error); last log lines: "fatal: DELAY: invalid duration"`,
+		`container init terminated: exit code 3 Error; last log lines: "fatal`,
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("report %q does not contain %q", got, w)
+		}
+	}
+	want := []string{"shop/web-1/app previous=true", "shop/web-1/init previous=false"}
+	if !slices.Equal(asked, want) {
+		t.Errorf("logs asked for %v, want %v (a clean exit needs none)", asked, want)
 	}
 }
