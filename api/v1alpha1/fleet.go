@@ -279,6 +279,11 @@ type HealingStatus struct {
 	Failures int32 `json:"failures,omitempty"`
 	// BackoffUntil is when healing may replace instances again after the last failure.
 	BackoffUntil *time.Time `json:"backoffUntil,omitempty"`
+	// LastFailure is why the fleet's last failed instance failed, as its provider said: for a
+	// local instance whose workload never became ready, the pod, container and reason
+	// (ErrImageNeverPull, CrashLoopBackOff with the last log lines, Pending with the
+	// scheduler's message). Cleared once a replacement serves.
+	LastFailure string `json:"lastFailure,omitempty"`
 }
 
 // Rollout phases.

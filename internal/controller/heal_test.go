@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store"
@@ -374,9 +376,34 @@ func TestBrokenImageDoesNotThrash(t *testing.T) {
 		t.Fatalf("%d instances exist, want at most %d: failed ones must hold their place", n, desired)
 	}
 	waitFor(t, 5*time.Second, e.eventsAtLeast(ReasonInstanceFailed, 1))
+	if ev := e.events(ReasonInstanceFailed)[0]; !strings.Contains(ev.Message, "failed: workload crashed") {
+		t.Errorf("InstanceFailed event %q does not say why", ev.Message)
+	}
+	// Why the instances fail is in the fleet's status, up to its conditions.
+	st := e.fleet("web").Status
+	if st.Healing == nil || !strings.HasPrefix(st.Healing.LastFailure, "instance web-") || !strings.HasSuffix(st.Healing.LastFailure, "failed: workload crashed") {
+		t.Errorf("status.healing %+v, want lastFailure naming the instance and the provider's reason", st.Healing)
+	}
+	for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionDegraded} {
+		if c := meta.FindStatusCondition(st.Conditions, typ); c == nil || !strings.Contains(c.Message, "failed: workload crashed") {
+			t.Errorf("condition %s %+v does not say why the instances fail", typ, c)
+		}
+	}
 	f.Spec.Image = "img-good"
 	e.put(f)
 	waitFor(t, 15*time.Second, e.converged("web", desired, RevisionName(f)))
+	waitFor(t, 5*time.Second, func() string {
+		st := e.fleet("web").Status
+		if st.Healing != nil && st.Healing.LastFailure != "" {
+			return "lastFailure still " + st.Healing.LastFailure
+		}
+		for _, c := range st.Conditions {
+			if strings.Contains(c.Message, "workload crashed") {
+				return fmt.Sprintf("condition %s still gives the old failure: %s", c.Type, c.Message)
+			}
+		}
+		return ""
+	})
 }
 
 // A restarted controller keeps healing's count of failed replacements and its backoff from the

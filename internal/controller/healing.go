@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -16,6 +17,8 @@ type healState struct {
 	// failures counts replacements in a row that failed themselves; backoffUntil holds healing.
 	failures     int
 	backoffUntil time.Time
+	// lastFailure is why the last failed instance failed, until a replacement serves.
+	lastFailure string
 	// justHealed counts this reconcile's victims, whose replacements scale() creates.
 	justHealed int
 }
@@ -32,6 +35,7 @@ func (s *scope) healState() *healState {
 			st.replacements[name] = true
 		}
 		st.failures = int(h.Failures)
+		st.lastFailure = h.LastFailure
 		if h.BackoffUntil != nil {
 			st.backoffUntil = *h.BackoffUntil
 		}
@@ -43,10 +47,10 @@ func (s *scope) healState() *healState {
 // status is the part of the healing state worth storing: nil once there is nothing to
 // remember.
 func (st *healState) status(now time.Time) *v1alpha1.HealingStatus {
-	if len(st.replacements) == 0 && st.failures == 0 && !now.Before(st.backoffUntil) {
+	if len(st.replacements) == 0 && st.failures == 0 && !now.Before(st.backoffUntil) && st.lastFailure == "" {
 		return nil
 	}
-	h := &v1alpha1.HealingStatus{Failures: int32(st.failures)}
+	h := &v1alpha1.HealingStatus{Failures: int32(st.failures), LastFailure: st.lastFailure}
 	for name := range st.replacements {
 		h.Replacements = append(h.Replacements, name)
 	}
@@ -89,6 +93,7 @@ func (s *scope) heal() {
 		case s.proven(in):
 			delete(st.replacements, name)
 			st.failures = 0
+			st.lastFailure = ""
 		}
 	}
 
@@ -97,6 +102,7 @@ func (s *scope) heal() {
 	// instances that fail the load balancer's checks (a partition is not a death); one whose
 	// provider did not answer is left alone.
 	inputs := map[string][]healInput{}
+	anyFailed := false
 	for _, in := range s.sorted() {
 		switch {
 		case in.Status.Phase == v1alpha1.PhaseTerminating, in.Status.Phase == v1alpha1.PhasePending, s.frozen(in):
@@ -109,11 +115,18 @@ func (s *scope) heal() {
 			if hi.Failed == "" {
 				hi.Failed = "no reason given by the provider"
 			}
+			st.lastFailure = fmt.Sprintf("instance %s failed: %s", in.Metadata.Name, hi.Failed)
+			anyFailed = true
 		} else if r := s.regions[region]; src != nil && (r == nil || r.unreachable == "") {
 			hi.State, hi.Since = src.InstanceHealth(in.Metadata.Name)
 			hi.Requests, hi.Errors = src.InstanceStats(in.Metadata.Name)
 		}
 		inputs[region] = append(inputs[region], hi)
+	}
+	// With no failed instance left and no replacement to prove, the last failure is history (the
+	// instance was scaled away): the events keep it.
+	if !anyFailed && len(st.replacements) == 0 {
+		st.lastFailure = ""
 	}
 	inProgress := map[string]int{}
 	for name := range st.replacements {

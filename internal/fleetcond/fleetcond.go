@@ -38,6 +38,7 @@ const (
 	ReasonAsExpected           = "AsExpected"
 	ReasonLoadBalancerNotReady = "LoadBalancerNotReady"
 	ReasonRolloutNotDone       = "RolloutNotDone"
+	ReasonInstanceFailed       = "InstanceFailed"
 )
 
 // Observed is what the reconciler saw of one fleet on one reconcile.
@@ -181,7 +182,7 @@ func ready(o Observed, lb, progressing metav1.Condition) metav1.Condition {
 	case slices.Contains([]string{ReasonRolloutFailed, ReasonRolloutRolledBack, ReasonRolloutInProgress, ReasonRolloutPaused}, progressing.Reason):
 		return cond(t, false, ReasonRolloutNotDone, "%s", progressing.Message)
 	case o.UpdatedReady < o.Desired || o.Replicas != o.Desired:
-		return cond(t, false, ReasonReplicasNotReady, "%d/%d instances of %s ready, %d instances in all", o.UpdatedReady, o.Desired, o.Revision, o.Replicas)
+		return cond(t, false, ReasonReplicasNotReady, "%d/%d instances of %s ready, %d instances in all%s", o.UpdatedReady, o.Desired, o.Revision, o.Replicas, lastFailure(o))
 	}
 	return cond(t, true, ReasonAllReplicasReady, "%d/%d instances of %s ready", o.UpdatedReady, o.Desired, o.Revision)
 }
@@ -197,7 +198,17 @@ func degradation(o Observed, now time.Time, lb metav1.Condition) metav1.Conditio
 	case ended != "":
 		return cond(t, true, ended, "%s", endMsg)
 	case backingOff(o.Healing, now):
-		return cond(t, true, ReasonHealingBackoff, "%d replacements in a row failed", o.Healing.Failures)
+		return cond(t, true, ReasonHealingBackoff, "%d replacements in a row failed%s", o.Healing.Failures, lastFailure(o))
+	case o.Healing != nil && o.Healing.LastFailure != "":
+		return cond(t, true, ReasonInstanceFailed, "%s", o.Healing.LastFailure)
 	}
 	return cond(t, false, ReasonAsExpected, "nothing needs attention")
+}
+
+// lastFailure is "; last failure: <why>" when an instance failed and no replacement serves yet.
+func lastFailure(o Observed) string {
+	if o.Healing == nil || o.Healing.LastFailure == "" {
+		return ""
+	}
+	return "; last failure: " + o.Healing.LastFailure
 }

@@ -92,6 +92,18 @@ func TestUpdate(t *testing.T) {
 			v1alpha1.ConditionProgressing: {"False", ReasonHealingBackoff, "3 replacements in a row failed"},
 			v1alpha1.ConditionDegraded:    {"True", ReasonHealingBackoff, ""},
 		}},
+		{"an instance failed, its replacement booting", func(o *Observed) {
+			o.UpdatedReady, o.Available = 2, 2
+			o.Healing = &v1alpha1.HealingStatus{Replacements: []string{"web-b-y"}, LastFailure: "instance web-b-x failed: pod app-1: container app waiting: CrashLoopBackOff"}
+		}, map[string]want{
+			v1alpha1.ConditionReady:    {"False", ReasonReplicasNotReady, "2/3 instances of web-b ready, 3 instances in all; last failure: instance web-b-x failed: pod app-1: container app waiting: CrashLoopBackOff"},
+			v1alpha1.ConditionDegraded: {"True", ReasonInstanceFailed, "instance web-b-x failed: pod app-1"},
+		}},
+		{"replacements keep failing", func(o *Observed) {
+			o.Healing = &v1alpha1.HealingStatus{Failures: 2, BackoffUntil: &later, LastFailure: "instance web-b-z failed: ErrImageNeverPull"}
+		}, map[string]want{
+			v1alpha1.ConditionDegraded: {"True", ReasonHealingBackoff, "2 replacements in a row failed; last failure: instance web-b-z failed: ErrImageNeverPull"},
+		}},
 		{"backoff over", func(o *Observed) {
 			before := t0.Add(-time.Second)
 			o.Healing = &v1alpha1.HealingStatus{Failures: 3, BackoffUntil: &before}
