@@ -67,6 +67,7 @@ and each adds its address to the client config, whose client tries the others wh
 	}
 	cmd.Flags().StringVar(&opts.DataDir, "data-dir", controlplane.DefaultDataDir(), "directory for the store, the API token and provider state")
 	cmd.Flags().StringVar(&opts.Listen, "listen", "127.0.0.1:7443", "address of the control-plane API (keep it on localhost)")
+	cmd.Flags().StringVar(&opts.APISocket, "api-socket", "", "also serve the API on this unix socket (mode 0600, same token), for herd processes in other network namespaces of this machine, e.g. herd dns --server unix://PATH")
 	cmd.Flags().StringVar(&opts.LBAddress, "lb-address", "127.0.0.1", "host the load balancer's fleet listeners bind on (0.0.0.0 to serve other machines; each replica on one machine needs its own, e.g. 127.0.0.2)")
 	cmd.Flags().StringVar(&opts.Provider, "provider", "local", fmt.Sprintf("default provider for regions that name none (%v)", controlplane.ProviderNames()))
 	cmd.Flags().StringVar(&opts.Store, "store", controlplane.StoreBolt, fmt.Sprintf("where the state is kept: %s (a file in --data-dir) or %s (an etcd cluster, with --etcd-endpoints)", controlplane.StoreBolt, controlplane.StoreEtcd))

@@ -33,7 +33,7 @@ type Client struct {
 
 // New returns a client for cfg.
 func New(cfg *Config) *Client {
-	return &Client{cfg: *cfg, http: &http.Client{Timeout: 30 * time.Second}, current: new(atomic.Int64)}
+	return &Client{cfg: *cfg, http: &http.Client{Transport: transport, Timeout: 30 * time.Second}, current: new(atomic.Int64)}
 }
 
 // APIError is a refusal from the API, with the field problems when validation failed.
@@ -149,7 +149,7 @@ func (c *Client) sendTo(ctx context.Context, server, method, path string, data [
 	if data != nil {
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(server, "/")+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, baseURL(server)+path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func (c *Client) WatchFleet(ctx context.Context, name string, fn func(apiserver.
 // stream GETs path, a stream of JSON lines, and calls fn with each line until fn reports it is
 // done, the stream ends or ctx ends.
 func (c *Client) stream(ctx context.Context, path string, fn func(line []byte) (done bool)) error {
-	streaming := &Client{cfg: c.cfg, http: &http.Client{}, current: c.current} // no overall timeout on a stream
+	streaming := &Client{cfg: c.cfg, http: &http.Client{Transport: transport}, current: c.current} // no overall timeout on a stream
 	resp, err := streaming.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return err

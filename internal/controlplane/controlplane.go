@@ -43,6 +43,10 @@ type Options struct {
 	DataDir string
 	// Listen is the API's address. Default: 127.0.0.1:7443. Port 0 picks a free port.
 	Listen string
+	// APISocket, when set, is a unix socket (made mode 0600) that serves the API too, with the
+	// same token: the way in for herd processes in other network namespaces of this machine
+	// (herd dns in a region's or the clients' network), which cannot reach the host's loopback.
+	APISocket string
 	// Provider is the default provider, used by regions that name none.
 	Provider string
 	// Store is where the control plane keeps its state: StoreBolt (default) or StoreEtcd.
@@ -283,16 +287,27 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	listeners := []net.Listener{ln, kubeLn}
+	if opts.APISocket != "" {
+		sock, err := listenAPISocket(opts.APISocket)
+		if err != nil {
+			ln.Close()
+			kubeLn.Close()
+			return err
+		}
+		listeners = append(listeners, sock)
+	}
 	if err := client.AddServer(opts.ConfigPath, url, token); err != nil {
-		ln.Close()
-		kubeLn.Close()
+		for _, l := range listeners {
+			l.Close()
+		}
 		return err
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 9) // one per goroutine below: none blocks on a send
+	errc := make(chan error, 8+len(listeners)) // room for one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -317,7 +332,7 @@ func Run(ctx context.Context, opts Options) error {
 	if serveDNS != nil {
 		run(runCtx, &wg, "dns", serveDNS)
 	}
-	for _, l := range []net.Listener{ln, kubeLn} {
+	for _, l := range listeners {
 		wg.Go(func() {
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("api server: %w", err)
