@@ -97,6 +97,7 @@ from the last routes it had. --routes-file serves a fixed routes table (the JSON
 'herd up --dns-zone' runs the same server inside the control plane.`,
 		Example: `  herd dns --zone herd.test. --listen 0.0.0.0:53
   herd dns --zone herd.test. --listen 10.216.0.9:53 --server http://10.213.0.1:7443
+  herd dns --zone herd.test. --listen 10.216.1.1:53 --server unix:///var/lib/herd/api.sock
   dig @127.0.0.1 -p 5353 hello.herd.test
   herd dns export hello > hello-route53.json`,
 		Args: cobra.NoArgs,
@@ -142,7 +143,7 @@ from the last routes it had. --routes-file serves a fixed routes table (the JSON
 	f.register(cmd, "", "the zone to serve, e.g. herd.test. (required)")
 	cmd.Flags().StringVar(&server, "server", "", "control plane URL to follow; default: the client config's servers")
 	cmd.Flags().StringVar(&routesFile, "routes-file", "", "serve this routes table (JSON) instead of following a control plane")
-	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "how often the routes are fetched")
+	cmd.Flags().DurationVar(&interval, "interval", 250*time.Millisecond, "how often the routes are fetched: a region's health change reaches the answers within this")
 	cmd.AddCommand(newDNSExportCmd(g))
 	return cmd
 }

@@ -28,9 +28,9 @@ type DNSOptions struct {
 }
 
 // dnsRefresh is how often the in-process DNS server recomputes its routes from the store: a
-// region that turns unhealthy leaves the answers within this (plus the health checkers' own
-// detection time), well inside the 3 s herd promises.
-const dnsRefresh = 500 * time.Millisecond
+// region that turns unhealthy leaves the answers within this plus the health checkers' own
+// detection time (1.5 to 2.5 s), inside the 3 s herd promises.
+const dnsRefresh = 250 * time.Millisecond
 
 // routeSource computes the routes table from the store and the regions' state.
 type routeSource struct {
