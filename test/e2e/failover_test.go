@@ -53,6 +53,8 @@ type env struct {
 	// regions and clientNets are the region networks and client networks of the local
 	// provider the test uses besides the default region, checked for leftovers too.
 	regions, clientNets []string
+	// upArgs are more flags for herd up.
+	upArgs []string
 }
 
 func newEnv(t *testing.T) *env {
@@ -154,8 +156,8 @@ func (e *env) startUp() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.up = exec.Command(e.bin, "up", "--provider", "local", "--data-dir", e.data,
-		"--listen", "127.0.0.1:0", "--lb-address", "127.0.0.1")
+	args := append([]string{"up", "--provider", "local", "--data-dir", e.data, "--listen", "127.0.0.1:0", "--lb-address", "127.0.0.1"}, e.upArgs...)
+	e.up = exec.Command(e.bin, args...)
 	e.up.Env = append(os.Environ(), "HERD_CONFIG="+filepath.Join(e.dir, "config"))
 	e.up.Stdout, e.up.Stderr = logf, logf
 	if err := e.up.Start(); err != nil {

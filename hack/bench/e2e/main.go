@@ -6,7 +6,7 @@
 //	failover: failed_requests=<int> ejection_ms=<int> replacement_ready_s=<float>
 //	autoscale: decision_s=<float> new_capacity_serving_s=<float> warm_pool_serving_s=<float>
 //	ha: takeover_s=<float> failed_requests=<int> lost_acked_writes=<int> orphans=<int> duplicates=<int>
-//	front: failed_requests=<int> failover_ms=<int>
+//	global: dns_withdraw_s=<float> dns_return_s=<float> front_failed_requests=<int> front_failover_ms=<int>
 //	regions: partition_failed_requests=<int> detect_unreachable_s=<float> cp_down_failed_requests=<int> wave_stopped=<true|false>
 //
 // The scenarios need root and the host dependencies (make deps, make kubernetes). It exits non-zero
