@@ -25,6 +25,20 @@ type FrontDoor struct {
 	// Synced is true when it runs the configuration the store gives it; Error says why not.
 	Synced bool   `json:"synced"`
 	Error  string `json:"error,omitempty"`
+	// Regions are the regions behind its listeners as the front door itself sees them now.
+	Regions []FrontRegion `json:"regions,omitempty"`
+}
+
+// FrontRegion is one region behind a listener of the front door, by the front door's own checks.
+type FrontRegion struct {
+	// Listener is the front door's listener, "<fleet>/<listener>".
+	Listener string `json:"listener"`
+	Region   string `json:"region"`
+	// State is Healthy, Unhealthy, Ejected or Unknown (not checked yet).
+	State string `json:"state"`
+	// RTTms is the round trip its checks measure to the region's load balancer; 0 until measured.
+	RTTms     float64 `json:"rtt_ms,omitempty"`
+	LastError string  `json:"lastError,omitempty"`
 }
 
 // FrontListener is one listener of the front door: a fleet's listener, served by its regions.

@@ -130,9 +130,14 @@ func TestPrintRTTAndFront(t *testing.T) {
 	fd := &apiserver.FrontDoor{Address: "10.216.0.3", Synced: true, Listeners: []apiserver.FrontListener{
 		{Name: "web/http", Fleet: "web", Port: 8080, Regions: []string{"us", "eu"}},
 		{Name: "db/tcp", Fleet: "db", Port: 5432, Regions: []string{"eu"}},
+	}, Regions: []apiserver.FrontRegion{
+		{Listener: "web/http", Region: "us", State: "Healthy", RTTms: 61.24},
+		{Listener: "web/http", Region: "eu", State: "Unhealthy", RTTms: 20.1, LastError: "health check: timeout"},
+		{Listener: "db/tcp", Region: "eu", State: "Healthy"},
 	}}
 	describeFront(&out, "web", fd)
-	if want := "Front door:         Synced\n  web/http: 10.216.0.3:8080 -> regions us, eu\n"; out.String() != want {
+	if want := "Front door:         Synced\n  web/http: 10.216.0.3:8080 -> regions us, eu\n    region us: Healthy, round trip 61.2ms\n" +
+		"    region eu: Unhealthy, round trip 20.1ms (health check: timeout)\n"; out.String() != want {
 		t.Errorf("describe:\n%q\nwant\n%q", out.String(), want)
 	}
 	out.Reset()

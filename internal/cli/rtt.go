@@ -71,6 +71,20 @@ func describeFront(w io.Writer, fleet string, fd *apiserver.FrontDoor) {
 		}
 		addr := net.JoinHostPort(fd.Address, strconv.Itoa(l.Port))
 		lines = append(lines, fmt.Sprintf("%s: %s -> regions %s", l.Name, addr, strings.Join(l.Regions, ", ")))
+		// Each region as the front door's own checks see it.
+		for _, r := range fd.Regions {
+			if r.Listener != l.Name {
+				continue
+			}
+			s := "  region " + r.Region + ": " + r.State
+			if r.RTTms > 0 {
+				s += fmt.Sprintf(", round trip %.1fms", r.RTTms)
+			}
+			if r.LastError != "" && r.State != "Healthy" {
+				s += " (" + r.LastError + ")"
+			}
+			lines = append(lines, s)
+		}
 	}
 	if len(lines) == 0 {
 		return

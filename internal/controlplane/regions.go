@@ -82,5 +82,13 @@ func frontDoor(f *lbsync.Front) apiserver.FrontDoor {
 	for _, l := range s.Listeners {
 		out.Listeners = append(out.Listeners, apiserver.FrontListener{Name: l.Name, Fleet: l.Fleet, Port: l.Port, Regions: l.Regions})
 	}
+	health, err := f.RegionHealth()
+	if err != nil && out.Error == "" {
+		out.Error = "reading its health: " + err.Error()
+	}
+	for _, h := range health {
+		out.Regions = append(out.Regions, apiserver.FrontRegion{Listener: h.Listener, Region: h.ID, State: string(h.State),
+			RTTms: float64(h.RTT.D()) / float64(time.Millisecond), LastError: h.LastError})
+	}
 	return out
 }

@@ -162,6 +162,20 @@ func (f *Front) Status() FrontStatus {
 	return s
 }
 
+// RegionHealth is the front door's own view of the regions behind its listeners, read from it now:
+// each region's state by its active and passive checks, and the round trip its checks measure
+// (lb.TargetHealth, one per listener and region: the target's ID is the region). Nil while no
+// front door runs.
+func (f *Front) RegionHealth() ([]lb.TargetHealth, error) {
+	f.mu.Lock()
+	admin := f.admin
+	f.mu.Unlock()
+	if admin == nil {
+		return nil, nil
+	}
+	return admin.TargetHealth()
+}
+
 // FrontListeners derives the front door's listeners from the fleets (served regionally only) and the
 // regional load balancers' data addresses by region; a region whose load balancer has no address
 // yet is left out, and a listener without any region too.

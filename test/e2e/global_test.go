@@ -451,6 +451,21 @@ func (s *globalScenario) partition(t *testing.T) (withdraw, back time.Duration, 
 	if withdraw > 3*time.Second {
 		t.Errorf("DNS withdrew the partitioned region after %.2f s, want within 3 s", withdraw.Seconds())
 	}
+	// herd describe shows the region out as DNS and the front door see it.
+	s.waitFor(10*time.Second, 250*time.Millisecond, func() string {
+		out, err := s.herd("describe", "fleet", regionsFleet)
+		if err != nil {
+			return "herd describe: " + err.Error()
+		}
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 3 && f[0] == "region" && f[1] == nearRegion+":" && !strings.HasPrefix(f[2], "Healthy") {
+				t.Logf("herd describe fleet %s under the partition:\n%s", regionsFleet, out)
+				return ""
+			}
+		}
+		return "herd describe does not show the front door's verdict on region " + nearRegion + ":\n" + out
+	})
 	// The front door's clients have moved to us by now; some more seconds on it, then the link
 	// returns.
 	s.waitFor(30*time.Second, 100*time.Millisecond, func() string {
