@@ -122,6 +122,9 @@ func (s *Server) Update(t routes.Table) {
 func (s *Server) report(c change) {
 	object := v1alpha1.KindFleet + "/" + c.fleet
 	switch {
+	case c.removed:
+		s.log.Info("hostname left the zone", "hostname", c.host, "fleet", c.fleet)
+		s.event(object, v1alpha1.EventNormal, "DNSHostnameRemoved", "%s left the zone (its fleet or its spec.global is gone): DNS answers NXDOMAIN for it", c.host)
 	case c.failOpenChanged && c.failOpen:
 		s.log.Warn("no healthy region: answering with every region (fail open)", "hostname", c.host, "fleet", c.fleet)
 		s.event(object, v1alpha1.EventWarning, "DNSFailOpen", "no region of %s is healthy: DNS answers with every region (fail open)", c.host)

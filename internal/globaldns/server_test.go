@@ -8,6 +8,7 @@ import (
 	"github.com/miekg/dns"
 
 	"herd.dev/herd/internal/events/eventstest"
+	"herd.dev/herd/internal/routes"
 )
 
 func TestFailoverAndEvents(t *testing.T) {
@@ -41,6 +42,19 @@ func TestFailoverAndEvents(t *testing.T) {
 	mustAnswer(t, "fo A after eu returned", query(t, "udp", addr, "fo.herd.test.", dns.TypeA), euAddr.String())
 	if !slices.ContainsFunc(eventLines(ev), func(e string) bool { return strings.HasPrefix(e, "Fleet/fo Normal DNSRegionIn: region eu") }) {
 		t.Errorf("events %q: want eu joining fo.herd.test", eventLines(ev))
+	}
+
+	// The fleet goes (or its spec.global): the hostname leaves the zone, and says so.
+	without := testTable()
+	without.Routes = slices.DeleteFunc(without.Routes, func(r routes.Route) bool { return r.Hostname == "fo.herd.test" })
+	s.Update(without)
+	if r := query(t, "udp", addr, "fo.herd.test.", dns.TypeA); r.Rcode != dns.RcodeNameError {
+		t.Errorf("fo A after its fleet left: %v, want NXDOMAIN", r)
+	}
+	if !slices.ContainsFunc(eventLines(ev), func(e string) bool {
+		return strings.HasPrefix(e, "Fleet/fo Normal DNSHostnameRemoved: fo.herd.test. left the zone")
+	}) {
+		t.Errorf("events %q: want fo.herd.test leaving the zone", eventLines(ev))
 	}
 }
 

@@ -161,14 +161,27 @@ func answerChanges(old, new *snapshot) []change {
 			out = append(out, change{fleet: h.route.Fleet, host: name, failOpen: h.failOpen, failOpenChanged: true})
 		}
 	}
+	if old != nil {
+		var gone []string
+		for name := range old.hosts {
+			if new.hosts[name] == nil {
+				gone = append(gone, name)
+			}
+		}
+		slices.Sort(gone)
+		for _, name := range gone {
+			out = append(out, change{fleet: old.hosts[name].route.Fleet, host: name, removed: true})
+		}
+	}
 	return out
 }
 
-// change is one region leaving or joining a hostname's answers, or a hostname starting or
-// stopping to fail open.
+// change is one region leaving or joining a hostname's answers, a hostname starting or stopping
+// to fail open, or a hostname leaving the zone.
 type change struct {
 	fleet, host, region, why string
 	joined                   bool
 	failOpen                 bool
 	failOpenChanged          bool
+	removed                  bool
 }
