@@ -139,7 +139,7 @@ func (s *globalScenario) applyGlobal(policy string) {
 	s.applyFleet(fmt.Appendf(nil, s.spec, "hello", policy))
 }
 
-// query asks the name server for hostname's A records from network ns, with an EDNS Client
+// query asks the name server, over conn, for the hostname's A records, with an EDNS Client
 // Subnet option when ecs is valid, and returns the addresses answered.
 func (s *globalScenario) query(conn *dns.Conn, ecs netip.Prefix) ([]string, error) {
 	m := new(dns.Msg)
@@ -219,7 +219,11 @@ func (s *globalScenario) expect(client, region, why string, extra ...string) {
 		}
 		return ""
 	})
-	s.t.Logf("%s: %s gets region %s (%s) from dig%s", why, client, region, want, map[bool]string{true: " and Go's resolver", false: " " + strings.Join(extra, " ")}[len(extra) == 0])
+	by := "dig and Go's resolver"
+	if len(extra) > 0 {
+		by = "dig " + strings.Join(extra, " ")
+	}
+	s.t.Logf("%s: %s gets region %s (%s) from %s", why, client, region, want, by)
 }
 
 // TestIntegrationGlobal routes real DNS clients (dig and Go's resolver) in two client networks to
