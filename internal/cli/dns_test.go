@@ -71,6 +71,11 @@ func TestGetRoutes(t *testing.T) {
 			t.Errorf("line %d %q, want %q", i, got, want[i])
 		}
 	}
+	for _, name := range []string{"WEB.herd.test.", "web"} { // a hostname in any case, or the fleet
+		if out, err := runHerd(config, "get", "routes", name); err != nil || strings.Count(out, "web.herd.test") != 2 {
+			t.Errorf("herd get routes %s: %v\n%s", name, err, out)
+		}
+	}
 	if out, err := runHerd(config, "get", "routes", "nope.herd.test"); err == nil || !strings.Contains(err.Error(), `no route for "nope.herd.test"`) {
 		t.Errorf("herd get routes nope.herd.test: %v\n%s", err, out)
 	}

@@ -42,9 +42,8 @@ averaged): what a latency-based answer ranks regions by. For rtt, NAME is a clie
 				return getRegions(cmd.Context(), g, args[1:], output)
 			case "rtt":
 				return getRTT(cmd.Context(), g, args[1:], output)
-			}
-			if resource(args[0]) == "route" {
-				return getRoutes(cmd.Context(), g, args, output)
+			case "route":
+				return getRoutes(cmd.Context(), g, args[1:], output)
 			}
 			format, kind, name, err := resourceArgs(args, output)
 			if err != nil {

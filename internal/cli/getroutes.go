@@ -10,7 +10,9 @@ import (
 	"herd.dev/herd/internal/client"
 )
 
-// getRoutes is `herd get routes [HOSTNAME] [-o wide|yaml|json]`.
+// getRoutes is `herd get routes [HOSTNAME] [-o wide|yaml|json]`: each global hostname, its
+// policy, and per region how it takes part in the DNS answers and why. HOSTNAME may also be a
+// fleet's name.
 func getRoutes(ctx context.Context, g *globals, args []string, output string) error {
 	format := outputFormat(output)
 	if err := format.check(); err != nil {
@@ -20,16 +22,10 @@ func getRoutes(ctx context.Context, g *globals, args []string, output string) er
 	if err != nil {
 		return err
 	}
-	name := ""
-	if len(args) == 2 {
-		name = args[1]
+	hostname := ""
+	if len(args) == 1 {
+		hostname = args[0]
 	}
-	return printRoutes(ctx, g, c, name, format)
-}
-
-// printRoutes is `herd get routes [HOSTNAME]`: each global hostname, its policy, and per region
-// how it takes part in the DNS answers and why.
-func printRoutes(ctx context.Context, g *globals, c *client.Client, hostname string, format outputFormat) error {
 	table, err := c.Routes(ctx)
 	if err != nil {
 		return err
