@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"herd.dev/herd/internal/lb/lbtest"
 )
 
 func TestWebSocketUpgrade(t *testing.T) {
@@ -251,27 +253,11 @@ func TestBadRequests(t *testing.T) {
 
 func TestTCPListener(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, e Engine) {
-		echo, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer echo.Close()
-		go func() {
-			for {
-				c, err := echo.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					io.Copy(c, c) // echo until the client half-closes, then close
-				}()
-			}
-		}()
+		echo := lbtest.EchoServer(t)
 		cfg := Config{Listeners: []Listener{{
 			Name: "db/tcp", Fleet: "db", Address: "127.0.0.1:0", Protocol: ProtocolTCP,
 			HealthCheck: HealthCheck{Interval: Duration(100 * time.Millisecond)},
-			Groups:      []TargetGroup{{Name: "r1", Targets: []Target{{ID: "echo", Address: echo.Addr().String()}}}},
+			Groups:      []TargetGroup{{Name: "r1", Targets: []Target{{ID: "echo", Address: echo}}}},
 		}}}
 		lb := startLB(t, e, cfg)
 		waitHealthy(t, lb, 1)

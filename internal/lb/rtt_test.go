@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"herd.dev/herd/internal/lb/lbtest"
 )
 
 func TestClientNetwork(t *testing.T) {
@@ -149,23 +151,10 @@ func TestClientRTTsOfTCPListener(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("TCP_INFO is read on Linux only")
 	}
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	echo := lbtest.EchoServer(t)
 	lb := startLB(t, EngineFast, Config{Listeners: []Listener{{Name: "db/tcp", Fleet: "db", Address: "127.0.0.1:0", Protocol: ProtocolTCP,
 		HealthCheck: HealthCheck{Interval: Duration(100 * time.Millisecond)},
-		Groups:      []TargetGroup{{Name: "v1", Targets: []Target{{ID: "echo", Address: echo.Addr().String()}}}}}}})
+		Groups:      []TargetGroup{{Name: "v1", Targets: []Target{{ID: "echo", Address: echo}}}}}}})
 	waitHealthy(t, lb, 1)
 	c, err := net.Dial("tcp", lb.Addr("db/tcp").String())
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lb/lbtest"
 )
 
 // rttLB is a load balancer's admin API serving GET /rtt from a table the test sets, or failing.
@@ -168,23 +169,10 @@ func TestRTTsFromRealLB(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("TCP_INFO is read on Linux only")
 	}
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	echo := lbtest.EchoServer(t)
 	balancer := lb.New(lb.Options{})
 	cfg := lb.Config{Listeners: []lb.Listener{{Name: "db/tcp", Fleet: "db", Address: "127.0.0.1:0", Protocol: lb.ProtocolTCP,
-		Groups: []lb.TargetGroup{{Name: "v1", Targets: []lb.Target{{ID: "echo", Address: echo.Addr().String()}}}}}}}
+		Groups: []lb.TargetGroup{{Name: "v1", Targets: []lb.Target{{ID: "echo", Address: echo}}}}}}}
 	if err := balancer.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}
