@@ -3,11 +3,8 @@ package lbsync_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,49 +33,18 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The targets: an HTTP server on each region's bridge address of the host, which the region's
-	// router reaches as it reaches the region's instances.
-	port := 0
-	addrs := map[string]string{}
-	for _, region := range []string{"near", "far"} {
-		rn, err := p.EnsureRegion(ctx, region, map[string]string{"latency": latency[region].String()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		host := rn.Subnet.Addr().Next().String()
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		addrs[region] = host
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, region) })}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-	}
+	addrs, port := serveInRegions(t, p, map[string]string{"near": latency["near"].String(), "far": latency["far"].String()},
+		func(region string) string { return region })
 	st := memory.New()
 	defer st.Close()
-	put := func(kind string, obj store.Object) {
-		op, err := store.PutOp(kind, obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Txn(ctx, op); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Far first in the spec: the front door must rank regions by distance, not by order.
-	put(store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	putObject(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners:   []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
 		HealthCheck: v1alpha1.HealthCheck{Path: "/", Port: int32(port)},
 		Regions: []v1alpha1.Region{{Name: "far", Provider: local.Name, Options: map[string]string{"latency": "60ms"}},
 			{Name: "near", Provider: local.Name, Options: map[string]string{"latency": "10ms"}}},
 	}})
-	for region, addr := range addrs {
-		put(store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
-			Spec:   v1alpha1.InstanceSpec{Fleet: "web", Revision: "web-1", Region: region, Provider: local.Name},
-			Status: v1alpha1.InstanceStatus{Phase: v1alpha1.PhaseReady, Address: addr}})
-	}
+	putReadyInstances(t, st, addrs)
 
 	providers := map[string]provider.Provider{local.Name: p}
 	var front *lbsync.Front

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,48 +30,15 @@ func TestIntegrationRegionalLB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The targets: an HTTP server on each region's bridge address of the host, which the
-	// region's router reaches as it reaches the region's instances.
-	port := 0
-	addrs := map[string]string{}
-	for _, region := range []string{"eu", "us"} {
-		rn, err := p.EnsureRegion(ctx, region, map[string]string{"latency": "10ms"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		host := rn.Subnet.Addr().Next().String() // the bridge's .1
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		addrs[region] = host
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+region) })}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-	}
-
+	addrs, port := serveInRegions(t, p, map[string]string{"eu": "10ms", "us": "10ms"}, func(region string) string { return "hello from " + region })
 	st := memory.New()
 	defer st.Close()
-	put := func(kind string, obj store.Object) {
-		op, err := store.PutOp(kind, obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Txn(ctx, op); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	putObject(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
 		Regions: []v1alpha1.Region{{Name: "eu", Provider: local.Name, Options: map[string]string{"latency": "10ms"}},
 			{Name: "us", Provider: local.Name, Options: map[string]string{"latency": "10ms"}}},
 	}})
-	for region, addr := range addrs {
-		put(store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
-			Spec:   v1alpha1.InstanceSpec{Fleet: "web", Revision: "web-1", Region: region, Provider: local.Name},
-			Status: v1alpha1.InstanceStatus{Phase: v1alpha1.PhaseReady, Address: addr}})
-	}
+	putReadyInstances(t, st, addrs)
 
 	run := func() (*lbsync.Regional, func()) {
 		r := lbsync.NewRegional(lbsync.RegionalOptions{Providers: map[string]provider.Provider{local.Name: p}})
