@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"herd.dev/herd/internal/image"
 )
 
 // Registry is where the suite expects its test images; every image is tagged with exactly the
@@ -19,7 +21,7 @@ type Image struct {
 	Ref string
 	// Made says what the image holds in place of upstream's build, for the report.
 	Made  string
-	build func(b *builder) (*rootfs, imageConfig, error)
+	build func(b *builder) (*rootfs, image.LayerConfig, error)
 }
 
 // Sources are the inputs the images are assembled from.
@@ -116,105 +118,112 @@ func (b *builder) agnhost() (*rootfs, error) {
 	return b.agn.clone(), nil
 }
 
-var agnhostConfig = imageConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}
+var agnhostConfig = image.LayerConfig{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}
 
 // webserver serves dir on port 80 with busybox's httpd, in place of Apache httpd and nginx
 // (upstream's httpd and nginx images are those servers on alpine, pulled from Docker Hub): the
 // tests use them as a server that answers on port 80 with index.html, and some move index.html
 // away to make a readiness probe fail.
-func (b *builder) webserver(dir, index string) (*rootfs, imageConfig, error) {
+func (b *builder) webserver(dir, index string) (*rootfs, image.LayerConfig, error) {
 	r, err := b.busyboxBase()
 	if err != nil {
-		return nil, imageConfig{}, err
+		return nil, image.LayerConfig{}, err
 	}
 	r.file(dir+"/index.html", 0o644, []byte(index))
-	return r, imageConfig{Cmd: []string{"httpd", "-f", "-v", "-p", "80", "-h", dir}}, nil
+	return r, image.LayerConfig{Cmd: []string{"httpd", "-f", "-v", "-p", "80", "-h", dir}}, nil
 }
 
 const itWorks = "<html><body><h1>It works!</h1></body></html>\n"
 
 // updateDemo is nautilus or kitten: agnhost's test-webserver serving a picture and data.json.
-func (b *builder) updateDemo(name string) (*rootfs, imageConfig, error) {
+func (b *builder) updateDemo(name string) (*rootfs, image.LayerConfig, error) {
 	r, err := b.agnhost()
 	if err != nil {
-		return nil, imageConfig{}, err
+		return nil, image.LayerConfig{}, err
 	}
 	for _, f := range []string{name + ".jpg", "data.json"} {
 		if err := r.hostFile("/"+f, filepath.Join(b.src.Module, "test/images", name, "html", f), 0o644); err != nil {
-			return nil, imageConfig{}, err
+			return nil, image.LayerConfig{}, err
 		}
 	}
-	return r, imageConfig{Entrypoint: agnhostConfig.Entrypoint, Cmd: []string{"test-webserver"}}, nil
+	return r, image.LayerConfig{Entrypoint: agnhostConfig.Entrypoint, Cmd: []string{"test-webserver"}}, nil
 }
 
 // Images are the test images the [Conformance] tests reference, with how each is made here.
 var Images = []Image{
 	{Ref: Registry + "agnhost:2.53", Made: "agnhost built from k8s.io/kubernetes test/images/agnhost; busybox, bash, dig, curl, nc, ip, ss from Debian",
-		build: func(b *builder) (*rootfs, imageConfig, error) { r, err := b.agnhost(); return r, agnhostConfig, err }},
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
+			r, err := b.agnhost()
+			return r, agnhostConfig, err
+		}},
 	{Ref: Registry + "busybox:1.36.1-1", Made: "Debian's busybox-static (1.35), bash as sh",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			r, err := b.busyboxBase()
-			return r, imageConfig{Cmd: []string{"sh"}}, err
+			return r, image.LayerConfig{Cmd: []string{"sh"}}, err
 		}},
 	{Ref: Registry + "jessie-dnsutils:1.7", Made: "busybox with Debian's dig, nslookup, host and getent",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			r, err := b.busyboxBase()
 			if err == nil {
 				err = b.withTools(r)
 			}
-			return r, imageConfig{Cmd: []string{"bash"}}, err
+			return r, image.LayerConfig{Cmd: []string{"bash"}}, err
 		}},
 	{Ref: Registry + "httpd:2.4.38-4", Made: "busybox httpd serving /usr/local/apache2/htdocs on port 80 (not Apache)",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			return b.webserver("/usr/local/apache2/htdocs", itWorks)
 		}},
 	{Ref: Registry + "httpd:2.4.39-4", Made: "busybox httpd serving /usr/local/apache2/htdocs on port 80 (not Apache)",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			return b.webserver("/usr/local/apache2/htdocs", itWorks)
 		}},
 	{Ref: Registry + "nginx:1.14-4", Made: "busybox httpd serving /usr/share/nginx/html on port 80 (not nginx)",
-		build: func(b *builder) (*rootfs, imageConfig, error) { return b.webserver("/usr/share/nginx/html", itWorks) }},
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
+			return b.webserver("/usr/share/nginx/html", itWorks)
+		}},
 	{Ref: Registry + "nginx:1.15-4", Made: "busybox httpd serving /usr/share/nginx/html on port 80 (not nginx)",
-		build: func(b *builder) (*rootfs, imageConfig, error) { return b.webserver("/usr/share/nginx/html", itWorks) }},
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
+			return b.webserver("/usr/share/nginx/html", itWorks)
+		}},
 	{Ref: Registry + "nautilus:1.7", Made: "agnhost test-webserver with test/images/nautilus/html",
-		build: func(b *builder) (*rootfs, imageConfig, error) { return b.updateDemo("nautilus") }},
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) { return b.updateDemo("nautilus") }},
 	{Ref: Registry + "kitten:1.7", Made: "agnhost test-webserver with test/images/kitten/html",
-		build: func(b *builder) (*rootfs, imageConfig, error) { return b.updateDemo("kitten") }},
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) { return b.updateDemo("kitten") }},
 	{Ref: Registry + "nonewprivs:1.3", Made: "nnp built from k8s.io/kubernetes test/images/nonewprivs, setuid root, on busybox",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			r, err := b.busyboxBase()
 			if err != nil {
-				return nil, imageConfig{}, err
+				return nil, image.LayerConfig{}, err
 			}
 			if err := r.hostFile("/usr/local/bin/nnp", filepath.Join(b.src.Bin, "nnp"), 0o4755); err != nil {
-				return nil, imageConfig{}, fmt.Errorf("nnp is not built (hack/conformance/suite/build.sh builds it): %w", err)
+				return nil, image.LayerConfig{}, fmt.Errorf("nnp is not built (hack/conformance/suite/build.sh builds it): %w", err)
 			}
-			return r, imageConfig{Cmd: []string{"nnp"}}, nil
+			return r, image.LayerConfig{Cmd: []string{"nnp"}}, nil
 		}},
 	{Ref: Registry + "nonroot:1.4", Made: "busybox with USER 1234",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			r, err := b.busyboxBase()
-			return r, imageConfig{Cmd: []string{"sh"}, User: "1234"}, err
+			return r, image.LayerConfig{Cmd: []string{"sh"}, User: "1234"}, err
 		}},
 	{Ref: Registry + "sample-apiserver:1.29.2", Made: "sample-apiserver built from k8s.io/sample-apiserver v0.33.5 (the proxy serves no v0.33.13 source), on busybox",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			r, err := b.busyboxBase()
 			if err != nil {
-				return nil, imageConfig{}, err
+				return nil, image.LayerConfig{}, err
 			}
 			if err := r.hostFile("/sample-apiserver", filepath.Join(b.src.Bin, "sample-apiserver"), 0o755); err != nil {
-				return nil, imageConfig{}, fmt.Errorf("sample-apiserver is not built (hack/conformance/suite/build.sh builds it): %w", err)
+				return nil, image.LayerConfig{}, fmt.Errorf("sample-apiserver is not built (hack/conformance/suite/build.sh builds it): %w", err)
 			}
-			return r, imageConfig{Entrypoint: []string{"/sample-apiserver"}}, nil
+			return r, image.LayerConfig{Entrypoint: []string{"/sample-apiserver"}}, nil
 		}},
 	{Ref: "registry.k8s.io/etcd:3.5.21-0", Made: "Debian's etcd-server (3.4) at /usr/local/bin/etcd, on busybox",
-		build: func(b *builder) (*rootfs, imageConfig, error) {
+		build: func(b *builder) (*rootfs, image.LayerConfig, error) {
 			r, err := b.busyboxBase()
 			if err == nil {
 				err = r.hostBinary("/usr/local/bin/etcd", b.host("/usr/bin/etcd"))
 			}
 			r.dir("/var/etcd", 0o700)
-			return r, imageConfig{}, err
+			return r, image.LayerConfig{}, err
 		}},
 }
 

@@ -13,16 +13,11 @@ import (
 	"os/exec"
 	"path"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"herd.dev/herd/internal/image"
 )
 
 // epoch time-stamps every layer entry and image config, so the same inputs give the same image.
@@ -186,56 +181,13 @@ func (r *rootfs) writeLayer(dst string) error {
 	return out.Close()
 }
 
-// imageConfig is the part of an image's config a test image sets.
-type imageConfig struct {
-	Entrypoint []string
-	Cmd        []string
-	User       string
-	Env        []string
-}
-
-// defaultPath is the PATH of every test image unless its config names one.
-const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
 // writeImage writes r as a one-layer linux image tagged ref, in docker-archive form (what a
 // NodeImage's spec.images[].tar takes), at dst; the layer tar is written to layerPath first.
-func writeImage(r *rootfs, cfg imageConfig, ref, layerPath, dst string) error {
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return err
-	}
+func writeImage(r *rootfs, cfg image.LayerConfig, ref, layerPath, dst string) error {
 	if err := r.writeLayer(layerPath); err != nil {
 		return fmt.Errorf("%s: writing its layer: %w", ref, err)
 	}
-	layer, err := tarball.LayerFromFile(layerPath)
-	if err != nil {
-		return err
-	}
-	img, err := mutate.Append(empty.Image, mutate.Addendum{
-		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "herd conformance: " + ref},
-	})
-	if err != nil {
-		return err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.Created = v1.Time{Time: epoch}
-	cf.OS = "linux"
-	cf.Architecture = runtime.GOARCH
-	cf.Config.Entrypoint = cfg.Entrypoint
-	cf.Config.Cmd = cfg.Cmd
-	cf.Config.User = cfg.User
-	cf.Config.Env = append([]string{defaultPath}, cfg.Env...)
-	cf.Config.WorkingDir = "/"
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return err
-	}
-	if err := tarball.WriteToFile(dst, tag, img); err != nil {
+	if err := image.WriteLayerImage(layerPath, "herd conformance: "+ref, ref, dst, cfg); err != nil {
 		return fmt.Errorf("%s: writing the image: %w", ref, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -37,12 +38,33 @@ func binaryImage(binPath, entry string, env map[string]string, layerPath, create
 	if err := writeBinaryLayer(binPath, entry, layerPath); err != nil {
 		return nil, err
 	}
-	return layerImage(layerPath, createdBy, []string{"/" + entry}, env)
+	return layerImage(layerPath, createdBy, LayerConfig{Entrypoint: []string{"/" + entry}, Env: envList(env)})
 }
 
-// layerImage is the image of the one layer tar at layerPath, with entrypoint and env, made
-// reproducibly (every time stamp at epoch).
-func layerImage(layerPath, createdBy string, entrypoint []string, env map[string]string) (v1.Image, error) {
+// LayerConfig is what the config of a one-layer image sets besides what every image herd builds
+// has: linux, this machine's architecture, every time stamp at epoch, working directory /.
+type LayerConfig struct {
+	Entrypoint []string
+	Cmd        []string
+	User       string
+	// Env is KEY=VALUE pairs; a PATH of the usual directories comes first unless Env has one.
+	Env []string
+}
+
+// WriteLayerImage writes the image of the one uncompressed layer tar at layerPath, with cfg,
+// tagged ref, as a docker-archive at dst (what a NodeImage's spec.images[].tar takes). Equal
+// inputs give equal bytes.
+func WriteLayerImage(layerPath, createdBy, ref, dst string, cfg LayerConfig) error {
+	img, err := layerImage(layerPath, createdBy, cfg)
+	if err != nil {
+		return err
+	}
+	_, err = writeImageTar(ref, img, dst, filepath.Base(dst))
+	return err
+}
+
+// layerImage is the image of the one layer tar at layerPath with cfg, made reproducibly.
+func layerImage(layerPath, createdBy string, cfg LayerConfig) (v1.Image, error) {
 	layer, err := tarball.LayerFromFile(layerPath)
 	if err != nil {
 		return nil, err
@@ -62,8 +84,13 @@ func layerImage(layerPath, createdBy string, entrypoint []string, env map[string
 	cf.Created = v1.Time{Time: epoch}
 	cf.OS = "linux"
 	cf.Architecture = runtime.GOARCH
-	cf.Config.Entrypoint = entrypoint
-	cf.Config.Env = envList(env)
+	cf.Config.Entrypoint = cfg.Entrypoint
+	cf.Config.Cmd = cfg.Cmd
+	cf.Config.User = cfg.User
+	cf.Config.Env = cfg.Env
+	if !slices.ContainsFunc(cfg.Env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
+		cf.Config.Env = append([]string{"PATH=" + defaultPath}, cfg.Env...)
+	}
 	cf.Config.WorkingDir = "/"
 	return mutate.ConfigFile(img, cf)
 }

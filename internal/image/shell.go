@@ -37,7 +37,7 @@ func buildShellImage(ctx context.Context, field, scratch, bdir string) (ImageRec
 	if err := writeShellLayer(busyboxPath, applets, layerPath); err != nil {
 		return fail(err)
 	}
-	img, err := layerImage(layerPath, "herd image build: busybox-static", []string{"/bin/sh"}, nil)
+	img, err := layerImage(layerPath, "herd image build: busybox-static", LayerConfig{Entrypoint: []string{"/bin/sh"}})
 	if err != nil {
 		return fail(err)
 	}
