@@ -108,21 +108,7 @@ func (s *regionsScenario) regionInstances(region string) []string {
 
 // connectMedian is the median time of n TCP connects from the users' network to address.
 func connectMedian(t *testing.T, ns, address string, n int) time.Duration {
-	t.Helper()
-	var took []time.Duration
-	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		start := time.Now()
-		conn, err := regiontest.DialIn(ctx, ns, "tcp", address)
-		d := time.Since(start)
-		cancel()
-		if err != nil {
-			t.Fatalf("connect to %s from %s: %v", address, ns, err)
-		}
-		conn.Close()
-		took = append(took, d)
-	}
-	slices.Sort(took)
+	took := regiontest.ConnectTimes(t, ns, address, n)
 	return took[len(took)/2]
 }
 

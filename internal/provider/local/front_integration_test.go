@@ -18,6 +18,7 @@ import (
 	"herd.dev/herd/internal/front"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/provider/local/regiontest"
 )
 
 // frontDo calls the front door's admin API over its Unix socket.
@@ -42,7 +43,7 @@ func startFrontLoad(ns, url string, workers int) *frontLoad {
 	l := &frontLoad{byRegion: map[string]int{}, firstAt: map[string]time.Time{}, stop: make(chan struct{})}
 	for range workers {
 		l.wg.Go(func() {
-			c := httpClientIn(ns)
+			c := regiontest.HTTPClient(ns, 5*time.Second)
 			for {
 				select {
 				case <-l.stop:

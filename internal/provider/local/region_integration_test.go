@@ -5,108 +5,31 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"herd.dev/herd/internal/provider/local"
-	"herd.dev/herd/internal/provider/local/localtest"
+	"herd.dev/herd/internal/provider/local/regiontest"
 )
 
-// regionEnv skips unless region networks can be made here, and returns a provider on a fresh
-// data directory that runs a freshly built herd (for `herd link-relay` and `herd lb`). When the
-// test ends it removes every network and checks that nothing of the regions named is left.
+// regionEnv is regiontest's provider on real region networks, with the client networks home
+// and remote, and the options to make a second provider on the same data directory.
 func regionEnv(t *testing.T, regions ...string) (*local.Provider, local.Options) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("region networks: skipped under -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("region networks need root (network namespaces, bridges, TUN devices)")
-	}
-	for _, c := range []string{"ip", "nsenter"} {
-		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("needs %s (make deps)", c)
-		}
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("needs /dev/net/tun (a kernel with TUN)")
-	}
-	bin := herdBinary(t)
-	// No real instance here, but the leak check compares the host's iptables rules and kernel
-	// settings, which another package's real instances change meanwhile.
-	localtest.Exclusive(t)
-	before := localtest.Take(t)
-	dataDir, err := os.MkdirTemp("", "hr-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := local.Options{DataDir: dataDir, HerdBinary: bin,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	p, err := local.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.RemoveNetworks(context.Background()); err != nil {
-			t.Errorf("RemoveNetworks: %v", err)
-		}
-		o := localtest.Owned{Dirs: []string{dataDir}, Gone: []string{filepath.Join(dataDir, "providers", "local", "net")}}
-		for _, r := range regions {
-			router, internet, veth := p.RegionHostNames(r)
-			o.Netns = append(o.Netns, router, internet)
-			o.Links = append(o.Links, veth, p.BridgeName(r))
-		}
-		o.Netns = append(o.Netns, p.ClientNetns("home"), p.ClientNetns("remote"))
-		localtest.AssertClean(t, before, o)
-		if t.Failed() {
-			logs, _ := filepath.Glob(filepath.Join(dataDir, "providers", "local", "net", "*", "*", "*.log"))
-			for _, l := range logs {
-				data, _ := os.ReadFile(l)
-				t.Logf("--- %s\n%s", l, data)
-			}
-		}
-		os.RemoveAll(dataDir)
-	})
-	return p, opts
-}
-
-// inNetns runs fn on a thread that joined network namespace ns; sockets fn makes live there.
-func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		f, err := os.Open(filepath.Join("/run/netns", ns))
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return regiontest.NewProvider(t, regions, []string{"home", "remote"})
 }
 
 // listenIn listens on addr inside namespace ns until the test ends.
 func listenIn(t *testing.T, ns, addr string) net.Listener {
 	t.Helper()
 	var ln net.Listener
-	if err := inNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+	if err := regiontest.InNetns(ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
 		t.Fatalf("listen on %s in %s: %v", addr, ns, err)
 	}
 	t.Cleanup(func() { ln.Close() })
@@ -143,7 +66,7 @@ func sendBulk(t *testing.T, ns, addr string, size int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := dialIn(ctx, ns, addr)
+	c, err := regiontest.DialIn(ctx, ns, "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,44 +86,6 @@ func serveHTTP(t *testing.T, ln net.Listener, body string) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-}
-
-// dialIn connects to addr from inside namespace ns.
-func dialIn(ctx context.Context, ns, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := inNetns(ns, func() (err error) {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", addr)
-		return err
-	})
-	return c, err
-}
-
-// httpClientIn is an HTTP client whose connections start in namespace ns.
-func httpClientIn(ns string) *http.Client {
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialIn(ctx, ns, addr) },
-	}}
-}
-
-// connectRTTs measures n TCP connects (one round trip each) from ns to addr.
-func connectRTTs(t *testing.T, ns, addr string, n int) []time.Duration {
-	t.Helper()
-	var out []time.Duration
-	for range n {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		start := time.Now()
-		c, err := dialIn(ctx, ns, addr)
-		d := time.Since(start)
-		cancel()
-		if err != nil {
-			t.Fatalf("connect to %s from %s: %v", addr, ns, err)
-		}
-		c.Close()
-		out = append(out, d)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestIntegrationRegionLatency: two regions 10 ms and 60 ms away; a client on the internet
@@ -223,7 +108,7 @@ func TestIntegrationRegionLatency(t *testing.T) {
 			t.Fatalf("region %s: shape %s, want latency %s", r, rn.Shape, latency[r])
 		}
 		ln := acceptAndClose(t, rn.RouterNetns, net.JoinHostPort(rn.WANAddress.String(), "7000"))
-		rtts := connectRTTs(t, client.Netns, ln.Addr().String(), 41)
+		rtts := regiontest.ConnectTimes(t, client.Netns, ln.Addr().String(), 41)
 		median[r] = rtts[len(rtts)/2]
 		t.Logf("region %s (latency %s): TCP connect from the client: min %s, median %s, max %s (41 samples)",
 			r, latency[r], rtts[0], median[r], rtts[len(rtts)-1])
@@ -244,7 +129,7 @@ func TestIntegrationRegionLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rtts := connectRTTs(t, remote.Netns, net.JoinHostPort(near.WANAddress.String(), "7000"), 21)
+	rtts := regiontest.ConnectTimes(t, remote.Netns, net.JoinHostPort(near.WANAddress.String(), "7000"), 21)
 	t.Logf("remote client (30ms, 100ms more to near) -> near region (10ms): TCP connect min %s, median %s, max %s (21 samples)", rtts[0], rtts[len(rtts)/2], rtts[len(rtts)-1])
 	if rtts[len(rtts)/2] < 140*time.Millisecond {
 		t.Errorf("the remote client reaches the near region in %s, below the 140ms of both links and its own latency to it", rtts[len(rtts)/2])
@@ -253,7 +138,7 @@ func TestIntegrationRegionLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rtts = connectRTTs(t, remote.Netns, net.JoinHostPort(far.WANAddress.String(), "7000"), 21)
+	rtts = regiontest.ConnectTimes(t, remote.Netns, net.JoinHostPort(far.WANAddress.String(), "7000"), 21)
 	t.Logf("remote client (30ms) -> far region (60ms): TCP connect min %s, median %s, max %s (21 samples)", rtts[0], rtts[len(rtts)/2], rtts[len(rtts)-1])
 	if rtts[len(rtts)/2] < 90*time.Millisecond {
 		t.Errorf("the remote client reaches the far region in %s, below the 90ms of both links", rtts[len(rtts)/2])
@@ -278,11 +163,11 @@ func TestIntegrationRegionLatency(t *testing.T) {
 func udpThrough(t *testing.T, from, to string, addr netip.AddrPort, n int) (got, sent int) {
 	t.Helper()
 	var rc, sc net.PacketConn
-	if err := inNetns(to, func() (err error) { rc, err = net.ListenPacket("udp", addr.String()); return err }); err != nil {
+	if err := regiontest.InNetns(to, func() (err error) { rc, err = net.ListenPacket("udp", addr.String()); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	if err := inNetns(from, func() (err error) { sc, err = net.ListenPacket("udp", ":0"); return err }); err != nil {
+	if err := regiontest.InNetns(from, func() (err error) { sc, err = net.ListenPacket("udp", ":0"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer sc.Close()
@@ -369,7 +254,7 @@ func adminCall(t *testing.T, c *http.Client, baseURL, tokenFile, method, path, b
 // getFrom asks url from namespace ns until it answers 200 or timeout passes, and returns the body.
 func getFrom(t *testing.T, ns, url string, timeout time.Duration) string {
 	t.Helper()
-	c := httpClientIn(ns)
+	c := regiontest.HTTPClient(ns, 5*time.Second)
 	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
@@ -471,7 +356,7 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	reachable := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		c, err := dialIn(ctx, client.Netns, net.JoinHostPort(rn.WANAddress.String(), "7000"))
+		c, err := regiontest.DialIn(ctx, client.Netns, "tcp", net.JoinHostPort(rn.WANAddress.String(), "7000"))
 		if err == nil {
 			c.Close()
 		}
@@ -512,7 +397,7 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	if err := p.Degrade(ctx, "cut", 80*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
-	rtts := connectRTTs(t, client.Netns, net.JoinHostPort(rn.WANAddress.String(), "7000"), 11)
+	rtts := regiontest.ConnectTimes(t, client.Netns, net.JoinHostPort(rn.WANAddress.String(), "7000"), 11)
 	t.Logf("degraded to 80ms: TCP connect median %s", rtts[len(rtts)/2])
 	if rtts[len(rtts)/2] < 80*time.Millisecond {
 		t.Errorf("degraded to 80ms, the median connect takes %s", rtts[len(rtts)/2])

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,14 @@ import (
 // that runs a freshly built herd (for `herd link-relay` and `herd lb`). When the test ends it
 // removes every network and checks that nothing of the regions and clients named is left.
 func Provider(t *testing.T, regions, clients []string) *local.Provider {
+	t.Helper()
+	p, _ := NewProvider(t, regions, clients)
+	return p
+}
+
+// NewProvider is Provider, with the options it was made with: a test that restarts herd up makes
+// a second provider on them, which adopts what the first one left.
+func NewProvider(t *testing.T, regions, clients []string) (*local.Provider, local.Options) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("region networks: skipped under -short")
@@ -50,8 +59,9 @@ func Provider(t *testing.T, regions, clients []string) *local.Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := local.New(local.Options{DataDir: dataDir, HerdBinary: bin,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	opts := local.Options{DataDir: dataDir, HerdBinary: bin,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	p, err := local.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +88,7 @@ func Provider(t *testing.T, regions, clients []string) *local.Provider {
 		}
 		os.RemoveAll(dataDir)
 	})
-	return p
+	return p, opts
 }
 
 // InNetns runs fn on a thread that joined network namespace ns (/run/netns/<ns>); sockets fn
@@ -112,6 +122,27 @@ func DialIn(ctx context.Context, ns, network, address string) (net.Conn, error) 
 		return err
 	})
 	return conn, err
+}
+
+// ConnectTimes makes n TCP connects from network namespace ns to address (each takes one round
+// trip) and returns how long each took, shortest first.
+func ConnectTimes(t testing.TB, ns, address string, n int) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		c, err := DialIn(ctx, ns, "tcp", address)
+		d := time.Since(start)
+		cancel()
+		if err != nil {
+			t.Fatalf("connect to %s from %s: %v", address, ns, err)
+		}
+		c.Close()
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // HTTPClient is an HTTP client whose connections are made in network namespace ns, as a
