@@ -55,6 +55,9 @@ type Front struct {
 	// knows only some regions' addresses, and a front door adopted by a new herd up would be given
 	// a configuration with regions missing.
 	regionsKnown atomic.Bool
+	// passes counts the configurations derived (apply's runs past regionsKnown), so that a test
+	// can tell that resyncs happened before it checks that something did not.
+	passes atomic.Int64
 
 	mu        sync.Mutex
 	door      provider.FrontDoor
@@ -224,6 +227,7 @@ func (f *Front) apply(ctx context.Context, fl *follower, readBack bool) {
 	if !f.regionsKnown.Load() {
 		return
 	}
+	defer f.passes.Add(1)
 	fleets := make([]*v1alpha1.Fleet, 0, len(fl.fleets))
 	for _, x := range fl.fleets {
 		fleets = append(fleets, x)

@@ -93,9 +93,22 @@ func TestFront(t *testing.T) {
 		go func() { defer close(done); _ = f.Run(ctx, st) }()
 		return f, cancel, done
 	}
+	// waitPasses waits until f has derived its configuration n more times: what must not happen
+	// has had its chances.
+	waitPasses := func(f *Front, n int64) {
+		t.Helper()
+		want := f.passes.Load() + n
+		deadline := time.Now().Add(10 * time.Second)
+		for f.passes.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the front door's configuration was derived %d times in 10 s, want %d", f.passes.Load(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	f, cancel, done := run()
 	// The one-region fleet is herd up's: no front door is started for it.
-	time.Sleep(200 * time.Millisecond) // several resyncs: what must not happen has had its chance
+	waitPasses(f, 4)
 	if n := p.ensures.Load(); n != 0 {
 		t.Fatalf("the front door was ensured %d times with no fleet served regionally", n)
 	}
@@ -164,7 +177,7 @@ func TestFront(t *testing.T) {
 	}
 	// Removed once: later resyncs with no fleet leave it be.
 	removed := p.removes.Load()
-	time.Sleep(200 * time.Millisecond) // several resyncs: what must not happen has had its chance
+	waitPasses(f2, 4)
 	if n := p.removes.Load() - removed; n != 0 {
 		t.Errorf("the front door was removed %d more times with nothing to remove", n)
 	}
