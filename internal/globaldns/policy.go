@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/fnvmix"
 )
 
 // client is who a query is answered for: the EDNS Client Subnet when the resolver sent one, else
@@ -107,21 +108,13 @@ func (h *host) indexOf(region string) int {
 	return -1
 }
 
-// hashNetwork is FNV-1a over the prefix's address and length, then a 64-bit finalizer (from
-// SplitMix64) so that neighbouring networks spread evenly. It is fixed, not seeded per process, so
-// that every herd DNS server sends a network to the same region.
+// hashNetwork hashes the prefix's address and length (fnvmix), so that neighbouring networks spread
+// evenly. It is fixed, not seeded per process, so that every herd DNS server sends a network to the
+// same region.
 func hashNetwork(p netip.Prefix) uint64 {
-	const offset, prime = 14695981039346656037, 1099511628211
-	h := uint64(offset)
-	b := p.Addr().As16()
-	for _, c := range b {
-		h = (h ^ uint64(c)) * prime
-	}
-	h = (h ^ uint64(p.Bits())) * prime
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
+	var b [17]byte
+	a := p.Addr().As16()
+	copy(b[:], a[:])
+	b[16] = byte(p.Bits())
+	return fnvmix.Mix64(fnvmix.FNV1a(b[:]))
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"net/http"
 	"sync/atomic"
+
+	"herd.dev/herd/internal/fnvmix"
 )
 
 // balancer picks a usable target of one group, other than exclude (the target a retry moves away from),
@@ -110,7 +112,7 @@ func (rendezvous) pick(g *group, key uint64, hasKey bool, exclude *target) *targ
 		if t == exclude || !t.usable() {
 			continue
 		}
-		if s := mix64(key ^ t.hash); best == nil || s > bestScore {
+		if s := fnvmix.Mix64(key ^ t.hash); best == nil || s > bestScore {
 			best, bestScore = t, s
 		}
 	}
@@ -145,7 +147,7 @@ func (rt *routes) keyOf(r *http.Request) pickKey {
 	}
 	if rt.hashHeader != "" {
 		if v := r.Header.Get(rt.hashHeader); v != "" {
-			k.key, k.hasKey = fnv1a(v), true
+			k.key, k.hasKey = fnvmix.FNV1a(v), true
 		}
 	}
 	return k
@@ -168,7 +170,7 @@ func (rt *routes) pick(k *pickKey, exclude *target) *target {
 	var slot uint64
 	if k.hasKey {
 		// The same key lands in the same group for as long as the weights stand.
-		slot = mix64(k.key) % uint64(len(rt.sched))
+		slot = fnvmix.Mix64(k.key) % uint64(len(rt.sched))
 	} else {
 		slot = rt.next.Add(1) % uint64(len(rt.sched))
 	}
@@ -271,24 +273,4 @@ func gcd(a, b int) int {
 		a, b = b, a%b
 	}
 	return a
-}
-
-// fnv1a is 64-bit FNV-1a, written out so hashing a header value, string or bytes, allocates nothing.
-func fnv1a[T string | []byte](s T) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
-// mix64 is the splitmix64 finalizer: it spreads similar inputs over the whole range.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }

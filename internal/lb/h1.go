@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"herd.dev/herd/internal/fnvmix"
 )
 
 // This file is herd's own HTTP/1.x server side, used for every cleartext HTTP/1.x client connection of
@@ -253,7 +255,7 @@ func (h *h1conn) pickKey(rt *routes) pickKey {
 	r := &h.req
 	var k pickKey
 	if r.hasHash {
-		k.key, k.hasKey = fnv1a(r.hashValue.in(r.raw)), true
+		k.key, k.hasKey = fnvmix.FNV1a(r.hashValue.in(r.raw)), true
 	}
 	for _, c := range r.cookies {
 		if v, ok := cookieValue(c.in(r.raw), rt.cookie); ok {

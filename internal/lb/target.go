@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"herd.dev/herd/internal/fnvmix"
 )
 
 // State is a target's health as the load balancer sees it.
@@ -103,7 +105,7 @@ type transportSettings struct {
 }
 
 func newTarget(key targetKey, log *slog.Logger) *target {
-	sum := fnv1a(key.listener + "\x00" + key.id)
+	sum := fnvmix.FNV1a(key.listener + "\x00" + key.id)
 	return &target{
 		key:       key,
 		log:       log.With("listener", key.listener, "group", key.group, "target", key.id, "address", key.addr),
