@@ -34,7 +34,7 @@ type FrontRegion struct {
 	// Listener is the front door's listener, "<fleet>/<listener>".
 	Listener string `json:"listener"`
 	Region   string `json:"region"`
-	// State is Healthy, Unhealthy, Ejected or Unknown (not checked yet).
+	// State is the front door's: healthy, unhealthy, ejected or unknown (not checked yet).
 	State string `json:"state"`
 	// RTTms is the round trip its checks measure to the region's load balancer; 0 until measured.
 	RTTms     float64 `json:"rtt_ms,omitempty"`

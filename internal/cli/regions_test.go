@@ -131,13 +131,13 @@ func TestPrintRTTAndFront(t *testing.T) {
 		{Name: "web/http", Fleet: "web", Port: 8080, Regions: []string{"us", "eu"}},
 		{Name: "db/tcp", Fleet: "db", Port: 5432, Regions: []string{"eu"}},
 	}, Regions: []apiserver.FrontRegion{
-		{Listener: "web/http", Region: "us", State: "Healthy", RTTms: 61.24},
-		{Listener: "web/http", Region: "eu", State: "Unhealthy", RTTms: 20.1, LastError: "health check: timeout"},
-		{Listener: "db/tcp", Region: "eu", State: "Healthy"},
+		{Listener: "web/http", Region: "us", State: "healthy", RTTms: 61.24, LastError: "an old failure, healed since"},
+		{Listener: "web/http", Region: "eu", State: "unhealthy", RTTms: 20.1, LastError: "health check: timeout"},
+		{Listener: "db/tcp", Region: "eu", State: "healthy"},
 	}}
 	describeFront(&out, "web", fd)
-	if want := "Front door:         Synced\n  web/http: 10.216.0.3:8080 -> regions us, eu\n    region us: Healthy, round trip 61.2ms\n" +
-		"    region eu: Unhealthy, round trip 20.1ms (health check: timeout)\n"; out.String() != want {
+	if want := "Front door:         Synced\n  web/http: 10.216.0.3:8080 -> regions us, eu\n    region us: healthy, round trip 61.2ms\n" +
+		"    region eu: unhealthy, round trip 20.1ms (health check: timeout)\n"; out.String() != want {
 		t.Errorf("describe:\n%q\nwant\n%q", out.String(), want)
 	}
 	out.Reset()

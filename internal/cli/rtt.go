@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/lb"
 )
 
 // getRTT prints the round trip from each client network to each region (herd get rtt), or, with
@@ -80,7 +81,7 @@ func describeFront(w io.Writer, fleet string, fd *apiserver.FrontDoor) {
 			if r.RTTms > 0 {
 				s += fmt.Sprintf(", round trip %.1fms", r.RTTms)
 			}
-			if r.LastError != "" && r.State != "Healthy" {
+			if r.LastError != "" && r.State != string(lb.StateHealthy) {
 				s += " (" + r.LastError + ")"
 			}
 			lines = append(lines, s)
