@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
 	"herd.dev/herd/internal/provider/local/regiontest"
@@ -385,8 +386,27 @@ func (s *globalScenario) partition(t *testing.T) (withdraw, back time.Duration, 
 		front = "http://" + net.JoinHostPort(fd.Address, strconv.Itoa(s.lbPort)) + "/"
 		return ""
 	})
+	regionOf := map[string]string{} // the fleet's instances stay the same throughout
+	for _, in := range s.instances() {
+		regionOf[in.Metadata.Name] = in.Spec.Region
+	}
 	fl := startLoadWith(func() *http.Client { return regiontest.HTTPClient(s.clients[westNet].Netns, 5*time.Second) }, front, paceClients, pace, 3*time.Minute)
 	defer fl.finish()
+	// answeredFrom waits for n answers from region through the front door after from.
+	answeredFrom := func(region string, from time.Time, n int) {
+		s.waitFor(30*time.Second, 100*time.Millisecond, func() string {
+			got := 0
+			for _, r := range fl.since(0) {
+				if r.err == nil && r.at.After(from) && regionOf[r.instance] == region {
+					got++
+				}
+			}
+			if got < n {
+				return fmt.Sprintf("%d answers from region %s through the front door since %s, want %d", got, region, from.Format(time.StampMilli), n)
+			}
+			return ""
+		})
+	}
 	s.waitFor(30*time.Second, 50*time.Millisecond, func() string {
 		if n := len(fl.since(0)); n < 100 {
 			return fmt.Sprintf("%d answers through the front door before the partition", n)
@@ -463,24 +483,16 @@ func (s *globalScenario) partition(t *testing.T) (withdraw, back time.Duration, 
 		}
 		for _, line := range strings.Split(out, "\n") {
 			f := strings.Fields(line)
-			if len(f) >= 3 && f[0] == "region" && f[1] == nearRegion+":" && !strings.HasPrefix(f[2], "Healthy") {
+			if len(f) >= 3 && f[0] == "region" && f[1] == nearRegion+":" && !strings.HasPrefix(f[2], string(lb.StateHealthy)) {
 				t.Logf("herd describe fleet %s under the partition:\n%s", regionsFleet, out)
 				return ""
 			}
 		}
 		return "herd describe does not show the front door's verdict on region " + nearRegion + ":\n" + out
 	})
-	// The front door's clients have moved to us by now; some more seconds on it, then the link
-	// returns.
-	s.waitFor(30*time.Second, 100*time.Millisecond, func() string {
-		for _, r := range fl.since(0) {
-			if r.err == nil && r.at.After(cut) && s.regionOf(r.instance) == farRegion {
-				return ""
-			}
-		}
-		return "no answer from region " + farRegion + " through the front door yet"
-	})
-	time.Sleep(3 * time.Second)
+	// The front door's clients have moved to us: a few seconds of answers from there, then the
+	// link returns.
+	answeredFrom(farRegion, cut, 200)
 	if out, err := s.herd("chaos", "stop", name); err != nil {
 		t.Fatalf("herd chaos stop %s: %v\n%s", name, err, out)
 	}
@@ -494,12 +506,9 @@ func (s *globalScenario) partition(t *testing.T) (withdraw, back time.Duration, 
 	if back > 5*time.Second {
 		t.Errorf("DNS brought the region back after %.2f s, want within 5 s", back.Seconds())
 	}
-	time.Sleep(2 * time.Second)
+	// The front door takes its nearest region back.
+	answeredFrom(nearRegion, healed, 50)
 	rs := fl.finish()
-	regionOf := map[string]string{}
-	for _, in := range s.instances() {
-		regionOf[in.Metadata.Name] = in.Spec.Region
-	}
 	for _, r := range rs {
 		if r.err == nil && r.at.After(cut) && regionOf[r.instance] == farRegion {
 			frontFailover = r.at.Sub(cut)
