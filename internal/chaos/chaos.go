@@ -304,15 +304,9 @@ func targetObject(s v1alpha1.ChaosActionSpec) string {
 
 // put writes a, creating it or updating the version read, and sets its new version.
 func put(ctx context.Context, st store.Store, a *v1alpha1.ChaosAction) error {
-	op, err := store.PutOp(Kind, a)
-	if err != nil {
-		return err
-	}
-	recs, err := st.Txn(ctx, op)
-	if err != nil {
+	if err := store.PutObject(ctx, st, Kind, a); err != nil {
 		return fmt.Errorf("store chaos action %s: %w", a.Metadata.Name, err)
 	}
-	a.Metadata.ResourceVersion = recs[0].ResourceVersion
 	return nil
 }
 

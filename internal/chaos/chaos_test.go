@@ -157,11 +157,7 @@ func seed(t *testing.T, st store.Store) {
 		Regions: []v1alpha1.Region{{Name: "eu", Provider: fake.Name}, {Name: "us", Provider: fake.Name}}}}
 	in := &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-1"}, Spec: v1alpha1.InstanceSpec{Fleet: "web", Provider: fake.Name, Region: "eu"}}
 	for kind, obj := range map[string]store.Object{store.Fleets: f, store.Instances: in} {
-		op, err := store.PutOp(kind, obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Txn(context.Background(), op); err != nil {
+		if err := store.PutObject(context.Background(), st, kind, obj); err != nil {
 			t.Fatal(err)
 		}
 	}

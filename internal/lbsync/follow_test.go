@@ -15,15 +15,9 @@ import (
 // put writes obj (created when it has no resource version) and sets its new version.
 func put(t *testing.T, st store.Store, kind string, obj store.Object) {
 	t.Helper()
-	op, err := store.PutOp(kind, obj)
-	if err != nil {
+	if err := store.PutObject(context.Background(), st, kind, obj); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := st.Txn(context.Background(), op)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj.GetMeta().ResourceVersion = recs[0].ResourceVersion
 }
 
 // lastConfig returns what the load balancer was last given, under the Sync's lock (Follow

@@ -38,7 +38,7 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
 	// Far first in the spec: the front door must rank regions by distance, not by order.
-	putObject(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners:   []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
 		HealthCheck: v1alpha1.HealthCheck{Path: "/", Port: int32(port)},
 		Regions: []v1alpha1.Region{{Name: "far", Provider: local.Name, Options: map[string]string{"latency": "60ms"}},

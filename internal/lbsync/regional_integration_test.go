@@ -33,7 +33,7 @@ func TestIntegrationRegionalLB(t *testing.T) {
 	addrs, port := serveInRegions(t, p, map[string]string{"eu": "10ms", "us": "10ms"}, func(region string) string { return "hello from " + region })
 	st := memory.New()
 	defer st.Close()
-	putObject(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
 		Regions: []v1alpha1.Region{{Name: "eu", Provider: local.Name, Options: map[string]string{"latency": "10ms"}},
 			{Name: "us", Provider: local.Name, Options: map[string]string{"latency": "10ms"}}},

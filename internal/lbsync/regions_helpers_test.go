@@ -40,14 +40,10 @@ func serveInRegions(t *testing.T, p *local.Provider, latency map[string]string, 
 	return addrs, port
 }
 
-// putObject stores obj in st.
-func putObject(t *testing.T, st store.Store, kind string, obj store.Object) {
+// put stores obj in st.
+func put(t *testing.T, st store.Store, kind string, obj store.Object) {
 	t.Helper()
-	op, err := store.PutOp(kind, obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Txn(context.Background(), op); err != nil {
+	if err := store.PutObject(context.Background(), st, kind, obj); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -57,7 +53,7 @@ func putObject(t *testing.T, st store.Store, kind string, obj store.Object) {
 func putReadyInstances(t *testing.T, st store.Store, addrs map[string]string) {
 	t.Helper()
 	for region, addr := range addrs {
-		putObject(t, st, store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
+		put(t, st, store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
 			Spec:   v1alpha1.InstanceSpec{Fleet: "web", Revision: "web-1", Region: region, Provider: local.Name},
 			Status: v1alpha1.InstanceStatus{Phase: v1alpha1.PhaseReady, Address: addr}})
 	}

@@ -88,6 +88,21 @@ func PutOp(kind string, obj Object) (Op, error) {
 	return Op{Type: OpUpdate, Kind: kind, Name: m.Name, Value: data, ResourceVersion: m.ResourceVersion}, nil
 }
 
+// PutObject writes obj (PutOp: created when it has no resource version, else updated conditional
+// on it) and sets its new resource version.
+func PutObject(ctx context.Context, s Store, kind string, obj Object) error {
+	op, err := PutOp(kind, obj)
+	if err != nil {
+		return err
+	}
+	recs, err := s.Txn(ctx, op)
+	if err != nil {
+		return err
+	}
+	obj.GetMeta().ResourceVersion = recs[0].ResourceVersion
+	return nil
+}
+
 // updateAttempts bounds how often UpdateObject reads again after a conflicting write.
 const updateAttempts = 6
 

@@ -12,12 +12,34 @@ import (
 
 func putFleet(t *testing.T, s store.Store, f *v1alpha1.Fleet) {
 	t.Helper()
-	op, err := store.PutOp(store.Fleets, f)
-	if err != nil {
+	if err := store.PutObject(context.Background(), s, store.Fleets, f); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Txn(context.Background(), op); err != nil {
-		t.Fatal(err)
+}
+
+// PutObject creates an object without a version, updates one at its version and sets the new
+// version each time; a write from a stale version is a conflict and changes nothing.
+func TestPutObject(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	t.Cleanup(func() { _ = s.Close() })
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{Image: "img-1"}}
+	if err := store.PutObject(ctx, s, store.Fleets, f); err != nil || f.Metadata.ResourceVersion == 0 {
+		t.Fatalf("create: %v, version %d", err, f.Metadata.ResourceVersion)
+	}
+	stale := *f
+	created := f.Metadata.ResourceVersion
+	f.Spec.Image = "img-2"
+	if err := store.PutObject(ctx, s, store.Fleets, f); err != nil || f.Metadata.ResourceVersion <= created {
+		t.Fatalf("update: %v, version %d after %d", err, f.Metadata.ResourceVersion, created)
+	}
+	stale.Spec.Image = "img-3"
+	if err := store.PutObject(ctx, s, store.Fleets, &stale); !errors.Is(err, store.ErrConflict) || stale.Metadata.ResourceVersion != created {
+		t.Fatalf("write from a stale version: %v, version %d; want a conflict and the version untouched", err, stale.Metadata.ResourceVersion)
+	}
+	got, err := store.GetObject[v1alpha1.Fleet](ctx, s, store.Fleets, "web")
+	if err != nil || got.Spec.Image != "img-2" || got.Metadata.ResourceVersion != f.Metadata.ResourceVersion {
+		t.Fatalf("stored %+v %v, want img-2 at version %d", got, err, f.Metadata.ResourceVersion)
 	}
 }
 

@@ -49,11 +49,7 @@ func newEnv(t *testing.T) *env {
 
 func put(t *testing.T, st store.Store, kind string, obj store.Object) {
 	t.Helper()
-	op, err := store.PutOp(kind, obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Txn(context.Background(), op); err != nil {
+	if err := store.PutObject(context.Background(), st, kind, obj); err != nil {
 		t.Fatal(err)
 	}
 }
