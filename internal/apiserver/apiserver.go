@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/global/routes"
 	"herd.dev/herd/internal/provider"
-	"herd.dev/herd/internal/routes"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/version"
 )

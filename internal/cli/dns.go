@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"herd.dev/herd/internal/controlplane"
-	"herd.dev/herd/internal/globaldns"
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/dns"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // dnsFlags are the flags that configure herd's DNS server, shared by `herd dns` and `herd up`.
@@ -32,15 +32,15 @@ func (f *dnsFlags) register(cmd *cobra.Command, prefix, zoneHelp string) {
 	cmd.Flags().StringVar(&f.zone, prefix+"zone", "", zoneHelp)
 	cmd.Flags().StringVar(&f.listen, prefix+"listen", "127.0.0.1:5353", "UDP and TCP address of the DNS server")
 	cmd.Flags().StringSliceVar(&f.nameservers, prefix+"nameserver", nil, `the zone's NS records, NAME or NAME=ADDRESS (glue for a name in the zone); default "ns1.<zone>"`)
-	cmd.Flags().IntVar(&f.maxUDP, prefix+"max-udp-size", globaldns.DefaultMaxUDPSize, "largest EDNS0 buffer size honoured over UDP; larger answers are truncated and retried over TCP")
+	cmd.Flags().IntVar(&f.maxUDP, prefix+"max-udp-size", dns.DefaultMaxUDPSize, "largest EDNS0 buffer size honoured over UDP; larger answers are truncated and retried over TCP")
 }
 
 // nameserverList parses the nameserver flags.
-func (f *dnsFlags) nameserverList() ([]globaldns.Nameserver, error) {
-	var ns []globaldns.Nameserver
+func (f *dnsFlags) nameserverList() ([]dns.Nameserver, error) {
+	var ns []dns.Nameserver
 	for _, v := range f.nameservers {
 		name, addr, hasAddr := strings.Cut(v, "=")
-		n := globaldns.Nameserver{Name: name}
+		n := dns.Nameserver{Name: name}
 		if hasAddr {
 			a, err := netip.ParseAddr(addr)
 			if err != nil {
@@ -60,16 +60,16 @@ func (f *dnsFlags) options() (controlplane.DNSOptions, error) {
 }
 
 // server returns the DNS server and its listener.
-func (f *dnsFlags) server(log *slog.Logger) (*globaldns.Server, *globaldns.Listener, error) {
+func (f *dnsFlags) server(log *slog.Logger) (*dns.Server, *dns.Listener, error) {
 	ns, err := f.nameserverList()
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := globaldns.New(globaldns.Options{Zone: f.zone, Nameservers: ns, MaxUDPSize: f.maxUDP, Logger: log})
+	s, err := dns.New(dns.Options{Zone: f.zone, Nameservers: ns, MaxUDPSize: f.maxUDP, Logger: log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--%szone: %w", f.prefix, err)
 	}
-	l, err := globaldns.Listen(f.listen)
+	l, err := dns.Listen(f.listen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--%slisten: %w", f.prefix, err)
 	}
@@ -136,7 +136,7 @@ from the last routes it had. --routes-file serves a fixed routes table (the JSON
 			}
 			ctx := cmd.Context()
 			fmt.Fprintf(g.errOut, "herd dns: serving %s on %s (udp and tcp)\n", s.Zone(), l.Addr())
-			go globaldns.Follow(ctx, s, fetch, interval, log)
+			go dns.Follow(ctx, s, fetch, interval, log)
 			return s.Serve(ctx, l)
 		},
 	}

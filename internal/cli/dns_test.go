@@ -12,8 +12,8 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/client"
-	"herd.dev/herd/internal/route53"
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/route53"
+	"herd.dev/herd/internal/global/routes"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )

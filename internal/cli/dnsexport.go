@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"herd.dev/herd/internal/route53"
+	"herd.dev/herd/internal/global/route53"
 )
 
 // newDNSExportCmd is `herd dns export FLEET`: the fleet's global routing as Route 53 records.

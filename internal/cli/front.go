@@ -5,7 +5,7 @@ import (
 )
 
 // newFrontCmd is `herd front`: the global front door, herd's load balancer in front of the regional
-// ones (internal/front).
+// ones (internal/global/front).
 func newFrontCmd(g *globals) *cobra.Command {
 	var configFile, adminAddr, tokenFile string
 	cmd := &cobra.Command{

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // Routes returns what herd's DNS answers from: every global hostname, its regions' load balancer

@@ -10,7 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"herd.dev/herd/internal/controlplane"
-	"herd.dev/herd/internal/globaldns"
+	globaldns "herd.dev/herd/internal/global/dns"
 )
 
 // TestDNSFollowsTheStore runs herd up with --dns-zone on the fake provider: the DNS answers a

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/globaldns"
+	"herd.dev/herd/internal/global/dns"
+	"herd.dev/herd/internal/global/routes"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
-	"herd.dev/herd/internal/routes"
 	"herd.dev/herd/internal/store"
 )
 
@@ -21,10 +21,10 @@ type DNSOptions struct {
 	Zone string
 	// Listen is the UDP and TCP address. Default: 127.0.0.1:5353.
 	Listen      string
-	Nameservers []globaldns.Nameserver
+	Nameservers []dns.Nameserver
 	MaxUDPSize  int
 	// Listener, when set, is used instead of opening Listen (tests pass one on port 0).
-	Listener *globaldns.Listener
+	Listener *dns.Listener
 }
 
 // dnsRefresh is how often the in-process DNS server recomputes its routes from the store: a
@@ -98,24 +98,24 @@ func embeddedLBAddresses(lbAddress string) []netip.Addr {
 }
 
 // startDNS opens the DNS server's sockets; serve runs it, following the routes, until ctx ends.
-func startDNS(opts DNSOptions, src *routeSource, events globaldns.EventRecorder, log *slog.Logger) (serve func(context.Context) error, err error) {
+func startDNS(opts DNSOptions, src *routeSource, events dns.EventRecorder, log *slog.Logger) (serve func(context.Context) error, err error) {
 	if opts.Listen == "" {
 		opts.Listen = "127.0.0.1:5353"
 	}
 	log = log.With("component", "dns")
-	s, err := globaldns.New(globaldns.Options{Zone: opts.Zone, Nameservers: opts.Nameservers, MaxUDPSize: opts.MaxUDPSize, Logger: log, Events: events})
+	s, err := dns.New(dns.Options{Zone: opts.Zone, Nameservers: opts.Nameservers, MaxUDPSize: opts.MaxUDPSize, Logger: log, Events: events})
 	if err != nil {
 		return nil, fmt.Errorf("--dns-zone: %w", err)
 	}
 	l := opts.Listener
 	if l == nil {
-		if l, err = globaldns.Listen(opts.Listen); err != nil {
+		if l, err = dns.Listen(opts.Listen); err != nil {
 			return nil, fmt.Errorf("--dns-listen: %w", err)
 		}
 	}
 	log.Info("dns serving", "zone", s.Zone(), "listen", l.Addr().String())
 	return func(ctx context.Context) error {
-		go globaldns.Follow(ctx, s, src.Table, dnsRefresh, log)
+		go dns.Follow(ctx, s, src.Table, dnsRefresh, log)
 		return s.Serve(ctx, l)
 	}, nil
 }

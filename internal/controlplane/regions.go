@@ -8,36 +8,36 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/global/health"
 	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
-	"herd.dev/herd/internal/regionhealth"
 )
 
 // newRegionChecker probes the regions whose load balancers regional configures, from the
 // clients' side of the first provider that can dial from there (provider.ClientDialer); with
 // none, it probes nothing. onChange hears of every region whose verdict changed.
-func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.Provider, log *slog.Logger, onChange func(region string)) (*regionhealth.Checker, error) {
+func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.Provider, log *slog.Logger, onChange func(region string)) (*health.Checker, error) {
 	var dialer provider.ClientDialer
 	for _, d := range providersAs[provider.ClientDialer](providers) {
 		dialer = d
 		break
 	}
-	return regionhealth.New(regionhealth.Options{
+	return health.New(health.Options{
 		Logger:   log,
 		OnChange: onChange,
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			return dialer.DialFromClients(ctx, network, address)
 		},
-		Targets: func() []regionhealth.Target {
+		Targets: func() []health.Target {
 			if dialer == nil {
 				return nil
 			}
-			var out []regionhealth.Target
+			var out []health.Target
 			for _, b := range regional.Balancers() {
 				if !b.DataAddress.IsValid() {
 					continue // not made yet
 				}
-				t := regionhealth.Target{Region: b.Region, Address: b.DataAddress}
+				t := health.Target{Region: b.Region, Address: b.DataAddress}
 				if len(b.Ports) > 0 {
 					t.Port = b.Ports[0]
 				}

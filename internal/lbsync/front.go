@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/front"
+	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"

@@ -16,7 +16,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/addons"
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // The zone every server serves: the same names, the same answers' sizes.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"herd.dev/herd/internal/front"
+	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"

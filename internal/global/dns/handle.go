@@ -1,10 +1,10 @@
-package globaldns
+package dns
 
 import (
 	"net/netip"
 	"strings"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 )
 
 // TTLs of the zone's own records, and the negative-caching TTL (SOA minimum, RFC 2308): short,
@@ -27,29 +27,29 @@ func (s *Server) respond(req []byte, src netip.Addr, udp bool, buf []byte) []byt
 	if len(req) < 12 || req[2]&0x80 != 0 { // no header, or QR set: never answer an answer
 		return nil
 	}
-	var q dns.Msg
+	var q mdns.Msg
 	if err := q.Unpack(req); err != nil {
 		return formErr(req, buf)
 	}
-	r := &dns.Msg{}
+	r := &mdns.Msg{}
 	r.Id, r.Response, r.Opcode, r.RecursionDesired = q.Id, true, q.Opcode, q.RecursionDesired
 	r.Question = q.Question
-	maxSize := dns.MaxMsgSize
+	maxSize := mdns.MaxMsgSize
 	if udp {
-		maxSize = dns.MinMsgSize
+		maxSize = mdns.MinMsgSize
 	}
 	opt, optErr := singleOPT(&q)
-	var ecs *dns.EDNS0_SUBNET
+	var ecs *mdns.EDNS0_SUBNET
 	c := client{addr: src.Unmap(), bits: src.Unmap().BitLen()}
 	if opt != nil {
 		if udp {
-			maxSize = min(max(int(opt.UDPSize()), dns.MinMsgSize), s.maxUDP)
+			maxSize = min(max(int(opt.UDPSize()), mdns.MinMsgSize), s.maxUDP)
 		}
-		ropt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		ropt := &mdns.OPT{Hdr: mdns.RR_Header{Name: ".", Rrtype: mdns.TypeOPT}}
 		ropt.SetUDPSize(uint16(s.maxUDP))
-		r.Extra = []dns.RR{ropt}
+		r.Extra = []mdns.RR{ropt}
 		for _, o := range opt.Option {
-			if e, ok := o.(*dns.EDNS0_SUBNET); ok && ecs == nil {
+			if e, ok := o.(*mdns.EDNS0_SUBNET); ok && ecs == nil {
 				ecs = e
 			}
 		}
@@ -58,24 +58,24 @@ func (s *Server) respond(req []byte, src netip.Addr, udp bool, buf []byte) []byt
 			if c, ok = ecsClient(ecs); !ok {
 				optErr = true
 			} else {
-				echo := &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: ecs.Family, SourceNetmask: ecs.SourceNetmask, Address: ecs.Address}
-				ropt.Option = []dns.EDNS0{echo}
+				echo := &mdns.EDNS0_SUBNET{Code: mdns.EDNS0SUBNET, Family: ecs.Family, SourceNetmask: ecs.SourceNetmask, Address: ecs.Address}
+				ropt.Option = []mdns.EDNS0{echo}
 				ecs = echo
 			}
 		}
 		if !optErr && opt.Version() != 0 {
-			r.Rcode = dns.RcodeBadVers
+			r.Rcode = mdns.RcodeBadVers
 			return pack(r, maxSize, buf)
 		}
 	}
 	switch {
 	case optErr || len(q.Question) != 1:
-		r.Rcode = dns.RcodeFormatError
+		r.Rcode = mdns.RcodeFormatError
 		if ecs != nil && optErr {
-			r.Extra[0].(*dns.OPT).Option = nil
+			r.Extra[0].(*mdns.OPT).Option = nil
 		}
-	case q.Opcode != dns.OpcodeQuery:
-		r.Rcode = dns.RcodeNotImplemented
+	case q.Opcode != mdns.OpcodeQuery:
+		r.Rcode = mdns.RcodeNotImplemented
 	default:
 		scope := s.answer(r, q.Question[0], c)
 		if ecs != nil {
@@ -87,22 +87,22 @@ func (s *Server) respond(req []byte, src netip.Addr, udp bool, buf []byte) []byt
 
 // answer fills r for question qn from the current snapshot and returns the ECS scope the answer
 // holds for.
-func (s *Server) answer(r *dns.Msg, qn dns.Question, c client) int {
+func (s *Server) answer(r *mdns.Msg, qn mdns.Question, c client) int {
 	snap := s.snap.Load()
 	name := strings.ToLower(qn.Name)
-	if (qn.Qclass != dns.ClassINET && qn.Qclass != dns.ClassANY) || !dns.IsSubDomain(snap.zone, name) {
-		r.Rcode = dns.RcodeRefused // not ours: an authoritative server gives no referral upwards
+	if (qn.Qclass != mdns.ClassINET && qn.Qclass != mdns.ClassANY) || !mdns.IsSubDomain(snap.zone, name) {
+		r.Rcode = mdns.RcodeRefused // not ours: an authoritative server gives no referral upwards
 		return 0
 	}
 	r.Authoritative = true
 	if name == snap.zone {
 		switch qn.Qtype {
-		case dns.TypeSOA, dns.TypeANY: // ANY: one RRset is a full answer (RFC 8482)
+		case mdns.TypeSOA, mdns.TypeANY: // ANY: one RRset is a full answer (RFC 8482)
 			r.Answer = snap.soa
-		case dns.TypeNS:
+		case mdns.TypeNS:
 			r.Answer = snap.ns
 			for _, ns := range snap.ns {
-				if g := snap.glue[ns.(*dns.NS).Ns]; g != nil {
+				if g := snap.glue[ns.(*mdns.NS).Ns]; g != nil {
 					r.Extra = append(r.Extra, g.allA...)
 					r.Extra = append(r.Extra, g.allAAAA...)
 				}
@@ -118,18 +118,18 @@ func (s *Server) answer(r *dns.Msg, qn dns.Question, c client) int {
 	}
 	if h == nil {
 		if !snap.ents[name] {
-			r.Rcode = dns.RcodeNameError
+			r.Rcode = mdns.RcodeNameError
 		}
 		r.Ns = snap.soa
 		return 0
 	}
 	i, scope := h.pick(snap, c)
 	switch qn.Qtype {
-	case dns.TypeA:
+	case mdns.TypeA:
 		r.Answer = h.rrset(i, h.a, h.allA)
-	case dns.TypeAAAA:
+	case mdns.TypeAAAA:
 		r.Answer = h.rrset(i, h.aaaa, h.allAAAA)
-	case dns.TypeANY:
+	case mdns.TypeANY:
 		if r.Answer = h.rrset(i, h.a, h.allA); len(r.Answer) == 0 {
 			r.Answer = h.rrset(i, h.aaaa, h.allAAAA)
 		}
@@ -140,7 +140,7 @@ func (s *Server) answer(r *dns.Msg, qn dns.Question, c client) int {
 	return scope
 }
 
-func (h *host) rrset(i int, per [][]dns.RR, all []dns.RR) []dns.RR {
+func (h *host) rrset(i int, per [][]mdns.RR, all []mdns.RR) []mdns.RR {
 	if i < 0 {
 		return all
 	}
@@ -148,9 +148,9 @@ func (h *host) rrset(i int, per [][]dns.RR, all []dns.RR) []dns.RR {
 }
 
 // singleOPT returns the query's OPT record; bad is set when there are several (RFC 6891: FORMERR).
-func singleOPT(q *dns.Msg) (opt *dns.OPT, bad bool) {
+func singleOPT(q *mdns.Msg) (opt *mdns.OPT, bad bool) {
 	for _, rr := range q.Extra {
-		if o, ok := rr.(*dns.OPT); ok {
+		if o, ok := rr.(*mdns.OPT); ok {
 			if opt != nil {
 				return opt, true
 			}
@@ -162,7 +162,7 @@ func singleOPT(q *dns.Msg) (opt *dns.OPT, bad bool) {
 
 // ecsClient reads an EDNS Client Subnet option; ok is false when it is malformed (RFC 7871 7.1:
 // a source prefix longer than the family's addresses, or a non-zero scope in a query).
-func ecsClient(e *dns.EDNS0_SUBNET) (client, bool) {
+func ecsClient(e *mdns.EDNS0_SUBNET) (client, bool) {
 	var addr netip.Addr
 	switch e.Family {
 	case 1:
@@ -192,12 +192,12 @@ func ecsClient(e *dns.EDNS0_SUBNET) (client, bool) {
 
 // pack packs r into buf, truncating it (TC set, records dropped, OPT kept) when it exceeds maxSize
 // so that the resolver retries over TCP.
-func pack(r *dns.Msg, maxSize int, buf []byte) []byte {
+func pack(r *mdns.Msg, maxSize int, buf []byte) []byte {
 	r.Compress = true
 	out, err := r.PackBuffer(buf)
 	if err != nil {
 		r.Answer, r.Ns, r.Extra = nil, nil, nil
-		r.Rcode = dns.RcodeServerFailure
+		r.Rcode = mdns.RcodeServerFailure
 		if out, err = r.PackBuffer(buf); err != nil {
 			return nil
 		}
@@ -218,7 +218,7 @@ func pack(r *dns.Msg, maxSize int, buf []byte) []byte {
 func formErr(req, buf []byte) []byte {
 	out := append(buf[:0], req[:12]...)
 	out[2] = 0x80 | req[2]&0x79 // QR, the query's opcode and RD
-	out[3] = dns.RcodeFormatError
+	out[3] = mdns.RcodeFormatError
 	clear(out[4:12])
 	return out
 }

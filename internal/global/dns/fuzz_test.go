@@ -1,18 +1,18 @@
-package globaldns
+package dns
 
 import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 )
 
 // FuzzRespond feeds arbitrary bytes to the packet path: it must never panic, and must either stay
 // silent (no header, or a reply) or send a well-formed reply to the same id that fits the UDP
 // limit.
 func FuzzRespond(f *testing.F) {
-	seed := func(m *dns.Msg) {
+	seed := func(m *mdns.Msg) {
 		b, err := m.Pack()
 		if err != nil {
 			f.Fatal(err)
@@ -20,22 +20,22 @@ func FuzzRespond(f *testing.F) {
 		f.Add(b, true)
 		f.Add(b, false)
 	}
-	q := func(name string, qtype uint16) *dns.Msg { return new(dns.Msg).SetQuestion(name, qtype) }
-	seed(q("fo.herd.test.", dns.TypeA))
-	seed(q("big.herd.test.", dns.TypeA))
-	seed(q("herd.test.", dns.TypeANY))
-	seed(q("w.herd.test.", dns.TypeANY).SetEdns0(65535, true))
-	seed(q("example.com.", dns.TypeA))
-	m := q("geo.herd.test.", dns.TypeA)
+	q := func(name string, qtype uint16) *mdns.Msg { return new(mdns.Msg).SetQuestion(name, qtype) }
+	seed(q("fo.herd.test.", mdns.TypeA))
+	seed(q("big.herd.test.", mdns.TypeA))
+	seed(q("herd.test.", mdns.TypeANY))
+	seed(q("w.herd.test.", mdns.TypeANY).SetEdns0(65535, true))
+	seed(q("example.com.", mdns.TypeA))
+	m := q("geo.herd.test.", mdns.TypeA)
 	ecs("10.1.2.0/24")(m)
 	seed(m)
-	m = q("lat.herd.test.", dns.TypeAAAA).SetEdns0(4096, false)
+	m = q("lat.herd.test.", mdns.TypeAAAA).SetEdns0(4096, false)
 	m.IsEdns0().SetVersion(3)
 	seed(m)
-	m = q("fo.herd.test.", dns.TypeA)
+	m = q("fo.herd.test.", mdns.TypeA)
 	m.Question = append(m.Question, m.Question[0]) // two questions
 	seed(m)
-	valid, _ := q("fo.herd.test.", dns.TypeA).Pack()
+	valid, _ := q("fo.herd.test.", mdns.TypeA).Pack()
 	f.Add(valid[:len(valid)-3], true) // cut short
 	bad := append([]byte(nil), valid...)
 	binary.BigEndian.PutUint16(bad[4:], 9) // QDCOUNT 9, one question present
@@ -52,12 +52,12 @@ func FuzzRespond(f *testing.F) {
 	}
 	s.Update(testTable())
 	src := netip.MustParseAddr("192.0.2.1")
-	buf := make([]byte, dns.MaxMsgSize)
+	buf := make([]byte, mdns.MaxMsgSize)
 	f.Fuzz(func(t *testing.T, pkt []byte, udp bool) {
 		out := s.respond(pkt, src, udp, buf)
 		if out == nil {
 			if len(pkt) >= 12 && pkt[2]&0x80 == 0 {
-				var m dns.Msg
+				var m mdns.Msg
 				if m.Unpack(pkt) == nil {
 					t.Fatalf("no reply to a well-formed query %v", m.Question)
 				}
@@ -70,7 +70,7 @@ func FuzzRespond(f *testing.F) {
 		if len(out) < 12 || binary.BigEndian.Uint16(out) != binary.BigEndian.Uint16(pkt) || out[2]&0x80 == 0 {
 			t.Fatalf("reply header % x to query header % x", out[:min(12, len(out))], pkt[:12])
 		}
-		var r dns.Msg
+		var r mdns.Msg
 		if err := r.Unpack(out); err != nil {
 			t.Fatalf("reply does not unpack: %v", err)
 		}

@@ -1,10 +1,10 @@
-package globaldns
+package dns
 
 import (
 	"net/netip"
 	"testing"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 )
 
 // BenchmarkRespond measures the packet path alone (no sockets) for an answer by each policy.
@@ -15,9 +15,9 @@ func BenchmarkRespond(b *testing.B) {
 	}
 	s.Update(testTable())
 	src := netip.MustParseAddr("10.5.5.9")
-	buf := make([]byte, dns.MaxMsgSize)
+	buf := make([]byte, mdns.MaxMsgSize)
 	for _, name := range []string{"fo", "w", "geo", "lat", "nope"} {
-		pkt, err := new(dns.Msg).SetQuestion(name+".herd.test.", dns.TypeA).Pack()
+		pkt, err := new(mdns.Msg).SetQuestion(name+".herd.test.", mdns.TypeA).Pack()
 		if err != nil {
 			b.Fatal(err)
 		}

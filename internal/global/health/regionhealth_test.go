@@ -1,4 +1,4 @@
-package regionhealth
+package health
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package globaldns
+package dns
 
 import (
 	"net/netip"
@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // snapshot is everything the packet path reads, built once per routes.Table and never changed
@@ -17,8 +17,8 @@ import (
 // only picks one of the prepared RRsets.
 type snapshot struct {
 	zone  string // lower case, fully qualified
-	soa   []dns.RR
-	ns    []dns.RR
+	soa   []mdns.RR
+	ns    []mdns.RR
 	glue  map[string]*host // the name servers' own names in the zone
 	hosts map[string]*host // fully qualified lower-case hostname -> answers
 	// ents are the empty non-terminals: names in the zone with no records of their own but names
@@ -35,8 +35,8 @@ type host struct {
 	failOpen bool
 	// a and aaaa are each eligible region's RRsets, in the order of regions; allA and allAAAA
 	// are every eligible region's together (the fail-open answer).
-	a, aaaa       [][]dns.RR
-	allA, allAAAA []dns.RR
+	a, aaaa       [][]mdns.RR
+	allA, allAAAA []mdns.RR
 	// cumulative weights over regions, for policy weighted; total 0 means equal weights.
 	cumWeight []uint64
 	total     uint64
@@ -60,14 +60,14 @@ func compile(zone string, nameservers []Nameserver, t routes.Table, serial uint3
 	if len(nameservers) > 0 {
 		mname = nameservers[0].Name
 	}
-	s.soa = []dns.RR{&dns.SOA{
-		Hdr: dns.RR_Header{Name: zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: soaTTL},
+	s.soa = []mdns.RR{&mdns.SOA{
+		Hdr: mdns.RR_Header{Name: zone, Rrtype: mdns.TypeSOA, Class: mdns.ClassINET, Ttl: soaTTL},
 		Ns:  mname, Mbox: "hostmaster." + zone, Serial: serial,
 		Refresh: 60, Retry: 10, Expire: 3600, Minttl: negativeTTL,
 	}}
 	for _, n := range nameservers {
-		s.ns = append(s.ns, &dns.NS{Hdr: dns.RR_Header{Name: zone, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: nsTTL}, Ns: n.Name})
-		if dns.IsSubDomain(zone, n.Name) && len(n.Addresses) > 0 {
+		s.ns = append(s.ns, &mdns.NS{Hdr: mdns.RR_Header{Name: zone, Rrtype: mdns.TypeNS, Class: mdns.ClassINET, Ttl: nsTTL}, Ns: n.Name})
+		if mdns.IsSubDomain(zone, n.Name) && len(n.Addresses) > 0 {
 			r := &routes.Route{Hostname: n.Name, Policy: v1alpha1.PolicyFailover,
 				Regions: []routes.RegionRoute{{Name: "nameserver", Addresses: n.Addresses, Healthy: true}}}
 			s.glue[n.Name] = compileHost(n.Name, r, nsTTL)
@@ -76,8 +76,8 @@ func compile(zone string, nameservers []Nameserver, t routes.Table, serial uint3
 	}
 	for i := range t.Routes {
 		r := &t.Routes[i]
-		name := dns.Fqdn(strings.ToLower(r.Hostname))
-		if !dns.IsSubDomain(zone, name) || name == zone {
+		name := mdns.Fqdn(strings.ToLower(r.Hostname))
+		if !mdns.IsSubDomain(zone, name) || name == zone {
 			continue // outside the zone this server serves: another server's
 		}
 		if _, dup := s.hosts[name]; dup {
@@ -91,9 +91,9 @@ func compile(zone string, nameservers []Nameserver, t routes.Table, serial uint3
 
 // addENTs records every name between name and the zone apex as an empty non-terminal.
 func (s *snapshot) addENTs(name string) {
-	for off, end := dns.NextLabel(name, 0); !end; off, end = dns.NextLabel(name, off) {
+	for off, end := mdns.NextLabel(name, 0); !end; off, end = mdns.NextLabel(name, off) {
 		parent := name[off:]
-		if parent == s.zone || !dns.IsSubDomain(s.zone, parent) {
+		if parent == s.zone || !mdns.IsSubDomain(s.zone, parent) {
 			break
 		}
 		s.ents[parent] = true
@@ -105,16 +105,16 @@ func compileHost(name string, r *routes.Route, ttl uint32) *host {
 	h.regions, h.failOpen = r.Eligible()
 	for _, idx := range h.regions {
 		rg := r.Regions[idx]
-		var a, aaaa []dns.RR
+		var a, aaaa []mdns.RR
 		for _, addr := range rg.Addresses {
 			addr = addr.Unmap()
-			hdr := dns.RR_Header{Name: name, Class: dns.ClassINET, Ttl: ttl}
+			hdr := mdns.RR_Header{Name: name, Class: mdns.ClassINET, Ttl: ttl}
 			if addr.Is4() {
-				hdr.Rrtype = dns.TypeA
-				a = append(a, &dns.A{Hdr: hdr, A: addr.AsSlice()})
+				hdr.Rrtype = mdns.TypeA
+				a = append(a, &mdns.A{Hdr: hdr, A: addr.AsSlice()})
 			} else {
-				hdr.Rrtype = dns.TypeAAAA
-				aaaa = append(aaaa, &dns.AAAA{Hdr: hdr, AAAA: addr.AsSlice()})
+				hdr.Rrtype = mdns.TypeAAAA
+				aaaa = append(aaaa, &mdns.AAAA{Hdr: hdr, AAAA: addr.AsSlice()})
 			}
 		}
 		h.a = append(h.a, a)

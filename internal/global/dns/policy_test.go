@@ -1,4 +1,4 @@
-package globaldns
+package dns
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // TestWeightedSpread asks for w.herd.test (eu 3, us 1, ap 0) from 10,000 distinct /24 subnets,
@@ -18,7 +18,7 @@ import (
 // subnet asking again gets the same region.
 func TestWeightedSpread(t *testing.T) {
 	_, addr := startServer(t, testTable(), nil)
-	c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
+	c := &mdns.Client{Net: "udp", Timeout: 2 * time.Second}
 	conn, err := c.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestWeightedSpread(t *testing.T) {
 	first := map[int]string{}
 	for i := range n {
 		subnet := fmt.Sprintf("%d.%d.%d.0/24", 11+i/65536, (i/256)%256, i%256)
-		m := new(dns.Msg).SetQuestion("w.herd.test.", dns.TypeA)
+		m := new(mdns.Msg).SetQuestion("w.herd.test.", mdns.TypeA)
 		ecs(subnet)(m)
 		r, _, err := c.ExchangeWithConn(m, conn)
 		if err != nil {
@@ -56,7 +56,7 @@ func TestWeightedSpread(t *testing.T) {
 		}
 	}
 	for i, a := range first {
-		m := new(dns.Msg).SetQuestion("w.herd.test.", dns.TypeA)
+		m := new(mdns.Msg).SetQuestion("w.herd.test.", mdns.TypeA)
 		ecs(fmt.Sprintf("%d.%d.%d.77/32", 11+i/65536, (i/256)%256, i%256))(m) // another host, same /24
 		r, _, err := c.ExchangeWithConn(m, conn)
 		if err != nil {
@@ -88,40 +88,40 @@ func TestGeo(t *testing.T) {
 		{"192.0.2.0/24", euAddr.String(), 24}, // no match: the default
 	}
 	for _, c := range cases {
-		r := query(t, "udp", addr, "geo.herd.test.", dns.TypeA, ecs(c.ecs))
+		r := query(t, "udp", addr, "geo.herd.test.", mdns.TypeA, ecs(c.ecs))
 		mustAnswer(t, "geo from "+c.ecs, r, c.want)
 		if e := replyECS(r); e == nil || e.SourceScope != c.scope {
 			t.Errorf("geo from %s: ECS echo %v, want scope %d", c.ecs, e, c.scope)
 		}
 	}
 	// Without ECS, the resolver's own address decides.
-	mustAnswer(t, "geo from 127.0.0.1", query(t, "udp", addr, "geo.herd.test.", dns.TypeA), euAddr.String())
-	c := &dns.Client{Net: "udp", Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP("127.0.0.7")}}}
-	r, _, err := c.Exchange(new(dns.Msg).SetQuestion("geo.herd.test.", dns.TypeA), addr)
+	mustAnswer(t, "geo from 127.0.0.1", query(t, "udp", addr, "geo.herd.test.", mdns.TypeA), euAddr.String())
+	c := &mdns.Client{Net: "udp", Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP("127.0.0.7")}}}
+	r, _, err := c.Exchange(new(mdns.Msg).SetQuestion("geo.herd.test.", mdns.TypeA), addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustAnswer(t, "geo from resolver 127.0.0.7", r, usAddr.String())
 
 	// A malformed ECS option (source prefix longer than the address) is FORMERR (RFC 7871).
-	r = query(t, "udp", addr, "geo.herd.test.", dns.TypeA, func(m *dns.Msg) {
+	r = query(t, "udp", addr, "geo.herd.test.", mdns.TypeA, func(m *mdns.Msg) {
 		m.SetEdns0(1232, false)
-		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, SourceScope: 8, Address: net.IPv4(10, 1, 2, 0)}}
+		m.IsEdns0().Option = []mdns.EDNS0{&mdns.EDNS0_SUBNET{Code: mdns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, SourceScope: 8, Address: net.IPv4(10, 1, 2, 0)}}
 	})
-	if r.Rcode != dns.RcodeFormatError {
-		t.Errorf("ECS with a scope in the query: %s, want FORMERR", dns.RcodeToString[r.Rcode])
+	if r.Rcode != mdns.RcodeFormatError {
+		t.Errorf("ECS with a scope in the query: %s, want FORMERR", mdns.RcodeToString[r.Rcode])
 	}
 }
 
 func TestLatency(t *testing.T) {
 	s, addr := startServer(t, testTable(), nil)
 	// 10.5.5.0/24 measured us fastest; 10.6.6.0/24 measured eu fastest.
-	mustAnswer(t, "lat from 10.5.5.0/24", query(t, "udp", addr, "lat.herd.test.", dns.TypeA, ecs("10.5.5.9/32")), usAddr.String())
-	mustAnswer(t, "lat from 10.6.6.0/24", query(t, "udp", addr, "lat.herd.test.", dns.TypeA, ecs("10.6.6.0/24")), euAddr.String())
+	mustAnswer(t, "lat from 10.5.5.0/24", query(t, "udp", addr, "lat.herd.test.", mdns.TypeA, ecs("10.5.5.9/32")), usAddr.String())
+	mustAnswer(t, "lat from 10.6.6.0/24", query(t, "udp", addr, "lat.herd.test.", mdns.TypeA, ecs("10.6.6.0/24")), euAddr.String())
 	// Unknown network: the geo fallback (10.1.0.0/16 is us, else eu).
-	mustAnswer(t, "lat from unmeasured 10.1.9.0/24", query(t, "udp", addr, "lat.herd.test.", dns.TypeA, ecs("10.1.9.0/24")), usAddr.String())
-	mustAnswer(t, "lat from unmeasured 192.0.2.0/24", query(t, "udp", addr, "lat.herd.test.", dns.TypeA, ecs("192.0.2.0/24")), euAddr.String())
+	mustAnswer(t, "lat from unmeasured 10.1.9.0/24", query(t, "udp", addr, "lat.herd.test.", mdns.TypeA, ecs("10.1.9.0/24")), usAddr.String())
+	mustAnswer(t, "lat from unmeasured 192.0.2.0/24", query(t, "udp", addr, "lat.herd.test.", mdns.TypeA, ecs("192.0.2.0/24")), euAddr.String())
 	// The fastest region fails: the next fastest answers.
 	s.Update(withRegions(testTable(), "lat.herd.test", region("eu", true, euAddr), region("us", false, usAddr), region("ap", true, apAddr)))
-	mustAnswer(t, "lat from 10.5.5.0/24 with us down", query(t, "udp", addr, "lat.herd.test.", dns.TypeA, ecs("10.5.5.0/24")), euAddr.String())
+	mustAnswer(t, "lat from 10.5.5.0/24 with us down", query(t, "udp", addr, "lat.herd.test.", mdns.TypeA, ecs("10.5.5.0/24")), euAddr.String())
 }

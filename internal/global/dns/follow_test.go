@@ -1,4 +1,4 @@
-package globaldns
+package dns
 
 import (
 	"bytes"
@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // syncBuffer is a log sink safe for the follower's goroutine and the test.
@@ -57,11 +57,11 @@ func TestFollowKeepsLastRoutes(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 
-	waitFor(t, func() bool { return len(query(t, "udp", addr, "fo.herd.test.", dns.TypeA).Answer) == 1 })
+	waitFor(t, func() bool { return len(query(t, "udp", addr, "fo.herd.test.", mdns.TypeA).Answer) == 1 })
 	down.Store(true)
 	n := calls.Load()
 	waitFor(t, func() bool { return calls.Load() > n+3 }) // several failed fetches
-	mustAnswer(t, "fo A with the control plane down", query(t, "udp", addr, "fo.herd.test.", dns.TypeA), euAddr.String())
+	mustAnswer(t, "fo A with the control plane down", query(t, "udp", addr, "fo.herd.test.", mdns.TypeA), euAddr.String())
 	if got := strings.Count(logs.String(), "cannot fetch routes"); got != 1 {
 		t.Errorf("%d warnings for one outage, want 1:\n%s", got, logs.String())
 	}
@@ -69,7 +69,7 @@ func TestFollowKeepsLastRoutes(t *testing.T) {
 	table = withRegions(testTable(), "fo.herd.test", region("eu", false, euAddr), region("us", true, usAddr))
 	down.Store(false)
 	waitFor(t, func() bool {
-		a := addrs(query(t, "udp", addr, "fo.herd.test.", dns.TypeA))
+		a := addrs(query(t, "udp", addr, "fo.herd.test.", mdns.TypeA))
 		return len(a) == 1 && a[0] == usAddr.String()
 	})
 }

@@ -1,4 +1,4 @@
-package regionhealth_test
+package health_test
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"herd.dev/herd/internal/global/health"
 	"herd.dev/herd/internal/provider/local/regiontest"
-	"herd.dev/herd/internal/regionhealth"
 )
 
 // TestIntegrationRegionUnreachable probes a real region's load balancer from the internet
@@ -22,8 +22,8 @@ func TestIntegrationRegionUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var changes atomic.Int64
-	c, err := regionhealth.New(regionhealth.Options{
-		Targets:  func() []regionhealth.Target { return []regionhealth.Target{{Region: "away", Address: lb.DataAddress}} },
+	c, err := health.New(health.Options{
+		Targets:  func() []health.Target { return []health.Target{{Region: "away", Address: lb.DataAddress}} },
 		Dial:     p.DialFromClients,
 		OnChange: func(string) { changes.Add(1) },
 	})

@@ -1,4 +1,4 @@
-package globaldns
+package dns
 
 import (
 	"net/netip"

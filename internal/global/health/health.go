@@ -1,11 +1,11 @@
-// Package regionhealth tells whether each region can be reached from where its clients are: it
+// Package health tells whether each region can be reached from where its clients are: it
 // probes each regional load balancer's data address from the clients' side every second and
 // judges with thresholds, like a load balancer's health check, so that a partitioned region
 // reads unreachable within 3 s and a region that answers again reads reachable as fast. The
 // controller asks it before acting on a region (a partition is not a death: instances cut off
 // from their clients are not replaced), and it reports transitions so that the region's fleets
 // are looked at at once.
-package regionhealth
+package health
 
 import (
 	"context"
@@ -87,7 +87,7 @@ type regionState struct {
 // New returns a Checker; Run it.
 func New(opts Options) (*Checker, error) {
 	if opts.Targets == nil || opts.Dial == nil {
-		return nil, errors.New("regionhealth: Targets and Dial are required")
+		return nil, errors.New("health: Targets and Dial are required")
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval

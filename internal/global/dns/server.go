@@ -1,4 +1,4 @@
-// Package globaldns is herd's authoritative DNS server: for one zone it answers each fleet's
+// Package dns is herd's authoritative DNS server: for one zone it answers each fleet's
 // spec.global hostname with the addresses of the regional load balancers the fleet's policy picks
 // (failover, weighted, geo or latency) among the healthy regions, and every region when none is
 // healthy (fail open).
@@ -8,7 +8,7 @@
 // lock and builds no records. UDP is served by a few goroutines each reading and answering in a
 // loop (no goroutine per packet), TCP by a goroutine per connection. Every region that leaves or
 // joins a hostname's answers is logged and recorded as an event on the fleet.
-package globaldns
+package dns
 
 import (
 	"context"
@@ -25,10 +25,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // EventRecorder records an event about an object ("Fleet/name"); events.Recorder is one.
@@ -72,8 +72,8 @@ type Server struct {
 
 // New returns a server answering NXDOMAIN for every name of the zone until the first Update.
 func New(opts Options) (*Server, error) {
-	zone := dns.Fqdn(strings.ToLower(strings.TrimSpace(opts.Zone)))
-	if _, ok := dns.IsDomainName(zone); !ok || zone == "." {
+	zone := mdns.Fqdn(strings.ToLower(strings.TrimSpace(opts.Zone)))
+	if _, ok := mdns.IsDomainName(zone); !ok || zone == "." {
 		return nil, fmt.Errorf("dns zone %q: give a domain name such as \"herd.test.\"", opts.Zone)
 	}
 	if opts.Logger == nil {
@@ -82,14 +82,14 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxUDPSize == 0 {
 		opts.MaxUDPSize = DefaultMaxUDPSize
 	}
-	if opts.MaxUDPSize < dns.MinMsgSize || opts.MaxUDPSize > dns.MaxMsgSize {
+	if opts.MaxUDPSize < mdns.MinMsgSize || opts.MaxUDPSize > mdns.MaxMsgSize {
 		return nil, fmt.Errorf("dns max UDP size %d: must be between 512 and 65535", opts.MaxUDPSize)
 	}
 	if len(opts.Nameservers) == 0 {
 		opts.Nameservers = []Nameserver{{Name: "ns1." + zone}}
 	}
 	for i := range opts.Nameservers {
-		opts.Nameservers[i].Name = dns.Fqdn(strings.ToLower(opts.Nameservers[i].Name))
+		opts.Nameservers[i].Name = mdns.Fqdn(strings.ToLower(opts.Nameservers[i].Name))
 	}
 	s := &Server{log: opts.Logger, events: opts.Events, zone: zone, nameservers: opts.Nameservers, maxUDP: opts.MaxUDPSize}
 	s.serial = uint32(time.Now().Unix())
@@ -225,8 +225,8 @@ func (s *Server) serveTCP(ctx context.Context, l *net.TCPListener, wg *sync.Wait
 // serveConn answers the queries of one TCP connection, each framed by a two-byte length.
 func (s *Server) serveConn(conn *net.TCPConn) {
 	from := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
-	in := make([]byte, dns.MaxMsgSize)
-	out := make([]byte, dns.MaxMsgSize)
+	in := make([]byte, mdns.MaxMsgSize)
+	out := make([]byte, mdns.MaxMsgSize)
 	var frame [2]byte
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(tcpIdle))

@@ -1,4 +1,4 @@
-package globaldns
+package dns
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
+	mdns "github.com/miekg/dns"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/events/eventstest"
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // eventLines returns r's events as "Object Type Reason: message" lines.
@@ -93,17 +93,17 @@ func startServer(t *testing.T, table routes.Table, ev EventRecorder) (*Server, s
 }
 
 // query asks addr over network ("udp" or "tcp") with the options given.
-func query(t *testing.T, network, addr, name string, qtype uint16, opts ...func(*dns.Msg)) *dns.Msg {
+func query(t *testing.T, network, addr, name string, qtype uint16, opts ...func(*mdns.Msg)) *mdns.Msg {
 	t.Helper()
-	m := new(dns.Msg)
+	m := new(mdns.Msg)
 	m.SetQuestion(name, qtype)
 	for _, o := range opts {
 		o(m)
 	}
-	c := &dns.Client{Net: network, Timeout: 2 * time.Second, UDPSize: 65535}
+	c := &mdns.Client{Net: network, Timeout: 2 * time.Second, UDPSize: 65535}
 	r, _, err := c.Exchange(m, addr)
 	if err != nil {
-		t.Fatalf("%s %s %s: %v", network, name, dns.TypeToString[qtype], err)
+		t.Fatalf("%s %s %s: %v", network, name, mdns.TypeToString[qtype], err)
 	}
 	if r.Id != m.Id || !r.Response {
 		t.Fatalf("reply id %d response %v to query %d", r.Id, r.Response, m.Id)
@@ -112,11 +112,11 @@ func query(t *testing.T, network, addr, name string, qtype uint16, opts ...func(
 }
 
 // edns adds an OPT record with the buffer size given.
-func edns(size uint16) func(*dns.Msg) { return func(m *dns.Msg) { m.SetEdns0(size, false) } }
+func edns(size uint16) func(*mdns.Msg) { return func(m *mdns.Msg) { m.SetEdns0(size, false) } }
 
 // ecs adds an OPT record with an EDNS Client Subnet option for prefix.
-func ecs(prefix string) func(*dns.Msg) {
-	return func(m *dns.Msg) {
+func ecs(prefix string) func(*mdns.Msg) {
+	return func(m *mdns.Msg) {
 		p := netip.MustParsePrefix(prefix)
 		o := m.IsEdns0()
 		if o == nil {
@@ -127,28 +127,28 @@ func ecs(prefix string) func(*dns.Msg) {
 		if p.Addr().Is6() {
 			family = 2
 		}
-		o.Option = append(o.Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: family, SourceNetmask: uint8(p.Bits()), Address: p.Addr().AsSlice()})
+		o.Option = append(o.Option, &mdns.EDNS0_SUBNET{Code: mdns.EDNS0SUBNET, Family: family, SourceNetmask: uint8(p.Bits()), Address: p.Addr().AsSlice()})
 	}
 }
 
 // addrs returns the A and AAAA addresses of r's answer section.
-func addrs(r *dns.Msg) []string {
+func addrs(r *mdns.Msg) []string {
 	var out []string
 	for _, rr := range r.Answer {
 		switch v := rr.(type) {
-		case *dns.A:
+		case *mdns.A:
 			out = append(out, v.A.String())
-		case *dns.AAAA:
+		case *mdns.AAAA:
 			out = append(out, v.AAAA.String())
 		}
 	}
 	return out
 }
 
-func replyECS(r *dns.Msg) *dns.EDNS0_SUBNET {
+func replyECS(r *mdns.Msg) *mdns.EDNS0_SUBNET {
 	if o := r.IsEdns0(); o != nil {
 		for _, e := range o.Option {
-			if s, ok := e.(*dns.EDNS0_SUBNET); ok {
+			if s, ok := e.(*mdns.EDNS0_SUBNET); ok {
 				return s
 			}
 		}
@@ -168,10 +168,10 @@ func withRegions(t routes.Table, host string, regions ...routes.RegionRoute) rou
 }
 
 // mustAnswer checks that r answers with exactly want.
-func mustAnswer(t *testing.T, what string, r *dns.Msg, want ...string) {
+func mustAnswer(t *testing.T, what string, r *mdns.Msg, want ...string) {
 	t.Helper()
 	got := addrs(r)
-	if r.Rcode != dns.RcodeSuccess || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("%s: rcode %s answer %v, want NOERROR %v", what, dns.RcodeToString[r.Rcode], got, want)
+	if r.Rcode != mdns.RcodeSuccess || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: rcode %s answer %v, want NOERROR %v", what, mdns.RcodeToString[r.Rcode], got, want)
 	}
 }

@@ -1,11 +1,11 @@
-package globaldns
+package dns
 
 import (
 	"context"
 	"log/slog"
 	"time"
 
-	"herd.dev/herd/internal/routes"
+	"herd.dev/herd/internal/global/routes"
 )
 
 // Follow keeps s answering from the latest table fetch returns, every interval until ctx is done.
