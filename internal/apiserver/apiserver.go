@@ -314,7 +314,7 @@ func (s *Server) updateError(w http.ResponseWriter, r *http.Request, name string
 
 func (s *Server) deleteFleet(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if err := store.Delete(r.Context(), s.opts.Store, store.Fleets, name, 0); err != nil {
+	if err := s.deleteFleetAndClaims(r.Context(), name); err != nil {
 		s.storeError(w, r, "fleet "+strconv.Quote(name), err)
 		return
 	}

@@ -73,7 +73,9 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		}
 		if len(plan.ops) > 0 {
 			if _, err := s.opts.Store.Txn(r.Context(), plan.ops...); err != nil {
-				if (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrExists)) && attempt < 5 {
+				// Another apply wrote one of these fleets or claims since they were read: read
+				// again, and meet its fleets in the clash checks.
+				if store.IsOpError(err) && attempt < 5 {
 					continue
 				}
 				s.storeError(w, r, "fleets", err)
@@ -184,9 +186,13 @@ type applyPlan struct {
 
 // planApply works out, from the stored fleets, what each applied fleet becomes: its generation
 // (store.FleetGeneration), its status and requests kept, and spec.replicas.desired kept when
-// autoscaling owns it.
+// autoscaling owns it; and the claims of the fleets it writes (claims.go).
 func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, error) {
 	var plan applyPlan
+	claims, err := readClaims(ctx, s.opts.Store)
+	if err != nil {
+		return plan, err
+	}
 	stored, _, err := store.ListObjects[v1alpha1.Fleet](ctx, s.opts.Store, store.Fleets)
 	if err != nil {
 		return plan, err
@@ -204,6 +210,7 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 		return plan, nil
 	}
 	now := time.Now().UTC()
+	var written []*v1alpha1.Fleet
 	for i, a := range fleets {
 		f := &next[i]
 		cur := byName[f.Metadata.Name]
@@ -238,7 +245,16 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 			return plan, err
 		}
 		plan.ops = append(plan.ops, op)
+		written = append(written, f)
 	}
+	if len(written) == 0 {
+		return plan, nil
+	}
+	claimOps, err := claims.ops(written)
+	if err != nil {
+		return plan, err
+	}
+	plan.ops = append(plan.ops, claimOps...)
 	return plan, nil
 }
 

@@ -14,6 +14,9 @@ const (
 	Fleets    = "fleets"
 	Instances = "instances"
 	Events    = "events"
+	// Claims are the listener ports and hostnames fleets hold, one record each, written with the
+	// fleets so that concurrent applies cannot both take one (see apiserver's claims.go).
+	Claims = "claims"
 )
 
 // Object is an API object whose metadata the typed helpers can reach.
