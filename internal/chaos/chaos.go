@@ -229,7 +229,6 @@ func (e *Engine) reconcile(ctx context.Context) (time.Duration, error) {
 	}
 	now := e.opts.Now()
 	next := time.Minute // a stop or a start pokes Run; this is only a safety net
-	paused := map[string]bool{}
 	ended := 0
 	for _, a := range list {
 		if a.Status.Phase != v1alpha1.ChaosActive {
@@ -250,14 +249,25 @@ func (e *Engine) reconcile(ctx context.Context) (time.Duration, error) {
 		case a.Status.EndsAt != nil:
 			next = min(next, a.Status.EndsAt.Sub(now))
 		}
-		if a.Spec.Action == v1alpha1.ChaosPauseHealth {
-			paused[a.Spec.Target] = true
-		}
 	}
+	paused := PausedFleets(list) // end marked the actions it ended
 	for _, p := range e.opts.Pausers {
 		p.SetHealthPaused(paused)
 	}
 	return max(next, 10*time.Millisecond), nil
+}
+
+// PausedFleets returns the fleets whose health checks actions pause: the targets of the active
+// pause-health actions. The leader's Run tells its load balancers; a replica that does not lead
+// reads the same records (lbsync's Follow), so that its load balancer agrees.
+func PausedFleets(actions []*v1alpha1.ChaosAction) map[string]bool {
+	paused := map[string]bool{}
+	for _, a := range actions {
+		if a.Status.Phase == v1alpha1.ChaosActive && a.Spec.Action == v1alpha1.ChaosPauseHealth {
+			paused[a.Spec.Target] = true
+		}
+	}
+	return paused
 }
 
 // end undoes an active action and records it ended (or failed, when the undo failed: the next

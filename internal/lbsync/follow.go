@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/chaos"
 	"herd.dev/herd/internal/store"
 )
 
@@ -18,10 +21,19 @@ import (
 // the leader dies or the store cannot answer; the leader's own controller drives the load balancer
 // directly, and Follow must not run at the same time.
 //
+// The fleets whose health checks are paused (herd chaos pause-health) come from the store too:
+// the leader's chaos engine tells its own load balancer, and Follow reads the same actions.
+//
 // What the leader's controller tells its load balancer and what Follow computes from the records
 // agree, because both are Listeners of the same fleet, records and weights: a replica that becomes
 // leader, or stops leading, switches between the two without a change of configuration.
 func (s *Sync) Follow(ctx context.Context, st store.Store) error {
+	paused := make(chan struct{})
+	go func() {
+		defer close(paused)
+		s.followPaused(ctx, st)
+	}()
+	defer func() { <-paused }()
 	watchStore(ctx, st, s.log, nil, func(f *follower, dirty map[string]bool) {
 		for _, name := range s.fleetNames() {
 			if _, ok := f.fleets[name]; !ok {
@@ -213,4 +225,58 @@ func (s *Sync) fleetNames() []string {
 		names = append(names, n)
 	}
 	return names
+}
+
+// followPaused keeps the paused health checks as the store's chaos actions say (chaos.PausedFleets)
+// until ctx ends: it lists them, then applies every change its watch reports, and lists again
+// after a second when the watch ends or the store cannot answer, keeping what it applied.
+func (s *Sync) followPaused(ctx context.Context, st store.Store) {
+	const retry = time.Second
+	for ctx.Err() == nil {
+		err := s.watchPaused(ctx, st)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("following the chaos actions: paused health checks stay as they are; listing again", "err", err, "retry_in", retry.String())
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
+func (s *Sync) watchPaused(ctx context.Context, st store.Store) error {
+	list, rev, err := store.ListObjects[v1alpha1.ChaosAction](ctx, st, chaos.Kind)
+	if err != nil {
+		return err
+	}
+	actions := map[string]*v1alpha1.ChaosAction{}
+	for _, a := range list {
+		actions[a.Metadata.Name] = a
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := st.Watch(wctx, chaos.Kind, rev)
+	if err != nil {
+		return err
+	}
+	for {
+		s.SetHealthPaused(chaos.PausedFleets(slices.Collect(maps.Values(actions))))
+		ev, ok := <-ch
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("watch of chaos actions ended")
+		}
+		if ev.Type == store.Deleted {
+			delete(actions, ev.Record.Name)
+			continue
+		}
+		a, err := store.DecodeRecord[v1alpha1.ChaosAction](ev.Record)
+		if err != nil {
+			return err
+		}
+		actions[a.Metadata.Name] = a
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/chaos"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
@@ -118,4 +119,49 @@ func TestFollow(t *testing.T) {
 	defer cancel2()
 	go func() { _ = s.Follow(ctx2, st2) }()
 	waitConfig(t, s, fl, "")
+}
+
+// paused reports, as "listener:paused", whether the last configuration pauses each listener's
+// health checks.
+func paused(s *Sync, fl *fakeLB) string {
+	c, _ := lastConfig(s, fl)
+	out := ""
+	for _, l := range c.Listeners {
+		out += fmt.Sprintf("%s:%v;", l.Address, l.HealthCheck.Paused)
+	}
+	return out
+}
+
+// TestFollowPausedHealth: a replica that does not lead pauses a fleet's health checks while a
+// pause-health action is active in the store, as the leader's load balancer does, and resumes
+// them when the action ends.
+func TestFollowPausedHealth(t *testing.T) {
+	st := memory.New()
+	defer st.Close()
+	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+	}})
+	put(t, st, store.Instances, inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"))
+	fl := &fakeLB{}
+	s := New(fl, "127.0.0.1", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Follow(ctx, st) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitDescribed(t, "127.0.0.1:8080:false;", func() string { return paused(s, fl) })
+
+	a := &v1alpha1.ChaosAction{Metadata: v1alpha1.ObjectMeta{Name: "pause-1"},
+		Spec:   v1alpha1.ChaosActionSpec{Action: v1alpha1.ChaosPauseHealth, Target: "web"},
+		Status: v1alpha1.ChaosActionStatus{Phase: v1alpha1.ChaosActive, StartedAt: time.Now()}}
+	put(t, st, chaos.Kind, a)
+	waitDescribed(t, "127.0.0.1:8080:true;", func() string { return paused(s, fl) })
+
+	a.Status.Phase = v1alpha1.ChaosEnded
+	put(t, st, chaos.Kind, a)
+	waitDescribed(t, "127.0.0.1:8080:false;", func() string { return paused(s, fl) })
 }
