@@ -8,7 +8,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/apiserver"
-	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/regionlb"
 )
 
 // regionRow is one region of one fleet, as `herd get regions -o yaml|json` prints it.
@@ -29,7 +29,7 @@ type regionRow struct {
 func withLBs(rows []regionRow, fleets []v1alpha1.Fleet, lbs []apiserver.RegionLB) []regionRow {
 	regional := map[string]bool{}
 	for i := range fleets {
-		regional[fleets[i].Metadata.Name] = lbsync.ServedRegionally(&fleets[i])
+		regional[fleets[i].Metadata.Name] = regionlb.ServedRegionally(&fleets[i])
 	}
 	for i := range rows {
 		r := &rows[i]

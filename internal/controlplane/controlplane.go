@@ -26,12 +26,16 @@ import (
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/cpmetrics"
 	"herd.dev/herd/internal/events"
+	"herd.dev/herd/internal/global/front"
+	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/regionlb"
 	"herd.dev/herd/internal/store/etcd"
 	"herd.dev/herd/internal/usage"
 	"herd.dev/herd/internal/web"
@@ -163,7 +167,7 @@ func Run(ctx context.Context, opts Options) error {
 	targets := lbsync.New(balancer, opts.LBAddress, log)
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
-	monitor := lbsync.NewMonitor(balancer, lbsync.MonitorOptions{RegionOf: targets.RegionOf})
+	monitor := lbmonitor.New(balancer, lbmonitor.Options{RegionOf: targets.RegionOf})
 	decisions := cpmetrics.NewDecisions()
 	recorder := events.New(events.Options{Store: st, Logger: log, Recorded: decisions.Event})
 	queueMetrics := cpmetrics.NewQueueMetrics()
@@ -174,15 +178,15 @@ func Run(ctx context.Context, opts Options) error {
 	// probe what the regional configurer last saw (nothing on a replica that never led).
 	// The front door (where a provider runs one) serves the fleets served regionally, from the
 	// regional load balancers the regional configurer reached; it follows each pass of it.
-	var front *lbsync.Front
-	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Logger: log, Applied: func() { front.Kick() }})
-	front = lbsync.NewFront(lbsync.FrontOptions{Providers: providers, Regions: regional.Balancers, Logger: log})
+	var door *front.Sync
+	regional := regionlb.New(regionlb.Options{Providers: providers, Logger: log, Applied: func() { door.Kick() }})
+	door = front.NewSync(front.SyncOptions{Providers: providers, Regions: regional.Balancers, Logger: log})
 	// The round trip from each client network to each region, as the regions' load balancers
 	// measure it: what a latency-based answer ranks regions by.
-	rtts := lbsync.NewRTTs(lbsync.RTTOptions{Sources: regional.RTTSources, Logger: log})
+	rtts := rtt.New(rtt.Options{Sources: regional.RTTSources, Logger: log})
 	// Load and revision figures come from the load balancers that carry each fleet's traffic:
 	// the regional ones for fleets served regionally, the embedded one for the others.
-	figures := lbsync.Figures{Embedded: monitor, Regional: regional}
+	figures := lbmonitor.Figures{Embedded: monitor, Regional: regional}
 	// A region whose reachability changes has its fleets reconciled at once by the controller
 	// of the term in progress.
 	var lead *leading
@@ -202,7 +206,7 @@ func Run(ctx context.Context, opts Options) error {
 	ctrl := &leading{log: log, deps: termDeps{store: st, providers: providers, targets: targets,
 		inTerm: []func(context.Context) error{
 			func(ctx context.Context) error { return regional.Run(ctx, st) },
-			func(ctx context.Context) error { return front.Run(ctx, st) },
+			func(ctx context.Context) error { return door.Run(ctx, st) },
 			chaosEngine.Run,
 		},
 		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: figures, Reachability: regions,
@@ -256,7 +260,7 @@ func Run(ctx context.Context, opts Options) error {
 		RegionLBs:        func() []apiserver.RegionLB { return regionLBs(regional) },
 		Routes:           routeSrc.Table,
 		ClientRTTs:       func() []apiserver.ClientRTT { return clientRTTs(rtts) },
-		Front:            func() apiserver.FrontDoor { return frontDoor(front) },
+		Front:            func() apiserver.FrontDoor { return frontDoor(door) },
 		Status: func() map[string]string {
 			s := map[string]string{"store": "ok", "provider": prov.Name()}
 			ctrl.status(s)

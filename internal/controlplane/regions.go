@@ -8,15 +8,17 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/global/health"
-	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionlb"
 )
 
 // newRegionChecker probes the regions whose load balancers regional configures, from the
 // clients' side of the first provider that can dial from there (provider.ClientDialer); with
 // none, it probes nothing. onChange hears of every region whose verdict changed.
-func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.Provider, log *slog.Logger, onChange func(region string)) (*health.Checker, error) {
+func newRegionChecker(regional *regionlb.Regional, providers map[string]provider.Provider, log *slog.Logger, onChange func(region string)) (*health.Checker, error) {
 	var dialer provider.ClientDialer
 	for _, d := range providersAs[provider.ClientDialer](providers) {
 		dialer = d
@@ -49,7 +51,7 @@ func newRegionChecker(regional *lbsync.Regional, providers map[string]provider.P
 }
 
 // regionLBs is what the API reports of the regional load balancers.
-func regionLBs(regional *lbsync.Regional) []apiserver.RegionLB {
+func regionLBs(regional *regionlb.Regional) []apiserver.RegionLB {
 	var out []apiserver.RegionLB
 	for _, b := range regional.Balancers() {
 		rl := apiserver.RegionLB{Region: b.Region, Ports: b.Ports, Synced: b.Synced, Error: b.Error}
@@ -62,7 +64,7 @@ func regionLBs(regional *lbsync.Regional) []apiserver.RegionLB {
 }
 
 // clientRTTs is what the API reports of the round trips the regional load balancers measured.
-func clientRTTs(rtts *lbsync.RTTs) []apiserver.ClientRTT {
+func clientRTTs(rtts *rtt.Collector) []apiserver.ClientRTT {
 	entries := rtts.Entries()
 	out := make([]apiserver.ClientRTT, 0, len(entries))
 	for _, e := range entries {
@@ -73,7 +75,7 @@ func clientRTTs(rtts *lbsync.RTTs) []apiserver.ClientRTT {
 }
 
 // frontDoor is what the API reports of the front door.
-func frontDoor(f *lbsync.Front) apiserver.FrontDoor {
+func frontDoor(f *front.Sync) apiserver.FrontDoor {
 	s := f.Status()
 	out := apiserver.FrontDoor{Listeners: []apiserver.FrontListener{}, Synced: s.Synced, Error: s.Error}
 	if s.DataAddress.IsValid() {

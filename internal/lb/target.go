@@ -31,6 +31,13 @@ const (
 	StateDraining State = "draining"
 )
 
+// stateRank orders states from best to worst.
+var stateRank = map[State]int{StateHealthy: 0, StateUnknown: 1, StateDraining: 2, StateUnhealthy: 3, StateEjected: 4}
+
+// Worse reports whether s is worse than other (healthy, unknown, draining, unhealthy, ejected,
+// from best to worst): an instance reports the worst state of its listeners' targets.
+func (s State) Worse(other State) bool { return stateRank[s] > stateRank[other] }
+
 // TargetHealth is the health of one target, as reported by (*LB).Health.
 type TargetHealth struct {
 	Listener string `json:"listener"`

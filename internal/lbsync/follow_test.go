@@ -9,17 +9,10 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/chaos"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbsync/lbsynctest"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
-
-// put writes obj (created when it has no resource version) and sets its new version.
-func put(t *testing.T, st store.Store, kind string, obj store.Object) {
-	t.Helper()
-	if err := store.PutObject(context.Background(), st, kind, obj); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // lastConfig returns what the load balancer was last given, under the Sync's lock (Follow
 // applies from its own goroutine).
@@ -32,38 +25,9 @@ func lastConfig(s *Sync, fl *fakeLB) (lb.Config, int) {
 	return fl.applied[len(fl.applied)-1], len(fl.applied)
 }
 
-// describe sums a config up as listener -> group:weight:targets.
-func describe(c lb.Config) string {
-	out := ""
-	for _, l := range c.Listeners {
-		out += l.Address + " ->"
-		for _, g := range l.Groups {
-			out += fmt.Sprintf(" %s:%d:%d", g.Name, g.Weight, len(g.Targets))
-		}
-		out += ";"
-	}
-	return out
-}
-
 func waitConfig(t *testing.T, s *Sync, fl *fakeLB, want string) {
 	t.Helper()
-	waitDescribed(t, want, func() string { c, _ := lastConfig(s, fl); return describe(c) })
-}
-
-// waitDescribed waits until got returns want.
-func waitDescribed(t *testing.T, want string, got func() string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		g := got()
-		if g == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("load balancer config %q, want %q", g, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	lbsynctest.WaitDescribed(t, want, func() string { c, _ := lastConfig(s, fl); return lbsynctest.Describe(c) })
 }
 
 // TestFollow configures the load balancer from the store as a replica that does not lead does:
@@ -75,10 +39,10 @@ func TestFollow(t *testing.T) {
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
 	}, Status: v1alpha1.FleetStatus{Rollout: &v1alpha1.RolloutStatus{Revision: "web-2", PreviousRevision: "web-1",
 		Phase: v1alpha1.RolloutProgressing, Weights: map[string]int32{"web-1": 80, "web-2": 20}}}}
-	put(t, st, store.Fleets, f)
-	a := inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1")
-	put(t, st, store.Instances, a)
-	put(t, st, store.Instances, inst("web-b", "web-2", v1alpha1.PhaseBooting, "10.0.0.2"))
+	lbsynctest.Put(t, st, store.Fleets, f)
+	a := lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1")
+	lbsynctest.Put(t, st, store.Instances, a)
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.Inst("web-b", "web-2", v1alpha1.PhaseBooting, "10.0.0.2"))
 
 	fl := &fakeLB{}
 	s := New(fl, "127.0.0.1", nil)
@@ -88,14 +52,14 @@ func TestFollow(t *testing.T) {
 	waitConfig(t, s, fl, "127.0.0.1:8080 -> web-1:80:1 web-2:20:1;")
 
 	// The leader records a new instance and ends the rollout: proportional weights again.
-	put(t, st, store.Instances, inst("web-c", "web-2", v1alpha1.PhaseReady, "10.0.0.3"))
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.Inst("web-c", "web-2", v1alpha1.PhaseReady, "10.0.0.3"))
 	f.Status.Rollout.Phase = v1alpha1.RolloutSucceeded
-	put(t, st, store.Fleets, f)
+	lbsynctest.Put(t, st, store.Fleets, f)
 	waitConfig(t, s, fl, "127.0.0.1:8080 -> web-1:1:1 web-2:2:2;")
 
 	// An instance on its way out is no target.
 	a.Status.Phase = v1alpha1.PhaseTerminating
-	put(t, st, store.Instances, a)
+	lbsynctest.Put(t, st, store.Instances, a)
 	waitConfig(t, s, fl, "127.0.0.1:8080 -> web-2:2:2;")
 
 	// The store stops answering: the load balancer keeps what it had.
@@ -104,8 +68,8 @@ func TestFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // nothing to wait for: Follow must do nothing
-	if c, n := lastConfig(s, fl); n != applies || describe(c) != "127.0.0.1:8080 -> web-2:2:2;" {
-		t.Fatalf("after the store closed: %d applies (was %d), config %q", n, applies, describe(c))
+	if c, n := lastConfig(s, fl); n != applies || lbsynctest.Describe(c) != "127.0.0.1:8080 -> web-2:2:2;" {
+		t.Fatalf("after the store closed: %d applies (was %d), config %q", n, applies, lbsynctest.Describe(c))
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -138,10 +102,10 @@ func paused(s *Sync, fl *fakeLB) string {
 func TestFollowPausedHealth(t *testing.T) {
 	st := memory.New()
 	defer st.Close()
-	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
 	}})
-	put(t, st, store.Instances, inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"))
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"))
 	fl := &fakeLB{}
 	s := New(fl, "127.0.0.1", nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -153,15 +117,15 @@ func TestFollowPausedHealth(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitDescribed(t, "127.0.0.1:8080:false;", func() string { return paused(s, fl) })
+	lbsynctest.WaitDescribed(t, "127.0.0.1:8080:false;", func() string { return paused(s, fl) })
 
 	a := &v1alpha1.ChaosAction{Metadata: v1alpha1.ObjectMeta{Name: "pause-1"},
 		Spec:   v1alpha1.ChaosActionSpec{Action: v1alpha1.ChaosPauseHealth, Target: "web"},
 		Status: v1alpha1.ChaosActionStatus{Phase: v1alpha1.ChaosActive, StartedAt: time.Now()}}
-	put(t, st, chaos.Kind, a)
-	waitDescribed(t, "127.0.0.1:8080:true;", func() string { return paused(s, fl) })
+	lbsynctest.Put(t, st, chaos.Kind, a)
+	lbsynctest.WaitDescribed(t, "127.0.0.1:8080:true;", func() string { return paused(s, fl) })
 
 	a.Status.Phase = v1alpha1.ChaosEnded
-	put(t, st, chaos.Kind, a)
-	waitDescribed(t, "127.0.0.1:8080:false;", func() string { return paused(s, fl) })
+	lbsynctest.Put(t, st, chaos.Kind, a)
+	lbsynctest.WaitDescribed(t, "127.0.0.1:8080:false;", func() string { return paused(s, fl) })
 }

@@ -254,7 +254,7 @@ func (s *Sync) Drained(instance string) bool {
 func (s *Sync) Health() map[string]string {
 	out := map[string]string{}
 	for _, h := range s.lb.Health() {
-		if cur, ok := out[h.ID]; !ok || stateRank[h.State] > stateRank[lb.State(cur)] {
+		if cur, ok := out[h.ID]; !ok || h.State.Worse(lb.State(cur)) {
 			out[h.ID] = string(h.State)
 		}
 	}

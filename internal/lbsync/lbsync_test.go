@@ -9,6 +9,7 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbsync/lbsynctest"
 )
 
 type fakeLB struct {
@@ -19,14 +20,6 @@ type fakeLB struct {
 func (f *fakeLB) Apply(c lb.Config) error   { f.applied = append(f.applied, c); return nil }
 func (f *fakeLB) Health() []lb.TargetHealth { return f.health }
 
-func inst(name, rev string, phase v1alpha1.InstancePhase, addr string) *v1alpha1.Instance {
-	return &v1alpha1.Instance{
-		Metadata: v1alpha1.ObjectMeta{Name: name},
-		Spec:     v1alpha1.InstanceSpec{Fleet: "web", Revision: rev},
-		Status:   v1alpha1.InstanceStatus{Phase: phase, Address: addr},
-	}
-}
-
 func TestListeners(t *testing.T) {
 	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners:   []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
@@ -35,11 +28,11 @@ func TestListeners(t *testing.T) {
 	fl := &fakeLB{}
 	s := New(fl, "127.0.0.1", nil)
 	s.SetFleetTargets(f, []*v1alpha1.Instance{
-		inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"),
-		inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), // drained, not routed
-		inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"),     // health checks decide
-		inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4"),
-		inst("web-e", "web-2", v1alpha1.PhasePending, ""), // no address yet
+		lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"),
+		lbsynctest.Inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), // drained, not routed
+		lbsynctest.Inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"),     // health checks decide
+		lbsynctest.Inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4"),
+		lbsynctest.Inst("web-e", "web-2", v1alpha1.PhasePending, ""), // no address yet
 	}, nil)
 	if len(fl.applied) != 1 {
 		t.Fatalf("%d applies, want 1", len(fl.applied))
@@ -57,7 +50,7 @@ func TestListeners(t *testing.T) {
 	}
 
 	// The same state again changes nothing; removal applies an empty config.
-	s.SetFleetTargets(f, []*v1alpha1.Instance{inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"), inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4")}, nil)
+	s.SetFleetTargets(f, []*v1alpha1.Instance{lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), lbsynctest.Inst("web-b", "web-1", v1alpha1.PhaseTerminating, "10.0.0.2"), lbsynctest.Inst("web-c", "web-2", v1alpha1.PhaseBooting, "10.0.0.3"), lbsynctest.Inst("web-d", "web-2", v1alpha1.PhaseReady, "10.0.0.4")}, nil)
 	if len(fl.applied) != 1 {
 		t.Fatalf("unchanged targets were applied again")
 	}
@@ -89,10 +82,10 @@ func TestRolloutWeights(t *testing.T) {
 	}}
 	s := New(&fakeLB{}, "127.0.0.1", nil)
 	ins := []*v1alpha1.Instance{
-		inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"),
-		inst("web-b", "web-1", v1alpha1.PhaseReady, "10.0.0.2"),
-		inst("web-c", "web-2", v1alpha1.PhaseReady, "10.0.0.3"),
-		inst("web-d", "web-3", v1alpha1.PhaseReady, "10.0.0.4"),
+		lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"),
+		lbsynctest.Inst("web-b", "web-1", v1alpha1.PhaseReady, "10.0.0.2"),
+		lbsynctest.Inst("web-c", "web-2", v1alpha1.PhaseReady, "10.0.0.3"),
+		lbsynctest.Inst("web-d", "web-3", v1alpha1.PhaseReady, "10.0.0.4"),
 	}
 	got := map[string]int{}
 	for _, g := range s.Listeners(f, ins, map[string]int32{"web-1": 90, "web-2": 10})[0].Groups {
@@ -115,10 +108,10 @@ func TestListenersWarmPoolAndHold(t *testing.T) {
 	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
 	}}
-	warm := inst("web-w", "web-1", v1alpha1.PhaseReady, "10.0.0.9")
+	warm := lbsynctest.Inst("web-w", "web-1", v1alpha1.PhaseReady, "10.0.0.9")
 	warm.Metadata.Labels = map[string]string{controller.LabelWarm: "true"}
 	s := New(&fakeLB{}, "127.0.0.1", nil)
-	ls := s.Listeners(f, []*v1alpha1.Instance{inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), warm}, nil)
+	ls := s.Listeners(f, []*v1alpha1.Instance{lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), warm}, nil)
 	if len(ls) != 1 || len(ls[0].Groups) != 1 || len(ls[0].Groups[0].Targets) != 1 || ls[0].Groups[0].Targets[0].ID != "web-a" {
 		t.Fatalf("warm instance routed: %+v", ls)
 	}
@@ -166,7 +159,7 @@ func TestListenerErrorPerFleet(t *testing.T) {
 func TestSyncRegionOf(t *testing.T) {
 	s := New(&fakeLB{}, "127.0.0.1", nil)
 	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}}
-	a, b := inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), inst("web-b", "web-1", v1alpha1.PhaseBooting, "")
+	a, b := lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1"), lbsynctest.Inst("web-b", "web-1", v1alpha1.PhaseBooting, "")
 	a.Spec.Region, b.Spec.Region = "eu", "us"
 	s.SetFleetTargets(f, []*v1alpha1.Instance{a, b}, nil)
 	if s.RegionOf("web-a") != "eu" || s.RegionOf("web-b") != "us" || s.RegionOf("web-z") != "" {

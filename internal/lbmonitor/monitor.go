@@ -1,4 +1,8 @@
-package lbsync
+// Package lbmonitor turns what the load balancers observe (their targets' health and their
+// counters) into what the controller's healing, the autoscaler and the canary analysis read: each
+// instance's state, each fleet's and each revision's load and errors (Monitor), counted on the
+// load balancers that carry each fleet's traffic (Figures).
+package lbmonitor
 
 import (
 	"sync"
@@ -29,8 +33,8 @@ type Notifying interface {
 	OnTargetChange(func(lb.TargetChange))
 }
 
-// MonitorOptions configure a Monitor. Zero values take the defaults.
-type MonitorOptions struct {
+// Options configure a Monitor. Zero values take the defaults.
+type Options struct {
 	// HealthTTL is how long one read of the targets' health answers InstanceHealth. Default: 100ms.
 	HealthTTL time.Duration
 	// StatsWindow is the span InstanceStats covers. Default: 60s.
@@ -54,7 +58,7 @@ type MonitorOptions struct {
 // control plane costs nothing.
 type Monitor struct {
 	src  Observed
-	opts MonitorOptions
+	opts Options
 	now  func() time.Time
 
 	// stale is set by every change the load balancer reports, so that the next InstanceHealth
@@ -96,8 +100,8 @@ type fleetSample struct {
 	regions map[[2]string]lb.Stats
 }
 
-// NewMonitor returns a Monitor reading src.
-func NewMonitor(src Observed, opts MonitorOptions) *Monitor {
+// New returns a Monitor reading src.
+func New(src Observed, opts Options) *Monitor {
 	if opts.HealthTTL <= 0 {
 		opts.HealthTTL = 100 * time.Millisecond
 	}
@@ -137,9 +141,6 @@ func (m *Monitor) NotifyHealth(f func(controller.HealthChange)) bool {
 	return true
 }
 
-// stateRank orders states from best to worst; an instance reports its worst listener.
-var stateRank = map[lb.State]int{lb.StateHealthy: 0, lb.StateUnknown: 1, lb.StateDraining: 2, lb.StateUnhealthy: 3, lb.StateEjected: 4}
-
 // InstanceHealth implements controller.HealthSource.
 func (m *Monitor) InstanceHealth(name string) (string, time.Time) {
 	m.mu.Lock()
@@ -153,9 +154,9 @@ func (m *Monitor) InstanceHealth(name string) (string, time.Time) {
 		for _, h := range m.src.Health() {
 			cur, ok := m.health[h.ID]
 			switch {
-			case !ok || stateRank[h.State] > stateRank[lb.State(cur.state)]:
+			case !ok || h.State.Worse(lb.State(cur.state)):
 				m.health[h.ID] = instHealth{state: string(h.State), since: h.Since}
-			case stateRank[h.State] == stateRank[lb.State(cur.state)] && h.Since.After(cur.since):
+			case !lb.State(cur.state).Worse(h.State) && h.Since.After(cur.since): // as bad: the latest change
 				// The same state on several listeners: it has held on all of them since the latest.
 				m.health[h.ID] = instHealth{state: cur.state, since: h.Since}
 			}

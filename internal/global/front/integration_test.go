@@ -1,4 +1,4 @@
-package lbsync_test
+package front_test
 
 import (
 	"context"
@@ -9,17 +9,20 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/global/front"
+	"herd.dev/herd/internal/global/rtt"
+	"herd.dev/herd/internal/lbsync/lbsynctest"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
+	"herd.dev/herd/internal/regionlb"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
 
 // TestIntegrationFrontAndRTTs: on real region networks (near 10 ms, far 60 ms away), the store's
-// fleet in both regions gets the front door configured by Front, which sends a client's requests
-// to the near region; and RTTs gathers, from the regional load balancers' own tables, two client
+// fleet in both regions gets the front door configured by front.Sync, which sends a client's requests
+// to the near region; and rtt.Collector gathers, from the regional load balancers' own tables, two client
 // networks that rank the regions the other way round from each other.
 func TestIntegrationFrontAndRTTs(t *testing.T) {
 	p := regiontest.Provider(t, []string{"near", "far"}, []string{"home", "remote"})
@@ -33,35 +36,35 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, port := serveInRegions(t, p, map[string]string{"near": latency["near"].String(), "far": latency["far"].String()},
+	addrs, port := lbsynctest.ServeInRegions(t, p, map[string]string{"near": latency["near"].String(), "far": latency["far"].String()},
 		func(region string) string { return region })
 	st := memory.New()
 	defer st.Close()
 	// Far first in the spec: the front door must rank regions by distance, not by order.
-	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners:   []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
 		HealthCheck: v1alpha1.HealthCheck{Path: "/", Port: int32(port)},
 		Regions: []v1alpha1.Region{{Name: "far", Provider: local.Name, Options: map[string]string{"latency": "60ms"}},
 			{Name: "near", Provider: local.Name, Options: map[string]string{"latency": "10ms"}}},
 	}})
-	putReadyInstances(t, st, addrs)
+	lbsynctest.PutReadyInstances(t, st, addrs)
 
 	providers := map[string]provider.Provider{local.Name: p}
-	var front *lbsync.Front
-	regional := lbsync.NewRegional(lbsync.RegionalOptions{Providers: providers, Applied: func() { front.Kick() }})
-	front = lbsync.NewFront(lbsync.FrontOptions{Providers: providers, Regions: regional.Balancers})
-	rtts := lbsync.NewRTTs(lbsync.RTTOptions{Sources: regional.RTTSources, Interval: 500 * time.Millisecond})
+	var door *front.Sync
+	regional := regionlb.New(regionlb.Options{Providers: providers, Applied: func() { door.Kick() }})
+	door = front.NewSync(front.SyncOptions{Providers: providers, Regions: regional.Balancers})
+	rtts := rtt.New(rtt.Options{Sources: regional.RTTSources, Interval: 500 * time.Millisecond})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go regional.Run(rctx, st)
-	go front.Run(rctx, st)
+	go door.Run(rctx, st)
 	go rtts.Run(rctx)
 
 	// The front door serves the fleet's listener on its own address, from the near region.
 	start := time.Now()
 	deadline := start.Add(60 * time.Second)
-	var fs lbsync.FrontStatus
-	for fs = front.Status(); !fs.Synced || len(fs.Listeners) != 1 || len(fs.Listeners[0].Regions) != 2; fs = front.Status() {
+	var fs front.Status
+	for fs = door.Status(); !fs.Synced || len(fs.Listeners) != 1 || len(fs.Listeners[0].Regions) != 2; fs = door.Status() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the front door was not configured with both regions within 60s: %+v (regions %+v)", fs, regional.Balancers())
 		}
@@ -74,17 +77,17 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("GET %s from the client: %q, want the near region's answer", url, body)
 		}
-		body, _ = get(hc, url)
+		body, _ = lbsynctest.Get(hc, url)
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("front door at %s serves web/http from the near region, %s after the configurers started", url, time.Since(start).Round(time.Millisecond))
 	for range 20 {
-		if body, err := get(hc, url); err != nil || body != "near" {
+		if body, err := lbsynctest.Get(hc, url); err != nil || body != "near" {
 			t.Fatalf("GET %s: %q %v, want every answer from the near region", url, body, err)
 		}
 	}
 
-	// Each client network talks to each region's load balancer; RTTs shows each on its own /24.
+	// Each client network talks to each region's load balancer; the collector shows each on its own /24.
 	want := map[string]map[string]time.Duration{
 		home.Network:   {"near": latency["near"], "far": latency["far"]},
 		remote.Network: {"near": latency["near"] + 100*time.Millisecond, "far": latency["far"]},
@@ -94,7 +97,7 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 			u := fmt.Sprintf("http://%s/", net.JoinHostPort(b.DataAddress.String(), "8080"))
 			for range 3 {
 				// A client of its own each time: a new connection, sampled after its request.
-				if body, err := get(regiontest.HTTPClient(c.Netns, 5*time.Second), u); err != nil || body != b.Region {
+				if body, err := lbsynctest.Get(regiontest.HTTPClient(c.Netns, 5*time.Second), u); err != nil || body != b.Region {
 					t.Fatalf("GET %s from %s: %q %v", u, c.Name, body, err)
 				}
 			}
@@ -115,7 +118,7 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("RTTs has not every client network in every region within 10s: %v", got)
+			t.Fatalf("the RTT collector has not every client network in every region within 10s: %v", got)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -1,4 +1,4 @@
-package lbsync
+package lbmonitor
 
 import (
 	"testing"
@@ -6,24 +6,8 @@ import (
 
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbsync/lbsynctest"
 )
-
-type fakeObserved struct {
-	health []lb.TargetHealth
-	snap   lb.Snapshot
-}
-
-func (f *fakeObserved) Health() []lb.TargetHealth { return f.health }
-func (f *fakeObserved) Metrics() lb.Snapshot      { return f.snap }
-
-func stats(ok, bad uint64) lb.Stats {
-	var s lb.Stats
-	s.Requests[lb.Class2xx] = ok
-	s.Requests[lb.Class5xx] = bad
-	s.Latency = make([]uint64, len(lb.LatencyBuckets)+1)
-	s.Latency[0] = ok + bad
-	return s
-}
 
 func snapshot(a, b lb.Stats) lb.Snapshot {
 	return lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "web", Stats: a.Add(b), Groups: []lb.GroupStats{{
@@ -34,15 +18,15 @@ func snapshot(a, b lb.Stats) lb.Snapshot {
 func TestMonitor(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	src := &fakeObserved{
-		health: []lb.TargetHealth{
+	src := &lbsynctest.Observed{
+		TargetHealth: []lb.TargetHealth{
 			{Listener: "web/http", ID: "web-a", State: lb.StateHealthy, Since: t0.Add(-time.Hour)},
 			{Listener: "web/http", ID: "web-b", State: lb.StateHealthy, Since: t0.Add(-time.Hour)},
 			{Listener: "web/tcp", ID: "web-b", State: lb.StateUnhealthy, Since: t0.Add(-time.Minute)},
 		},
-		snap: snapshot(stats(100, 0), stats(100, 10)),
+		Snapshot: snapshot(lbsynctest.Stats(100, 0), lbsynctest.Stats(100, 10)),
 	}
-	m := NewMonitor(src, MonitorOptions{StatsEvery: 10 * time.Second, StatsWindow: time.Minute})
+	m := New(src, Options{StatsEvery: 10 * time.Second, StatsWindow: time.Minute})
 	m.now = func() time.Time { return now }
 
 	if st, since := m.InstanceHealth("web-b"); st != controller.HealthUnhealthy || !since.Equal(t0.Add(-time.Minute)) {
@@ -61,7 +45,7 @@ func TestMonitor(t *testing.T) {
 
 	// One second later, 300 more requests in all.
 	now = now.Add(time.Second)
-	src.snap = snapshot(stats(250, 0), stats(250, 10))
+	src.Snapshot = snapshot(lbsynctest.Stats(250, 0), lbsynctest.Stats(250, 10))
 	l, ok := m.FleetLoad("web", time.Second)
 	if !ok || l.RequestsPerSecond != 300 {
 		t.Fatalf("FleetLoad = %+v, %v; want 300 rps", l, ok)
@@ -75,7 +59,7 @@ func TestMonitor(t *testing.T) {
 		now = now.Add(10 * time.Second)
 		m.InstanceStats("web-a")
 	}
-	src.snap = snapshot(stats(350, 0), stats(250, 70))
+	src.Snapshot = snapshot(lbsynctest.Stats(350, 0), lbsynctest.Stats(250, 70))
 	now = now.Add(10 * time.Second)
 	if r, e := m.InstanceStats("web-b"); r != 60 || e != 60 {
 		t.Fatalf("web-b stats over the last minute %d/%d, want 60/60", r, e)
@@ -85,9 +69,9 @@ func TestMonitor(t *testing.T) {
 	}
 }
 
-// notifyingObserved is a fakeObserved that reports changes as the load balancer does.
+// notifyingObserved is an lbsynctest.Observed that reports changes as the load balancer does.
 type notifyingObserved struct {
-	fakeObserved
+	lbsynctest.Observed
 	subs []func(lb.TargetChange)
 }
 
@@ -104,10 +88,10 @@ func (n *notifyingObserved) change(c lb.TargetChange) {
 // reconcile the change brings sees it.
 func TestMonitorNotifiesHealthChanges(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	src := &notifyingObserved{fakeObserved: fakeObserved{health: []lb.TargetHealth{
+	src := &notifyingObserved{Observed: lbsynctest.Observed{TargetHealth: []lb.TargetHealth{
 		{Listener: "web/http", Fleet: "web", ID: "web-a", State: lb.StateHealthy, Since: t0},
 	}}}
-	m := NewMonitor(src, MonitorOptions{HealthTTL: time.Hour})
+	m := New(src, Options{HealthTTL: time.Hour})
 	m.now = func() time.Time { return t0 }
 	var got []controller.HealthChange
 	if !m.NotifyHealth(func(c controller.HealthChange) { got = append(got, c) }) {
@@ -116,7 +100,7 @@ func TestMonitorNotifiesHealthChanges(t *testing.T) {
 	if st, _ := m.InstanceHealth("web-a"); st != controller.HealthHealthy {
 		t.Fatalf("web-a is %q, want healthy", st)
 	}
-	src.health[0].State = lb.StateUnhealthy
+	src.TargetHealth[0].State = lb.StateUnhealthy
 	src.change(lb.TargetChange{Fleet: "web", ID: "web-a", State: lb.StateUnhealthy})
 	src.change(lb.TargetChange{Fleet: "web", ID: "web-a", State: lb.StateUnhealthy, Errors: true})
 	want := []controller.HealthChange{{Fleet: "web", Instance: "web-a"}, {Fleet: "web", Instance: "web-a", Errors: true}}
@@ -127,7 +111,7 @@ func TestMonitorNotifiesHealthChanges(t *testing.T) {
 		t.Fatalf("after the change web-a is %q within the cache's TTL, want unhealthy", st)
 	}
 
-	plain := NewMonitor(&fakeObserved{}, MonitorOptions{})
+	plain := New(&lbsynctest.Observed{}, Options{})
 	if plain.NotifyHealth(func(controller.HealthChange) {}) {
 		t.Error("NotifyHealth claims notifications from a load balancer that cannot notify")
 	}
@@ -138,9 +122,9 @@ func TestMonitorNotifiesHealthChanges(t *testing.T) {
 func TestMonitorRegions(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	src := &fakeObserved{snap: snapshot(stats(100, 0), stats(100, 10))}
+	src := &lbsynctest.Observed{Snapshot: snapshot(lbsynctest.Stats(100, 0), lbsynctest.Stats(100, 10))}
 	regionOf := map[string]string{"web-a": "eu", "web-b": "us"}
-	m := NewMonitor(src, MonitorOptions{RegionOf: func(in string) string { return regionOf[in] }})
+	m := New(src, Options{RegionOf: func(in string) string { return regionOf[in] }})
 	m.now = func() time.Time { return now }
 
 	if _, ok := m.RegionLoad("web", "eu", time.Second); ok {
@@ -151,7 +135,7 @@ func TestMonitorRegions(t *testing.T) {
 		t.Fatalf("first RegionRevisionStats = %+v, %v; want a zero baseline", rs, ok)
 	}
 	now = now.Add(time.Second)
-	src.snap = snapshot(stats(400, 0), stats(150, 30)) // eu +300, us +50 of which 20 5xx
+	src.Snapshot = snapshot(lbsynctest.Stats(400, 0), lbsynctest.Stats(150, 30)) // eu +300, us +50 of which 20 5xx
 	if l, ok := m.RegionLoad("web", "eu", time.Second); !ok || l.RequestsPerSecond != 300 {
 		t.Fatalf("RegionLoad(eu) = %+v, %v; want 300 rps", l, ok)
 	}
@@ -177,7 +161,7 @@ func TestMonitorRegions(t *testing.T) {
 		t.Error("RegionRevisionStats answered for a revision the load balancer does not have")
 	}
 
-	plain := NewMonitor(src, MonitorOptions{})
+	plain := New(src, Options{})
 	if _, ok := plain.RegionRevisionStats("web", "us", "web-1", since); ok {
 		t.Error("a Monitor without RegionOf answered RegionRevisionStats")
 	}

@@ -1,4 +1,4 @@
-package lbsync
+package front
 
 import (
 	"context"
@@ -12,17 +12,19 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbsync/lbsynctest"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/regionlb"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
 
-// frontProvider is a regionalProvider whose regions' load balancers have addresses of their own
-// and which runs a front door (an adminLB).
+// frontProvider is an lbsynctest.Provider whose regions' load balancers have addresses of their own
+// and which runs a front door (an lbsynctest.AdminLB).
 type frontProvider struct {
-	*regionalProvider
-	front   *adminLB
+	*lbsynctest.Provider
+	front   *lbsynctest.AdminLB
 	ensures atomic.Int32
 	removes atomic.Int32
 }
@@ -30,18 +32,18 @@ type frontProvider struct {
 var regionAddr = map[string]string{"eu": "10.216.0.1", "us": "10.216.0.2", "solo": "10.216.0.3"}
 
 func (p *frontProvider) EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (provider.RegionBalancer, error) {
-	b, err := p.regionalProvider.EnsureRegionBalancer(ctx, region, options)
+	b, err := p.Provider.EnsureRegionBalancer(ctx, region, options)
 	b.DataAddress = netip.MustParseAddr(regionAddr[region])
 	return b, err
 }
 
 func (p *frontProvider) EnsureFrontDoor(ctx context.Context) (provider.FrontDoor, error) {
 	p.ensures.Add(1)
-	tok := filepath.Join(p.dir, "front-token")
+	tok := filepath.Join(p.Dir, "front-token")
 	if err := os.WriteFile(tok, []byte("secret-front\n"), 0o600); err != nil {
 		return provider.FrontDoor{}, err
 	}
-	return provider.FrontDoor{DataAddress: netip.MustParseAddr("10.216.0.9"), AdminURL: p.front.srv.URL, TokenFile: tok}, nil
+	return provider.FrontDoor{DataAddress: netip.MustParseAddr("10.216.0.9"), AdminURL: p.front.Srv.URL, TokenFile: tok}, nil
 }
 
 func (p *frontProvider) RemoveFrontDoor(ctx context.Context) error {
@@ -69,23 +71,19 @@ func describeFront(c lb.Config) string {
 // leaves an adopted front door that runs the right configuration alone; empties it when the last
 // such fleet goes; and starts none while no fleet needs one.
 func TestFront(t *testing.T) {
-	fp, err := fake.New(fake.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &frontProvider{front: newAdminLB(t, "secret-front"), regionalProvider: &regionalProvider{Provider: fp, dir: t.TempDir(), ensured: map[string]map[string]string{},
-		lbs: map[string]*adminLB{"eu": newAdminLB(t, "secret-eu"), "us": newAdminLB(t, "secret-us"), "solo": newAdminLB(t, "secret-solo")}}}
+	p := &frontProvider{front: lbsynctest.NewAdminLB(t, "secret-front"), Provider: lbsynctest.NewProvider(t, map[string]*lbsynctest.AdminLB{
+		"eu": lbsynctest.NewAdminLB(t, "secret-eu"), "us": lbsynctest.NewAdminLB(t, "secret-us"), "solo": lbsynctest.NewAdminLB(t, "secret-solo")})}
 	st := memory.New()
 	defer st.Close()
-	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "quick"}, Spec: v1alpha1.FleetSpec{
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "quick"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 9090, InstancePort: 30080}},
 		Regions:   []v1alpha1.Region{{Name: "solo", Provider: fake.Name}},
 	}})
 
-	run := func() (*Front, context.CancelFunc, chan struct{}) {
+	run := func() (*Sync, context.CancelFunc, chan struct{}) {
 		providers := map[string]provider.Provider{fake.Name: p}
-		f := NewFront(FrontOptions{Providers: providers, Resync: 50 * time.Millisecond})
-		r := NewRegional(RegionalOptions{Providers: providers, Resync: time.Hour, Applied: f.Kick})
+		f := NewSync(SyncOptions{Providers: providers, Resync: 50 * time.Millisecond})
+		r := regionlb.New(regionlb.Options{Providers: providers, Resync: time.Hour, Applied: f.Kick})
 		f.opts.Regions = r.Balancers
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -95,7 +93,7 @@ func TestFront(t *testing.T) {
 	}
 	// waitPasses waits until f has derived its configuration n more times: what must not happen
 	// has had its chances.
-	waitPasses := func(f *Front, n int64) {
+	waitPasses := func(f *Sync, n int64) {
 		t.Helper()
 		want := f.passes.Load() + n
 		deadline := time.Now().Add(10 * time.Second)
@@ -113,7 +111,7 @@ func TestFront(t *testing.T) {
 		t.Fatalf("the front door was ensured %d times with no fleet served regionally", n)
 	}
 
-	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{
 			{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP},
 			{Name: "admin", Port: 8081, InstancePort: 30081, Protocol: v1alpha1.ProtocolHTTP},
@@ -127,7 +125,7 @@ func TestFront(t *testing.T) {
 		":5432 tcp  [ us=10.216.0.2:5432 eu=10.216.0.1:5432 ] nearest"
 	waitFront := func(want string) {
 		t.Helper()
-		waitDescribed(t, want, func() string { c, _ := p.front.state(); return describeFront(c) })
+		lbsynctest.WaitDescribed(t, want, func() string { c, _ := p.front.State(); return describeFront(c) })
 	}
 	waitFront(want)
 	deadline := time.Now().Add(5 * time.Second)
@@ -139,27 +137,27 @@ func TestFront(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// The real front door's settings (front.Config): checks every 500 ms, retries on the next region.
-	if c, _ := p.front.state(); c.Listeners[0].Retry.Budget != 1 || !c.Listeners[0].HealthCheck.CloseOnUnhealthy {
+	if c, _ := p.front.State(); c.Listeners[0].Retry.Budget != 1 || !c.Listeners[0].HealthCheck.CloseOnUnhealthy {
 		t.Errorf("the front door's listener is not front.Config's: %+v", c.Listeners[0])
 	}
 
 	// A front door that restarted with no configuration gets it again within a resync.
-	p.front.restart()
+	p.front.Restart()
 	waitFront(want)
 	cancel()
 	<-done
 
 	// A new herd up adopts the front door that runs the right configuration: it changes nothing.
-	_, before := p.front.state()
+	_, before := p.front.State()
 	f2, cancel2, done2 := run()
 	deadline = time.Now().Add(5 * time.Second)
 	for s := f2.Status(); !s.Synced; s = f2.Status() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the new Front did not sync: %+v", s)
+			t.Fatalf("the new Sync did not sync: %+v", s)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, after := p.front.state(); after != before {
+	if _, after := p.front.State(); after != before {
 		t.Errorf("the adopted front door got %d configs, want none: it runs the right one", after-before)
 	}
 

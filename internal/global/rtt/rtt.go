@@ -1,4 +1,7 @@
-package lbsync
+// Package rtt collects the round trip from each client network to each region, as the regions'
+// own load balancers measure it on their clients' connections: the figures a latency-based DNS
+// answer (global/routes, global/dns) ranks regions by.
+package rtt
 
 import (
 	"context"
@@ -13,32 +16,32 @@ import (
 	"herd.dev/herd/internal/lb"
 )
 
-// DefaultRTTInterval is how often RTTs reads every regional load balancer's round-trip table.
-const DefaultRTTInterval = 3 * time.Second
+// DefaultInterval is how often a Collector reads every regional load balancer's round-trip table.
+const DefaultInterval = 3 * time.Second
 
-// RTTSource is a load balancer's table of round trips to its client networks: *lb.AdminClient
+// Source is a load balancer's table of round trips to its client networks: *lb.AdminClient
 // (GET /rtt) for a load balancer elsewhere.
-type RTTSource interface {
+type Source interface {
 	ClientRTTs() ([]lb.NetworkRTT, error)
 }
 
-// RTTOptions configure an RTTs.
-type RTTOptions struct {
-	// Sources returns the regions' load balancers to read, by region name; *Regional's
+// Options configure a Collector.
+type Options struct {
+	// Sources returns the regions' load balancers to read, by region name; *regionlb.Regional's
 	// RTTSources does. Required.
-	Sources func() map[string]RTTSource
-	// Interval is how often every source is read. Default: DefaultRTTInterval.
+	Sources func() map[string]Source
+	// Interval is how often every source is read. Default: DefaultInterval.
 	Interval time.Duration
 	Logger   *slog.Logger
 }
 
-// RTTs gathers the round trip from each client network to each region, as the regions' own
+// Collector gathers the round trip from each client network to each region, as the regions' own
 // load balancers measure it on their clients' connections (the kernel's smoothed RTT, per /24 or
 // /48): what a latency-based DNS answer or a front door ranks regions by. It reads every source
 // every Interval; a source that cannot be read keeps its last table, a region that is no longer
 // a source loses it.
-type RTTs struct {
-	opts RTTOptions
+type Collector struct {
+	opts Options
 	log  *slog.Logger
 
 	mu     sync.Mutex
@@ -58,8 +61,8 @@ type RegionRTT struct {
 	RTT    lb.NetworkRTT
 }
 
-// RTTStatus is what RTTs last read from one region's load balancer.
-type RTTStatus struct {
+// Status is what a Collector last read from one region's load balancer.
+type Status struct {
 	Region string
 	// Networks is how many client networks its table holds.
 	Networks int
@@ -69,19 +72,19 @@ type RTTStatus struct {
 	Error string
 }
 
-// NewRTTs returns an RTTs; Run it.
-func NewRTTs(opts RTTOptions) *RTTs {
+// New returns a Collector; Run it.
+func New(opts Options) *Collector {
 	if opts.Interval <= 0 {
-		opts.Interval = DefaultRTTInterval
+		opts.Interval = DefaultInterval
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &RTTs{opts: opts, log: opts.Logger.With("component", "region-rtt"), tables: map[string]regionRTTs{}}
+	return &Collector{opts: opts, log: opts.Logger.With("component", "region-rtt"), tables: map[string]regionRTTs{}}
 }
 
 // Run reads the sources at once, then every Interval, until ctx ends.
-func (r *RTTs) Run(ctx context.Context) error {
+func (r *Collector) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.opts.Interval)
 	defer tick.Stop()
 	for {
@@ -96,7 +99,7 @@ func (r *RTTs) Run(ctx context.Context) error {
 
 // Refresh reads every source now, all at once (a load balancer that does not answer delays
 // only its own region), and returns when every read ended.
-func (r *RTTs) Refresh() {
+func (r *Collector) Refresh() {
 	sources := r.opts.Sources()
 	var wg sync.WaitGroup
 	for region, src := range sources {
@@ -128,7 +131,7 @@ func (r *RTTs) Refresh() {
 
 // ClientRTTs returns the round trip from each client network to each region that measured it:
 // client network -> region name -> RTT. The maps are the caller's.
-func (r *RTTs) ClientRTTs() map[netip.Prefix]map[string]time.Duration {
+func (r *Collector) ClientRTTs() map[netip.Prefix]map[string]time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := map[netip.Prefix]map[string]time.Duration{}
@@ -144,7 +147,7 @@ func (r *RTTs) ClientRTTs() map[netip.Prefix]map[string]time.Duration {
 }
 
 // Entries returns every region's table as one list, sorted by client network, then region.
-func (r *RTTs) Entries() []RegionRTT {
+func (r *Collector) Entries() []RegionRTT {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []RegionRTT
@@ -167,31 +170,17 @@ func (r *RTTs) Entries() []RegionRTT {
 }
 
 // Status returns, by region in name order, what the last reads found.
-func (r *RTTs) Status() []RTTStatus {
+func (r *Collector) Status() []Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]RTTStatus, 0, len(r.tables))
+	out := make([]Status, 0, len(r.tables))
 	for _, region := range slices.Sorted(maps.Keys(r.tables)) {
 		t := r.tables[region]
-		s := RTTStatus{Region: region, Networks: len(t.table), ReadAt: t.readAt}
+		s := Status{Region: region, Networks: len(t.table), ReadAt: t.readAt}
 		if t.err != nil {
 			s.Error = t.err.Error()
 		}
 		out = append(out, s)
-	}
-	return out
-}
-
-// RTTSources returns the load balancers Regional configures, by region: the sources of an RTTs.
-// A region whose load balancer Regional has not reached yet is not among them.
-func (r *Regional) RTTSources() map[string]RTTSource {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]RTTSource{}
-	for region, rl := range r.lbs {
-		if rl.admin != nil {
-			out[region] = rl.admin
-		}
 	}
 	return out
 }

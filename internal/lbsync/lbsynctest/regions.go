@@ -1,7 +1,8 @@
-package lbsync_test
+package lbsynctest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,10 +14,10 @@ import (
 	"herd.dev/herd/internal/store"
 )
 
-// serveInRegions makes each region's network (latency by region) and serves, on the host's bridge
+// ServeInRegions makes each region's network (latency by region) and serves, on the host's bridge
 // address of each, an HTTP server answering body(region): the target a region's router reaches as
 // it reaches the region's instances. It returns each region's address and the port they share.
-func serveInRegions(t *testing.T, p *local.Provider, latency map[string]string, body func(region string) string) (map[string]string, int) {
+func ServeInRegions(t *testing.T, p *local.Provider, latency map[string]string, body func(region string) string) (map[string]string, int) {
 	t.Helper()
 	port := 0
 	addrs := map[string]string{}
@@ -40,21 +41,30 @@ func serveInRegions(t *testing.T, p *local.Provider, latency map[string]string, 
 	return addrs, port
 }
 
-// put stores obj in st.
-func put(t *testing.T, st store.Store, kind string, obj store.Object) {
-	t.Helper()
-	if err := store.PutObject(context.Background(), st, kind, obj); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// putReadyInstances stores a Ready instance web-<region> of fleet web in each region, at its
+// PutReadyInstances stores a Ready instance web-<region> of fleet web in each region, at its
 // address.
-func putReadyInstances(t *testing.T, st store.Store, addrs map[string]string) {
+func PutReadyInstances(t *testing.T, st store.Store, addrs map[string]string) {
 	t.Helper()
 	for region, addr := range addrs {
-		put(t, st, store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
+		Put(t, st, store.Instances, &v1alpha1.Instance{Metadata: v1alpha1.ObjectMeta{Name: "web-" + region},
 			Spec:   v1alpha1.InstanceSpec{Fleet: "web", Revision: "web-1", Region: region, Provider: local.Name},
 			Status: v1alpha1.InstanceStatus{Phase: v1alpha1.PhaseReady, Address: addr}})
 	}
+}
+
+// Get returns the body of url, or an error for a status other than 200.
+func Get(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return string(body), nil
 }

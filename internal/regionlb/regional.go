@@ -1,4 +1,9 @@
-package lbsync
+// Package regionlb configures each region's own load balancer: for every region where a fleet
+// served regionally runs, it has the region's provider make the load balancer and gives it, over
+// its admin API, the fleets' listeners with the region's instances as targets. It also keeps a
+// monitor of each (the fleets' figures, lbmonitor.Figures) and hands their client round trips to
+// the RTT collector (global/rtt).
+package regionlb
 
 import (
 	"context"
@@ -16,15 +21,19 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/fleetwatch"
+	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbmonitor"
+	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 )
 
-// DefaultRegionalResync is how often Regional checks that each regional load balancer runs the
+// DefaultResync is how often Regional checks that each regional load balancer runs the
 // configuration the store gives it, besides every change: a load balancer that restarted (and so
 // lost its configuration) is configured again within it.
-const DefaultRegionalResync = 5 * time.Second
+const DefaultResync = 5 * time.Second
 
 // ServedRegionally reports whether a fleet is served by its regions' own load balancers (where
 // the regions' providers run them, provider.RegionalBalancers): a fleet in more than one region,
@@ -39,13 +48,13 @@ func ServedRegionally(f *v1alpha1.Fleet) bool {
 	return slices.ContainsFunc(f.Spec.Regions, func(r v1alpha1.Region) bool { return len(r.Options) > 0 })
 }
 
-// RegionalOptions configure a Regional.
-type RegionalOptions struct {
+// Options configure a Regional.
+type Options struct {
 	// Providers are the control plane's providers by name; those implementing
 	// provider.RegionalBalancers run the regional load balancers.
 	Providers map[string]provider.Provider
 	// Resync is how often every regional load balancer's configuration is checked. Default:
-	// DefaultRegionalResync.
+	// DefaultResync.
 	Resync time.Duration
 	// Applied, if set, is called after every pass over the regions: what Balancers returns may
 	// have changed (Front's Kick).
@@ -56,16 +65,16 @@ type RegionalOptions struct {
 // Regional keeps the load balancer of every region in step with the store: for each region
 // where a fleet served regionally (ServedRegionally) runs, it makes the region's load balancer
 // (provider.RegionalBalancers) and gives it, over its admin API, the listeners of those fleets
-// with the region's instances only as targets. Like Follow it is level-based: each
+// with the region's instances only as targets. Like lbsync's Follow it is level-based: each
 // configuration is derived whole from the records, never patched, so a load balancer found in
 // any state (adopted from an earlier herd up, restarted empty) ends up with the right one. Only
 // the replica that runs the controller runs it.
 type Regional struct {
-	opts RegionalOptions
+	opts Options
 	log  *slog.Logger
 	// listeners builds the listeners (bound on every address of the region's load balancer)
 	// and holds the fleets whose health checks are paused.
-	listeners *Sync
+	listeners *lbsync.Sync
 
 	mu  sync.Mutex
 	lbs map[string]*regionLB // by region
@@ -81,11 +90,11 @@ type regionLB struct {
 	ports   []int
 	err     error // why the last ensure or apply failed
 	// mon counts its traffic, read over the admin API (Figures).
-	mon *regionMonitor
+	mon *lbmonitor.Remote
 }
 
-// RegionLBStatus is a regional load balancer as Regional last saw it.
-type RegionLBStatus struct {
+// Status is a regional load balancer as Regional last saw it.
+type Status struct {
 	Region string
 	// DataAddress is where the region's clients reach its listeners.
 	DataAddress netip.Addr
@@ -97,16 +106,16 @@ type RegionLBStatus struct {
 	Error string
 }
 
-// NewRegional returns a Regional; Run it.
-func NewRegional(opts RegionalOptions) *Regional {
+// New returns a Regional; Run it.
+func New(opts Options) *Regional {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Resync <= 0 {
-		opts.Resync = DefaultRegionalResync
+		opts.Resync = DefaultResync
 	}
 	log := opts.Logger.With("component", "regional-lb")
-	return &Regional{opts: opts, log: log, listeners: New(nil, "", log), lbs: map[string]*regionLB{}}
+	return &Regional{opts: opts, log: log, listeners: lbsync.New(nil, "", log), lbs: map[string]*regionLB{}}
 }
 
 // Run configures the regional load balancers from st until ctx ends. They keep their last
@@ -114,7 +123,7 @@ func NewRegional(opts RegionalOptions) *Regional {
 func (r *Regional) Run(ctx context.Context, st store.Store) error {
 	tick := time.NewTicker(r.opts.Resync)
 	defer tick.Stop()
-	watchStore(ctx, st, r.log, tick.C, func(f *follower, _ map[string]bool) { r.apply(ctx, f) })
+	fleetwatch.Run(ctx, st, r.log, tick.C, func(v *fleetwatch.View, _ map[string]bool) { r.apply(ctx, v) })
 	return nil
 }
 
@@ -123,12 +132,12 @@ func (r *Regional) Run(ctx context.Context, st store.Store) error {
 func (r *Regional) SetHealthPaused(paused map[string]bool) { r.listeners.SetHealthPaused(paused) }
 
 // Balancers returns the regional load balancers, by region name.
-func (r *Regional) Balancers() []RegionLBStatus {
+func (r *Regional) Balancers() []Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]RegionLBStatus, 0, len(r.lbs))
+	out := make([]Status, 0, len(r.lbs))
 	for region, rl := range r.lbs {
-		s := RegionLBStatus{Region: region, DataAddress: rl.info.DataAddress, Ports: slices.Clone(rl.ports), Synced: rl.err == nil && rl.applied != nil}
+		s := Status{Region: region, DataAddress: rl.info.DataAddress, Ports: slices.Clone(rl.ports), Synced: rl.err == nil && rl.applied != nil}
 		if rl.err != nil {
 			s.Error = rl.err.Error()
 		}
@@ -147,16 +156,11 @@ type regionWant struct {
 
 // apply derives every region's configuration from f and gives it to the region's load balancer
 // when it runs another one.
-func (r *Regional) apply(ctx context.Context, f *follower) {
+func (r *Regional) apply(ctx context.Context, v *fleetwatch.View) {
 	want := map[string]*regionWant{}
 	served := map[string][]string{}
-	names := make([]string, 0, len(f.fleets))
-	for n := range f.fleets {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		fl, insts, weights, _ := f.fleet(name)
+	for _, name := range v.Names() {
+		fl, insts, weights, _ := v.Fleet(name)
 		if !ServedRegionally(fl) {
 			continue
 		}
@@ -270,7 +274,7 @@ func (r *Regional) ensure(ctx context.Context, region string, rl *regionLB, w *r
 	r.mu.Lock()
 	rl.info = info
 	rl.admin = &lb.AdminClient{URL: info.AdminURL, Token: strings.TrimSpace(string(token))}
-	rl.mon = newRegionMonitor(*rl.admin)
+	rl.mon = lbmonitor.NewRemote(*rl.admin)
 	r.mu.Unlock()
 	return nil
 }
@@ -309,6 +313,42 @@ func listenerPorts(cfg lb.Config) []int {
 			if n, err := strconv.Atoi(p); err == nil && !slices.Contains(out, n) {
 				out = append(out, n)
 			}
+		}
+	}
+	return out
+}
+
+// Monitors returns the monitors of the regional load balancers serving fleet, by region, or nil
+// when the fleet is not served regionally (lbmonitor.Regional). A region whose load balancer is
+// not reached yet, or whose last read failed, is missing: its figures are unknown, not zero.
+func (r *Regional) Monitors(fleet string) map[string]*lbmonitor.Monitor {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	regions, ok := r.served[fleet]
+	if !ok {
+		return nil
+	}
+	out := make(map[string]*lbmonitor.Monitor, len(regions))
+	for _, region := range regions {
+		if rl := r.lbs[region]; rl != nil && rl.mon != nil && rl.mon.OK() {
+			out[region] = rl.mon.Monitor
+		}
+	}
+	return out
+}
+
+// RTTSources returns the load balancers Regional configures, by region: the sources of an
+// rtt.Collector. A region whose load balancer Regional has not reached yet is not among them.
+func (r *Regional) RTTSources() map[string]rtt.Source {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]rtt.Source{}
+	for region, rl := range r.lbs {
+		if rl.admin != nil {
+			out[region] = rl.admin
 		}
 	}
 	return out

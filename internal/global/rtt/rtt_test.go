@@ -1,4 +1,4 @@
-package lbsync
+package rtt
 
 import (
 	"context"
@@ -56,21 +56,21 @@ func netRTT(network string, ms int) lb.NetworkRTT {
 	return lb.NetworkRTT{Network: netip.MustParsePrefix(network), SRTT: time.Duration(ms) * time.Millisecond, Samples: 3, LastSeen: time.Unix(1700000000, 0).UTC()}
 }
 
-// TestRTTs merges the regions' tables into client network -> region -> RTT, read over the admin
+// TestCollector merges the regions' tables into client network -> region -> RTT, read over the admin
 // API; keeps a region's last table while its load balancer does not answer; drops the table of a
 // region that is no longer a source.
-func TestRTTs(t *testing.T) {
+func TestCollector(t *testing.T) {
 	eu := newRTTLB(t, "tok-eu", netRTT("10.216.1.0/24", 10), netRTT("10.216.2.0/24", 110))
 	us := newRTTLB(t, "tok-us", netRTT("10.216.1.0/24", 60), netRTT("10.216.2.0/24", 60), netRTT("2001:db8::/48", 80))
 	var mu sync.Mutex
-	sources := map[string]RTTSource{
+	sources := map[string]Source{
 		"eu": &lb.AdminClient{URL: eu.srv.URL, Token: "tok-eu"},
 		"us": &lb.AdminClient{URL: us.srv.URL, Token: "tok-us"},
 	}
-	r := NewRTTs(RTTOptions{Sources: func() map[string]RTTSource {
+	r := New(Options{Sources: func() map[string]Source {
 		mu.Lock()
 		defer mu.Unlock()
-		out := map[string]RTTSource{}
+		out := map[string]Source{}
 		for k, v := range sources {
 			out[k] = v
 		}
@@ -128,11 +128,11 @@ func TestRTTs(t *testing.T) {
 	check(map[string]map[string]time.Duration{"10.216.1.0/24": {"eu": 10 * ms}, "10.216.2.0/24": {"eu": 110 * ms}})
 }
 
-// TestRTTsRun reads at once when started and again every interval, until its context ends.
-func TestRTTsRun(t *testing.T) {
+// TestCollectorRun reads at once when started and again every interval, until its context ends.
+func TestCollectorRun(t *testing.T) {
 	a := newRTTLB(t, "tok", netRTT("10.0.0.0/24", 5))
-	r := NewRTTs(RTTOptions{Interval: 20 * time.Millisecond, Sources: func() map[string]RTTSource {
-		return map[string]RTTSource{"eu": &lb.AdminClient{URL: a.srv.URL, Token: "tok"}}
+	r := New(Options{Interval: 20 * time.Millisecond, Sources: func() map[string]Source {
+		return map[string]Source{"eu": &lb.AdminClient{URL: a.srv.URL, Token: "tok"}}
 	}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -151,7 +151,7 @@ func TestRTTsRun(t *testing.T) {
 	}
 }
 
-func waitRTT(t *testing.T, r *RTTs, network, region string, want time.Duration) {
+func waitRTT(t *testing.T, r *Collector, network, region string, want time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for r.ClientRTTs()[netip.MustParsePrefix(network)][region] != want {
@@ -162,10 +162,10 @@ func waitRTT(t *testing.T, r *RTTs, network, region string, want time.Duration) 
 	}
 }
 
-// TestRTTsFromRealLB: a real load balancer that served a client over a real TCP connection
+// TestCollectorFromRealLB: a real load balancer that served a client over a real TCP connection
 // reports the client's network through its real admin API, and the table holds what the load
 // balancer itself measured.
-func TestRTTsFromRealLB(t *testing.T) {
+func TestCollectorFromRealLB(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("TCP_INFO is read on Linux only")
 	}
@@ -187,8 +187,8 @@ func TestRTTsFromRealLB(t *testing.T) {
 	srv := httptest.NewServer(admin)
 	t.Cleanup(srv.Close)
 
-	r := NewRTTs(RTTOptions{Sources: func() map[string]RTTSource {
-		return map[string]RTTSource{"eu": &lb.AdminClient{URL: srv.URL, Token: "tok"}}
+	r := New(Options{Sources: func() map[string]Source {
+		return map[string]Source{"eu": &lb.AdminClient{URL: srv.URL, Token: "tok"}}
 	}})
 	r.Refresh()
 	if got := r.ClientRTTs(); len(got) != 0 {

@@ -1,4 +1,4 @@
-package lbsync
+package front
 
 import (
 	"bytes"
@@ -18,36 +18,37 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/global/front"
+	"herd.dev/herd/internal/fleetwatch"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionlb"
 	"herd.dev/herd/internal/store"
 )
 
-// FrontOptions configure a Front.
-type FrontOptions struct {
+// SyncOptions configure a Sync.
+type SyncOptions struct {
 	// Providers are the control plane's providers by name; the first, by name, implementing
-	// provider.FrontDoors runs the front door. With none, Front does nothing.
+	// provider.FrontDoors runs the front door. With none, Sync does nothing.
 	Providers map[string]provider.Provider
-	// Regions returns the regional load balancers and their data addresses: *Regional's
+	// Regions returns the regional load balancers and their data addresses: *regionlb.Regional's
 	// Balancers. Required.
-	Regions func() []RegionLBStatus
+	Regions func() []regionlb.Status
 	// Resync is how often the front door's configuration is read back and compared. Default:
-	// DefaultRegionalResync.
+	// regionlb.DefaultResync.
 	Resync time.Duration
 	Logger *slog.Logger
 }
 
-// Front keeps the global front door in step with the store, as Regional keeps the regional load
-// balancers: for every listener of every fleet served regionally (ServedRegionally) it gives the
+// Sync keeps the global front door in step with the store, as regionlb.Regional keeps the regional
+// load balancers: for every listener of every fleet served regionally (regionlb.ServedRegionally) it gives the
 // front door a listener on the same port whose regions are the fleet's regions' own load balancers
-// (front.Config). It is level-based: the configuration is derived whole from the store and the
+// (Config). It is level-based: the configuration is derived whole from the store and the
 // regional load balancers Regional reached, read back every Resync and sent only when the front
 // door runs another one, so a front door adopted from an earlier herd up is not touched and one
 // that restarted empty is configured again. It starts the front door only once a fleet needs it.
 // Only the replica that runs the controller runs it.
-type Front struct {
-	opts FrontOptions
+type Sync struct {
+	opts SyncOptions
 	log  *slog.Logger
 	prov provider.FrontDoors // nil: no provider runs a front door
 	kick chan struct{}
@@ -63,14 +64,14 @@ type Front struct {
 	door      provider.FrontDoor
 	admin     *lb.AdminClient // nil until the front door was ensured
 	applied   []byte          // the JSON of the config last applied or found, nil until one was
-	listeners []FrontListener
+	listeners []ListenerStatus
 	err       error
 	// removed is true once no front door runs because none is needed (remove succeeded).
 	removed bool
 }
 
-// FrontListener is one listener of the front door.
-type FrontListener struct {
+// ListenerStatus is one listener of the front door.
+type ListenerStatus struct {
 	// Name is "<fleet>/<listener>", as on the regional load balancers.
 	Name  string
 	Fleet string
@@ -80,25 +81,25 @@ type FrontListener struct {
 	Regions []string
 }
 
-// FrontStatus is the front door as Front last saw it.
-type FrontStatus struct {
+// Status is the front door as Sync last saw it.
+type Status struct {
 	// DataAddress is where clients reach its listeners; invalid until it was started.
 	DataAddress netip.Addr
-	Listeners   []FrontListener
+	Listeners   []ListenerStatus
 	// Synced is true when it runs the configuration derived from the store; Error says why not.
 	Synced bool
 	Error  string
 }
 
-// NewFront returns a Front; Run it.
-func NewFront(opts FrontOptions) *Front {
+// NewSync returns a Sync; Run it.
+func NewSync(opts SyncOptions) *Sync {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Resync <= 0 {
-		opts.Resync = DefaultRegionalResync
+		opts.Resync = regionlb.DefaultResync
 	}
-	f := &Front{opts: opts, log: opts.Logger.With("component", "front-sync"), kick: make(chan struct{}, 1)}
+	f := &Sync{opts: opts, log: opts.Logger.With("component", "front-sync"), kick: make(chan struct{}, 1)}
 	names := make([]string, 0, len(opts.Providers))
 	for n := range opts.Providers {
 		names = append(names, n)
@@ -113,9 +114,9 @@ func NewFront(opts FrontOptions) *Front {
 	return f
 }
 
-// Kick asks for a sync soon: the regional load balancers changed (Regional's Applied). Front
-// configures nothing before the first Kick.
-func (f *Front) Kick() {
+// Kick asks for a sync soon: the regional load balancers changed (regionlb.Options.Applied).
+// Sync configures nothing before the first Kick.
+func (f *Sync) Kick() {
 	f.regionsKnown.Store(true)
 	select {
 	case f.kick <- struct{}{}:
@@ -125,7 +126,7 @@ func (f *Front) Kick() {
 
 // Run configures the front door from st until ctx ends. It keeps its last configuration when it
 // ends (and while the store cannot answer).
-func (f *Front) Run(ctx context.Context, st store.Store) error {
+func (f *Sync) Run(ctx context.Context, st store.Store) error {
 	if f.prov == nil {
 		<-ctx.Done()
 		return nil
@@ -150,15 +151,15 @@ func (f *Front) Run(ctx context.Context, st store.Store) error {
 			}
 		}
 	}()
-	watchStore(ctx, st, f.log, tick, func(fl *follower, dirty map[string]bool) { f.apply(ctx, fl, len(dirty) == 0) })
+	fleetwatch.Run(ctx, st, f.log, tick, func(v *fleetwatch.View, dirty map[string]bool) { f.apply(ctx, v, len(dirty) == 0) })
 	return nil
 }
 
 // Status returns the front door as last seen.
-func (f *Front) Status() FrontStatus {
+func (f *Sync) Status() Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := FrontStatus{DataAddress: f.door.DataAddress, Listeners: slices.Clone(f.listeners), Synced: f.err == nil && f.applied != nil}
+	s := Status{DataAddress: f.door.DataAddress, Listeners: slices.Clone(f.listeners), Synced: f.err == nil && f.applied != nil}
 	if f.err != nil {
 		s.Error = f.err.Error()
 	}
@@ -169,7 +170,7 @@ func (f *Front) Status() FrontStatus {
 // each region's state by its active and passive checks, and the round trip its checks measure
 // (lb.TargetHealth, one per listener and region: the target's ID is the region). Nil while no
 // front door runs.
-func (f *Front) RegionHealth() ([]lb.TargetHealth, error) {
+func (f *Sync) RegionHealth() ([]lb.TargetHealth, error) {
 	f.mu.Lock()
 	admin := f.admin
 	f.mu.Unlock()
@@ -179,15 +180,15 @@ func (f *Front) RegionHealth() ([]lb.TargetHealth, error) {
 	return admin.TargetHealth()
 }
 
-// FrontListeners derives the front door's listeners from the fleets (served regionally only) and the
+// Listeners derives the front door's listeners from the fleets (served regionally only) and the
 // regional load balancers' data addresses by region; a region whose load balancer has no address
 // yet is left out, and a listener without any region too.
-func FrontListeners(fleets []*v1alpha1.Fleet, lbs map[string]netip.Addr) ([]front.Listener, []FrontListener) {
+func Listeners(fleets []*v1alpha1.Fleet, lbs map[string]netip.Addr) ([]Listener, []ListenerStatus) {
 	sort.Slice(fleets, func(i, j int) bool { return fleets[i].Metadata.Name < fleets[j].Metadata.Name })
-	var cfg []front.Listener
-	var out []FrontListener
+	var cfg []Listener
+	var out []ListenerStatus
 	for _, fl := range fleets {
-		if !ServedRegionally(fl) {
+		if !regionlb.ServedRegionally(fl) {
 			continue
 		}
 		hc := fl.Spec.HealthCheck
@@ -197,7 +198,7 @@ func FrontListeners(fleets []*v1alpha1.Fleet, lbs map[string]netip.Addr) ([]fron
 		}
 		for _, l := range fl.Spec.Listeners {
 			port := strconv.Itoa(int(l.Port))
-			fln := front.Listener{Name: fl.Metadata.Name + "/" + l.Name, Fleet: fl.Metadata.Name, Address: ":" + port, Protocol: lb.ProtocolHTTP}
+			fln := Listener{Name: fl.Metadata.Name + "/" + l.Name, Fleet: fl.Metadata.Name, Address: ":" + port, Protocol: lb.ProtocolHTTP}
 			if l.Protocol == v1alpha1.ProtocolTCP {
 				fln.Protocol = lb.ProtocolTCP
 			} else if l.InstancePort == checkPort {
@@ -205,10 +206,10 @@ func FrontListeners(fleets []*v1alpha1.Fleet, lbs map[string]netip.Addr) ([]fron
 				// instance. Another listener's path may not exist on its port: a TCP connect.
 				fln.HealthPath = hc.Path
 			}
-			st := FrontListener{Name: fln.Name, Fleet: fln.Fleet, Port: int(l.Port)}
+			st := ListenerStatus{Name: fln.Name, Fleet: fln.Fleet, Port: int(l.Port)}
 			for _, r := range fl.Spec.Regions {
 				if a, ok := lbs[r.Name]; ok && a.IsValid() {
-					fln.Regions = append(fln.Regions, front.Region{Name: r.Name, Address: net.JoinHostPort(a.String(), port)})
+					fln.Regions = append(fln.Regions, Region{Name: r.Name, Address: net.JoinHostPort(a.String(), port)})
 					st.Regions = append(st.Regions, r.Name)
 				}
 			}
@@ -223,21 +224,18 @@ func FrontListeners(fleets []*v1alpha1.Fleet, lbs map[string]netip.Addr) ([]fron
 
 // apply derives the front door's configuration and gives it to the front door when it runs
 // another one; readBack says to compare with what it runs even if the configuration did not change.
-func (f *Front) apply(ctx context.Context, fl *follower, readBack bool) {
+func (f *Sync) apply(ctx context.Context, v *fleetwatch.View, readBack bool) {
 	if !f.regionsKnown.Load() {
 		return
 	}
 	defer f.passes.Add(1)
-	fleets := make([]*v1alpha1.Fleet, 0, len(fl.fleets))
-	for _, x := range fl.fleets {
-		fleets = append(fleets, x)
-	}
+	fleets := v.Fleets()
 	lbs := map[string]netip.Addr{}
 	for _, b := range f.opts.Regions() {
 		lbs[b.Region] = b.DataAddress
 	}
-	listeners, status := FrontListeners(fleets, lbs)
-	cfg := front.Config(listeners...)
+	listeners, status := Listeners(fleets, lbs)
+	cfg := Config(listeners...)
 	want, err := json.Marshal(cfg.WithDefaults())
 	if err != nil {
 		f.setErr(err)
@@ -284,8 +282,8 @@ func (f *Front) apply(ctx context.Context, fl *follower, readBack bool) {
 }
 
 // remove stops the front door once after the last fleet that needed it went (and once at start,
-// for one an earlier herd up left): running says one was ensured by this Front.
-func (f *Front) remove(ctx context.Context, running bool) {
+// for one an earlier herd up left): running says one was ensured by this Sync.
+func (f *Sync) remove(ctx context.Context, running bool) {
 	f.mu.Lock()
 	done := f.removed
 	f.mu.Unlock()
@@ -305,7 +303,7 @@ func (f *Front) remove(ctx context.Context, running bool) {
 }
 
 // ensure starts or adopts the front door and reads its token.
-func (f *Front) ensure(ctx context.Context) (*lb.AdminClient, error) {
+func (f *Sync) ensure(ctx context.Context) (*lb.AdminClient, error) {
 	door, err := f.prov.EnsureFrontDoor(ctx)
 	if err != nil {
 		return nil, err
@@ -321,13 +319,13 @@ func (f *Front) ensure(ctx context.Context) (*lb.AdminClient, error) {
 	return admin, nil
 }
 
-func (f *Front) setErr(err error) {
+func (f *Sync) setErr(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.err = err
 }
 
-func (f *Front) setApplied(cfg []byte, listeners []FrontListener) {
+func (f *Sync) setApplied(cfg []byte, listeners []ListenerStatus) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied, f.listeners, f.err = cfg, listeners, nil

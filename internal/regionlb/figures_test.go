@@ -1,4 +1,4 @@
-package lbsync
+package regionlb
 
 import (
 	"context"
@@ -8,17 +8,13 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/lbmonitor"
+	"herd.dev/herd/internal/lbsync/lbsynctest"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
-
-func (a *adminLB) setStats(s lb.Snapshot) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.stats = s
-}
 
 // waitLoad polls load until it answers with more than zero requests per second or fails.
 func waitLoad(t *testing.T, what string, load func() (autoscaler.Load, bool)) autoscaler.Load {
@@ -40,35 +36,30 @@ func waitLoad(t *testing.T, what string, load func() (autoscaler.Load, bool)) au
 // admin API, each region apart, and any other fleet on the embedded load balancer; a region
 // whose load balancer does not answer has no figures rather than zero ones.
 func TestFigures(t *testing.T) {
-	fp, err := fake.New(fake.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &regionalProvider{Provider: fp, dir: t.TempDir(), ensured: map[string]map[string]string{},
-		lbs: map[string]*adminLB{"eu": newAdminLB(t, "secret-eu"), "us": newAdminLB(t, "secret-us")}}
+	p := lbsynctest.NewProvider(t, map[string]*lbsynctest.AdminLB{"eu": lbsynctest.NewAdminLB(t, "secret-eu"), "us": lbsynctest.NewAdminLB(t, "secret-us")})
 	st := memory.New()
 	defer st.Close()
-	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
 		Regions:   []v1alpha1.Region{{Name: "eu", Provider: fake.Name}, {Name: "us", Provider: fake.Name}},
 	}})
-	put(t, st, store.Instances, regionalInst("web-eu-1", "eu", "10.0.0.1"))
-	put(t, st, store.Instances, regionalInst("web-us-1", "us", "10.0.1.1"))
-	r := NewRegional(RegionalOptions{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.RegionalInst("web-eu-1", "eu", "10.0.0.1"))
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.RegionalInst("web-us-1", "us", "10.0.1.1"))
+	r := New(Options{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx, st) }()
 	defer func() { cancel(); <-done }()
-	waitRegion(t, p.lbs["eu"], ":8080 -> web-1:1:1; web-eu-1")
-	waitRegion(t, p.lbs["us"], ":8080 -> web-1:1:1; web-us-1")
+	lbsynctest.WaitRegion(t, p.LBs["eu"], ":8080 -> web-1:1:1; web-eu-1")
+	lbsynctest.WaitRegion(t, p.LBs["us"], ":8080 -> web-1:1:1; web-us-1")
 
 	regional := func(n uint64) lb.Snapshot {
-		return lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "web", Stats: stats(n, n/10), Groups: []lb.GroupStats{{Group: "web-1", Stats: stats(n, n/10)}}}}}
+		return lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "web", Stats: lbsynctest.Stats(n, n/10), Groups: []lb.GroupStats{{Group: "web-1", Stats: lbsynctest.Stats(n, n/10)}}}}}
 	}
-	p.lbs["eu"].setStats(regional(1000))
-	p.lbs["us"].setStats(regional(1000))
-	embedded := &fakeObserved{snap: lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "quick", Stats: stats(10, 0), Groups: []lb.GroupStats{{Group: "quick-1", Stats: stats(10, 0)}}}}}}
-	f := Figures{Embedded: NewMonitor(embedded, MonitorOptions{}), Regional: r}
+	p.LBs["eu"].SetStats(regional(1000))
+	p.LBs["us"].SetStats(regional(1000))
+	embedded := &lbsynctest.Observed{Snapshot: lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "quick", Stats: lbsynctest.Stats(10, 0), Groups: []lb.GroupStats{{Group: "quick-1", Stats: lbsynctest.Stats(10, 0)}}}}}}
+	f := lbmonitor.Figures{Embedded: lbmonitor.New(embedded, lbmonitor.Options{}), Regional: r}
 
 	since := time.Now()
 	if rs, ok := f.RegionRevisionStats("web", "eu", "web-1", since); !ok || rs.Requests != 0 {
@@ -78,7 +69,7 @@ func TestFigures(t *testing.T) {
 	f.RegionLoad("web", "eu", time.Second)
 	f.RegionLoad("web", "us", time.Second)
 	// Region eu takes 550 more requests, 50 of them 5xx; region us none.
-	p.lbs["eu"].setStats(regional(1500))
+	p.LBs["eu"].SetStats(regional(1500))
 	eu := waitLoad(t, "RegionLoad(eu)", func() (autoscaler.Load, bool) { return f.RegionLoad("web", "eu", time.Second) })
 	if us, ok := f.RegionLoad("web", "us", time.Second); !ok || us.RequestsPerSecond != 0 {
 		t.Errorf("RegionLoad(us) = %+v, %v; want 0 rps: its load balancer counted nothing more", us, ok)
@@ -105,7 +96,7 @@ func TestFigures(t *testing.T) {
 	}
 
 	// Region us's load balancer stops answering: its figures are unknown.
-	p.lbs["us"].srv.Close()
+	p.LBs["us"].Srv.Close()
 	f.RegionLoad("web", "us", time.Second) // the failed read
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -1,20 +1,19 @@
-package lbsync_test
+package regionlb_test
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/lbsync/lbsynctest"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
+	"herd.dev/herd/internal/regionlb"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -30,18 +29,18 @@ func TestIntegrationRegionalLB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs, port := serveInRegions(t, p, map[string]string{"eu": "10ms", "us": "10ms"}, func(region string) string { return "hello from " + region })
+	addrs, port := lbsynctest.ServeInRegions(t, p, map[string]string{"eu": "10ms", "us": "10ms"}, func(region string) string { return "hello from " + region })
 	st := memory.New()
 	defer st.Close()
-	put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: int32(port), Protocol: v1alpha1.ProtocolHTTP}},
 		Regions: []v1alpha1.Region{{Name: "eu", Provider: local.Name, Options: map[string]string{"latency": "10ms"}},
 			{Name: "us", Provider: local.Name, Options: map[string]string{"latency": "10ms"}}},
 	}})
-	putReadyInstances(t, st, addrs)
+	lbsynctest.PutReadyInstances(t, st, addrs)
 
-	run := func() (*lbsync.Regional, func()) {
-		r := lbsync.NewRegional(lbsync.RegionalOptions{Providers: map[string]provider.Provider{local.Name: p}})
+	run := func() (*regionlb.Regional, func()) {
+		r := regionlb.New(regionlb.Options{Providers: map[string]provider.Provider{local.Name: p}})
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = r.Run(rctx, st) }()
@@ -53,7 +52,7 @@ func TestIntegrationRegionalLB(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, region := range []string{"eu", "us"} {
 		for {
-			var lb lbsync.RegionLBStatus
+			var lb regionlb.Status
 			for _, b := range r.Balancers() {
 				if b.Region == region {
 					lb = b
@@ -61,7 +60,7 @@ func TestIntegrationRegionalLB(t *testing.T) {
 			}
 			if lb.Synced {
 				urls[region] = fmt.Sprintf("http://%s:8080/", lb.DataAddress)
-				if body, err := get(hc, urls[region]); err == nil && body == "hello from "+region {
+				if body, err := lbsynctest.Get(hc, urls[region]); err == nil && body == "hello from "+region {
 					break
 				}
 			}
@@ -81,7 +80,7 @@ func TestIntegrationRegionalLB(t *testing.T) {
 	for region, u := range urls {
 		wg.Go(func() {
 			for loadCtx.Err() == nil {
-				body, err := get(hc, u)
+				body, err := lbsynctest.Get(hc, u)
 				if err == nil && body != "hello from "+region {
 					err = fmt.Errorf("%s answered %q", u, body)
 				}
@@ -128,20 +127,4 @@ func TestIntegrationRegionalLB(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Fatalf("%d requests failed, first: %v", failed.Load(), firstErr.Load())
 	}
-}
-
-func get(c *http.Client, url string) (string, error) {
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return string(body), nil
 }
