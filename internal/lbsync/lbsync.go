@@ -1,7 +1,8 @@
 // Package lbsync keeps the load balancer's configuration in step with the fleets: every listener of
 // a fleet becomes a listener of the load balancer, every revision a target group, every instance
 // with an address a target. It is the controller's TargetSink; the controller tells it what each
-// fleet has, and it applies the whole configuration to the load balancer atomically.
+// fleet has, and it applies the whole configuration to the load balancer atomically. On a herd up
+// replica that does not lead, Follow derives the same configuration from the store instead.
 package lbsync
 
 import (

@@ -8,7 +8,8 @@
 // lb.GroupNearest. The distance to a region is the kernel's smoothed round-trip time of the front's
 // active health-check connections to it, so every region is measured on every check interval,
 // whether it gets traffic or not. Config builds that listener with the settings a front door needs;
-// `herd front` runs it, configured over the same admin API as `herd lb`.
+// `herd front` runs it, configured over the same admin API as `herd lb`. Sync is what configures
+// it in herd up: the listeners of the fleets served regionally, derived from the store.
 package front
 
 import (
