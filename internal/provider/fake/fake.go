@@ -5,7 +5,8 @@
 //
 // A fleet's region options can shape fake instances, so that tests drive timing through an ordinary
 // Fleet spec: "bootDelay" (how long an instance boots, a Go duration) and "createDelay" (how long
-// Create takes).
+// Create takes). "serve" (ports) makes each instance answer HTTP on its loopback address, so that
+// a fleet with listeners passes its health checks and its traffic is real.
 //
 // It is never what a user runs in production: `herd up --provider fake` says so.
 package fake
@@ -16,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +59,10 @@ type record struct {
 	CreatedAt time.Time             `json:"createdAt"`
 	BootDelay time.Duration         `json:"bootDelay"`
 	Failed    string                `json:"failed,omitempty"`
+
+	// servers answer HTTP for the instance (the serve option); serveErr is why they could not.
+	servers  []*http.Server
+	serveErr string
 }
 
 // Provider is the fake provider.
@@ -107,6 +113,7 @@ func New(opts Options) (*Provider, error) {
 			return nil, fmt.Errorf("fake provider state %s: %w", e.Name(), err)
 		}
 		p.add(&r)
+		p.serve(&r)
 		// Continue numbering after the highest number in use, so addresses never repeat.
 		var n uint32
 		if _, err := fmt.Sscanf(r.ID, "fake-%d", &n); err == nil && n > p.nextAddr {
@@ -278,9 +285,10 @@ const (
 )
 
 // ValidateOptions implements provider.OptionsValidator: bootDelay and createDelay, each a
-// duration of at least 0.
+// duration of at least 0, and serve, a list of ports.
 func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList {
-	errs := provider.UnknownOptions(path, opts, Name, optBootDelay, optCreateDelay)
+	errs := provider.UnknownOptions(path, opts, Name, optBootDelay, optCreateDelay, optServe)
+	errs = append(errs, validateServe(path, opts)...)
 	for _, k := range []string{optBootDelay, optCreateDelay} {
 		v, ok := opts[k]
 		if !ok {
@@ -341,6 +349,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 		return provider.Instance{}, err
 	}
 	p.add(r)
+	p.serve(r)
 	return p.view(r), nil
 }
 
@@ -404,6 +413,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 			return fmt.Errorf("fake: delete %s: %w", name, err)
 		}
 	}
+	p.stopServing(r)
 	p.remove(r)
 	return nil
 }
@@ -414,6 +424,8 @@ func (p *Provider) view(r *record) provider.Instance {
 	switch {
 	case r.Failed != "":
 		in.State, in.Reason = provider.StateFailed, r.Failed
+	case r.serveErr != "":
+		in.State, in.Reason = provider.StateFailed, r.serveErr
 	case booted && p.broken[r.Spec.Image] != "":
 		in.State, in.Reason = provider.StateFailed, p.broken[r.Spec.Image]
 	case booted:
