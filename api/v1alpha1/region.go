@@ -95,6 +95,20 @@ func (f *Fleet) RegionReplicas(region string) Replicas {
 	return out
 }
 
+// TotalDesired is the number of instances the fleet should run: the sum of its regions' desired
+// counts (each region runs its own group), or spec.replicas.desired for a fleet without regions.
+// herd get, describe and the dashboard show ready counts out of it.
+func (f *Fleet) TotalDesired() int32 {
+	if f.Spec.Replicas.Desired == nil || len(f.Spec.Regions) == 0 {
+		return deref32(f.Spec.Replicas.Desired, 0)
+	}
+	n := int32(0)
+	for _, rg := range f.Spec.Regions {
+		n += *f.RegionReplicas(rg.Name).Desired
+	}
+	return n
+}
+
 func deref32(p *int32, def int32) int32 {
 	if p == nil {
 		return def

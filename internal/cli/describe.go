@@ -95,7 +95,7 @@ func describeFleet(w io.Writer, f *v1alpha1.Fleet) {
 	if len(s.Regions) > 1 {
 		perRegion = fmt.Sprintf(" (%d per region unless it says otherwise)", deref(s.Replicas.Desired))
 	}
-	p("Replicas", fmt.Sprintf("%d desired%s | %d min | %d max | %d ready | %d total", totalDesired(f), perRegion, deref(s.Replicas.Min), deref(s.Replicas.Max), st.ReadyReplicas, st.Replicas))
+	p("Replicas", fmt.Sprintf("%d desired%s | %d min | %d max | %d ready | %d total", f.TotalDesired(), perRegion, deref(s.Replicas.Min), deref(s.Replicas.Max), st.ReadyReplicas, st.Replicas))
 	p("Phase", st.Phase)
 	if st.Message != "" {
 		p("Message", st.Message)

@@ -168,7 +168,7 @@ func printFleets(g *globals, fleets []v1alpha1.Fleet, wide bool) error {
 	t := newTable(g.out, headers...)
 	for _, f := range fleets {
 		r := f.Spec.Replicas
-		desired := totalDesired(&f)
+		desired := f.TotalDesired()
 		cols := []any{f.Metadata.Name, fmt.Sprintf("%d/%d", f.Status.ReadyReplicas, desired), desired, deref(r.Min), deref(r.Max),
 			f.Status.CurrentRevision, f.Status.Phase, age(f.Metadata.CreationTimestamp)}
 		if wide {
@@ -207,19 +207,6 @@ func printInstances(g *globals, insts []v1alpha1.Instance, wide bool) error {
 		t.row(cols...)
 	}
 	return t.flush()
-}
-
-// totalDesired is the number of instances the fleet should run: the sum of its regions' desired
-// counts (each region runs its own group).
-func totalDesired(f *v1alpha1.Fleet) int32 {
-	if f.Spec.Replicas.Desired == nil || len(f.Spec.Regions) == 0 {
-		return deref(f.Spec.Replicas.Desired)
-	}
-	n := int32(0)
-	for _, rg := range f.Spec.Regions {
-		n += *f.RegionReplicas(rg.Name).Desired
-	}
-	return n
 }
 
 func deref(p *int32) int32 {
