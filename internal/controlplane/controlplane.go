@@ -268,7 +268,8 @@ func Run(ctx context.Context, opts Options) error {
 		},
 	})
 	// The dashboard serves /ui and hands everything else to the API.
-	dashboard := web.New(web.Options{Store: st, Token: token, API: api, LBHealth: targets.Health, Usage: usageSampler, Logger: log})
+	dashboard := web.New(web.Options{Store: st, Token: token, API: api, LBHealth: targets.Health, Usage: usageSampler, Logger: log,
+		TokenFile: tokenFile(st, opts.DataDir), ConfigFile: opts.ConfigPath})
 	srv := &http.Server{
 		Handler:           dashboard,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"herd.dev/herd/internal/store"
@@ -20,6 +21,16 @@ const (
 	kindConfig = "config"
 	tokenName  = "api-token"
 )
+
+// tokenFile is where a person finds the API token: the data directory's token file, except under
+// a shared etcd store, where the token of the replicas is in etcd and may be another replica's
+// (the client config has it either way).
+func tokenFile(st store.Store, dataDir string) string {
+	if _, shared := st.(*etcd.Store); shared {
+		return ""
+	}
+	return filepath.Join(dataDir, "token")
+}
 
 // apiToken returns the API's token. On bolt it is the file at path, made on first start. On etcd
 // it is kept in etcd, so that every replica serves the same one: the first replica stores its

@@ -86,11 +86,6 @@ func (h *Handler) tokenMatches(got string) bool {
 	return h.opts.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.Token)) == 1
 }
 
-func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Cache-Control", "no-store")
-	h.serveAsset(w, r, "login.html")
-}
-
 // login takes the token from the form's body (a query string would land in logs and history):
 // the right one starts a session and goes to the dashboard, a wrong one back to the form.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {

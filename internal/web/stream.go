@@ -143,7 +143,7 @@ func (h *Handler) snapshot(ctx context.Context, st *streamState) (*snapshot, [3]
 	}
 
 	health := h.lbHealth()
-	snap := &snapshot{Fleets: []*v1alpha1.Fleet{}, Instances: []instanceView{}, Events: []eventView{}, SampleEvery: h.opts.SampleEvery.Seconds()}
+	snap := &snapshot{Fleets: []fleetView{}, Instances: []instanceView{}, Events: []eventView{}, SampleEvery: h.opts.SampleEvery.Seconds()}
 	for _, in := range insts {
 		if st.scope.wantsInstance(in) {
 			st.instances[in.Metadata.Name] = in
@@ -159,7 +159,7 @@ func (h *Handler) snapshot(ctx context.Context, st *streamState) (*snapshot, [3]
 	for _, f := range fleets {
 		if st.scope.wantsFleet(f.Metadata.Name, st.instanceFleet) {
 			st.fleets[f.Metadata.Name] = f
-			snap.Fleets = append(snap.Fleets, f)
+			snap.Fleets = append(snap.Fleets, viewFleet(f))
 		}
 	}
 	for _, e := range evs {
@@ -196,7 +196,8 @@ func (h *Handler) fleetChanged(st *streamState, ev store.Event, send sendFunc) b
 	} else {
 		st.fleets[f.Metadata.Name] = f
 	}
-	return send("fleet", change{Type: watchTypes[ev.Type], Fleet: f})
+	v := viewFleet(f)
+	return send("fleet", change{Type: watchTypes[ev.Type], Fleet: &v})
 }
 
 func (h *Handler) instanceChanged(st *streamState, ev store.Event, send sendFunc) bool {

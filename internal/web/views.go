@@ -20,9 +20,9 @@ import (
 
 // snapshot is the first message of a stream.
 type snapshot struct {
-	Fleets    []*v1alpha1.Fleet `json:"fleets"`
-	Instances []instanceView    `json:"instances"`
-	Events    []eventView       `json:"events"`
+	Fleets    []fleetView    `json:"fleets"`
+	Instances []instanceView `json:"instances"`
+	Events    []eventView    `json:"events"`
 	// SampleEvery is the time between samples, in seconds, for the charts' axes.
 	SampleEvery float64 `json:"sampleEvery"`
 }
@@ -30,9 +30,20 @@ type snapshot struct {
 // change is a fleet or an instance that was added, modified or deleted.
 type change struct {
 	Type     string        `json:"type"`
-	Fleet    any           `json:"fleet,omitempty"`
+	Fleet    *fleetView    `json:"fleet,omitempty"`
 	Instance *instanceView `json:"instance,omitempty"`
 }
+
+// fleetView is a fleet as the dashboard sends it: the object, with the figures the pages show
+// that herd get computes, so that the two always agree.
+type fleetView struct {
+	*v1alpha1.Fleet
+	// Desired is how many instances the fleet should run across its regions: the "of" in its
+	// ready count.
+	Desired int32 `json:"desired"`
+}
+
+func viewFleet(f *v1alpha1.Fleet) fleetView { return fleetView{Fleet: f, Desired: f.TotalDesired()} }
 
 // instanceView is what the dashboard shows of an instance: the grid holds thousands, so it is
 // kept to what a cell and the instance page need.

@@ -46,6 +46,9 @@ type Options struct {
 	// API serves every request outside /ui; the dashboard's reads of it (pods, logs) go through
 	// /ui/api/ with the session's cookie. Required.
 	API http.Handler
+	// TokenFile and ConfigFile are where herd up wrote the token and the client config, for the
+	// login form's hint. Default: not named.
+	TokenFile, ConfigFile string
 	// LBHealth returns the load balancer's view of each instance by name. Default: none known.
 	LBHealth func() map[string]string
 	// Usage gives the traffic and node figures. Default: no charts.
@@ -95,9 +98,9 @@ func New(opts Options) *Handler {
 	h.mux.HandleFunc("POST /ui/login", h.login)
 	h.mux.HandleFunc("POST /ui/logout", h.logout)
 	// The pages: one shell, whose script reads the path.
-	h.mux.HandleFunc("GET /ui/{$}", h.page)
-	h.mux.HandleFunc("GET /ui/fleets/{name}", h.page)
-	h.mux.HandleFunc("GET /ui/instances/{name}", h.page)
+	h.mux.HandleFunc("GET /ui/{$}", h.page(""))
+	h.mux.HandleFunc("GET /ui/fleets/{name}", h.page(store.Fleets))
+	h.mux.HandleFunc("GET /ui/instances/{name}", h.page(store.Instances))
 	// The data: the page's stream, and read-only passage to the API.
 	h.mux.HandleFunc("GET /ui/api/stream", h.data(h.stream))
 	h.mux.HandleFunc("GET /ui/api/v1/", h.data(h.passAPI))
@@ -105,7 +108,7 @@ func New(opts Options) *Handler {
 		w.Header().Set("Allow", "GET")
 		writeJSON(w, http.StatusMethodNotAllowed, apiserver.ErrorBody{Error: "the dashboard only reads: use the herd command to change anything"})
 	})
-	h.mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	h.mux.HandleFunc("/ui/", h.unknownPage)
 	return h
 }
 
@@ -119,6 +122,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/" && r.Method == http.MethodGet && r.Header.Get("Authorization") == "":
 		http.Redirect(w, r, "/ui/", http.StatusFound)
+	case r.URL.Path == "/favicon.ico" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		// Browsers ask for it on their own, without the session: it is no secret.
+		serveFavicon(w, r)
 	case r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/"):
 		securityHeaders(w.Header())
 		h.mux.ServeHTTP(w, r)
@@ -137,26 +143,6 @@ func securityHeaders(h http.Header) {
 	// posts, which sameOrigin would refuse.
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Frame-Options", "DENY")
-}
-
-// page serves the shell of every page to a logged-in browser, and sends anyone else to log in.
-func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
-	if !h.authenticated(r) {
-		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
-		return
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	h.serveAsset(w, r, "index.html")
-}
-
-func (h *Handler) serveAsset(w http.ResponseWriter, r *http.Request, name string) {
-	data, err := assets.ReadFile("assets/" + name)
-	if err != nil {
-		http.Error(w, "missing asset "+name, http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write(data)
 }
 
 // data wraps a data endpoint: without a session (or the API's bearer token) it answers 401 and

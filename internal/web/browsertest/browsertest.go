@@ -19,6 +19,9 @@ import (
 // Chromium is Debian's browser, installed by hack/install-deps.sh.
 const Chromium = "/usr/bin/chromium"
 
+// windowHeight is the browser window's height; its width starts at 1400.
+const windowHeight = 1000
+
 // New starts a headless chromium for the test and returns a tab's context; both end with the test.
 func New(t *testing.T) context.Context {
 	t.Helper()
@@ -46,7 +49,7 @@ func New(t *testing.T) context.Context {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1400, 1000),
+		chromedp.WindowSize(1400, windowHeight),
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithErrorf(t.Logf))
@@ -89,15 +92,34 @@ func WaitTrue(t *testing.T, ctx context.Context, timeout time.Duration, expr, de
 }
 
 // Screenshot saves the whole page as PNG under the test's artifact directory and logs its path.
+// Quality 100 is what makes chromium write PNG: below it, it writes JPEG.
 func Screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	var png []byte
-	Run(t, ctx, 30*time.Second, "screenshot "+name, chromedp.FullScreenshot(&png, 90))
+	Run(t, ctx, 30*time.Second, "screenshot "+name, chromedp.FullScreenshot(&png, 100))
 	path := filepath.Join(t.ArtifactDir(), name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot %s: %s (%d KiB)", name, path, len(png)/1024)
+}
+
+// Resize sets the window's size, as a person dragging its edge does: the page lays out again and
+// its resize observers run.
+func Resize(t *testing.T, ctx context.Context, width, height int64) {
+	t.Helper()
+	Run(t, ctx, 10*time.Second, fmt.Sprintf("resize the window to %dx%d", width, height), chromedp.EmulateViewport(width, height))
+}
+
+// Screenshots saves the page as Screenshot does at each of the window widths (name-WIDTH.png),
+// as it looks on a wide screen and on a narrow one, then gives the window its first width back.
+func Screenshots(t *testing.T, ctx context.Context, name string, widths ...int64) {
+	t.Helper()
+	for _, w := range widths {
+		Resize(t, ctx, w, windowHeight)
+		Screenshot(t, ctx, fmt.Sprintf("%s-%d", name, w))
+	}
+	Resize(t, ctx, widths[0], windowHeight)
 }
 
 // Login opens base's dashboard, which sends the browser to the login form, and submits token.

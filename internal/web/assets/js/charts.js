@@ -1,21 +1,61 @@
 // Live time-series charts on uPlot (vendored under assets/vendor/uplot). A chart's series are
 // keyed (e.g. "revision · region"); a key seen for the first time adds a series, earlier points
 // of it being gaps. Points come from the stream's samples, so the browser never asks for them.
+// A chart with no value in its window says so instead of drawing empty axes, and it follows its
+// card's width as the window changes.
 import { el } from './dom.js';
 
 const palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22'];
 const maxPoints = 300; // five minutes at one sample a second
+const height = 170;
+// The plot's room to the right of its last time label, which uPlot centres on its tick: without
+// it the label of the newest tick is cut at the card's edge.
+const padRight = 24;
 
 export class TimeChart {
-  // opts: title, format(value) for the axis and legend, stepped (a line that holds its value).
+  // opts: title, format(value) for the axis and legend, stepped (a line that holds its value),
+  // empty (what the chart says while it has no value: why there is none).
   constructor(opts) {
     this.opts = opts;
     this.xs = [];
     this.series = new Map(); // key -> values aligned with xs
     this.plot = null;
     this.target = el('div', { class: 'chart' });
-    this.root = el('div', { class: 'card', 'data-chart': opts.title }, el('h3', { text: opts.title }), this.target);
+    this.empty = el('div', { class: 'nodata', text: opts.empty || 'no data yet' });
+    this.root = el('div', { class: 'card', 'data-chart': opts.title, 'data-empty': 'true' },
+      el('h3', { text: opts.title }), this.empty, this.target);
     this.dirty = false;
+    this.width = 0;
+    new ResizeObserver(() => this.resize()).observe(this.target);
+  }
+
+  // setEmptyText changes what the chart says while it has no value.
+  setEmptyText(text) {
+    if (this.empty.textContent !== text) this.empty.textContent = text;
+  }
+
+  // hasData reports whether any point in the window has a value.
+  hasData() {
+    for (const ys of this.series.values()) {
+      if (ys.some((v) => v !== null && v !== undefined)) return true;
+    }
+    return false;
+  }
+
+  // showState shows the plot or, with nothing to draw, the chart's empty text.
+  showState() {
+    const empty = !this.hasData();
+    if (this.root.dataset.empty !== String(empty)) this.root.dataset.empty = String(empty);
+  }
+
+  // plotWidth is the width the plot has: its card's, which the window sets.
+  plotWidth() { return Math.max(200, Math.floor(this.target.clientWidth || 440)); }
+
+  resize() {
+    const width = this.plotWidth();
+    if (!this.plot || width === this.width) return;
+    this.width = width;
+    this.plot.setSize({ width, height });
   }
 
   // push appends one point in time; values maps a key to a number (or null when unknown).
@@ -35,6 +75,7 @@ export class TimeChart {
     }
     if (added) this.rebuild();
     else this.schedule();
+    this.showState();
   }
 
   data() { return [this.xs, ...this.series.values()]; }
@@ -59,9 +100,9 @@ export class TimeChart {
       series.push({ label: key, stroke: palette[i++ % palette.length], width: 1.5, paths: stepped,
         value: (u, v) => (v === null || v === undefined ? '-' : fmt(v)) });
     }
-    const width = Math.max(300, (this.root.clientWidth || 460) - 24);
-    this.plot = new uPlot({ width, height: 170, series, scales: { x: { time: true } },
-      axes: [{}, { size: 60, values: (u, vals) => vals.map((v) => fmt(v)) }] }, this.data(), this.target);
+    this.width = this.plotWidth();
+    this.plot = new uPlot({ width: this.width, height, series, padding: [8, padRight, 0, 0], scales: { x: { time: true } },
+      axes: [{}, { size: 64, values: (u, vals) => vals.map((v) => fmt(v)) }] }, this.data(), this.target);
   }
 
   get keys() { return [...this.series.keys()]; }

@@ -18,9 +18,10 @@ export function el(tag, attrs = {}, ...children) {
   return e;
 }
 
-// clear empties an element.
-export function clear(e) {
-  e.replaceChildren();
+// clear empties an element, then appends children as el does: nodes, or strings as text;
+// null, undefined and false are left out (Element.append would insert them as the text "null").
+export function clear(e, ...children) {
+  e.replaceChildren(...children.filter((c) => c !== undefined && c !== null && c !== false));
   return e;
 }
 

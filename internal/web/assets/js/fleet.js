@@ -6,6 +6,16 @@ import { FleetGrid, legend } from './grid.js';
 import { EventList } from './events.js';
 import { TimeChart, fmt } from './charts.js';
 
+// conditionTone says what a condition's status means for the fleet: good, bad or neutral. For
+// most conditions True is good; for Degraded, True is bad; Progressing is work under way either
+// way; Unknown is neither.
+export function conditionTone(c) {
+  if (c.status !== 'True' && c.status !== 'False') return 'neutral';
+  if (c.type === 'Progressing') return 'neutral';
+  const good = c.type === 'Degraded' ? c.status === 'False' : c.status === 'True';
+  return good ? 'good' : 'bad';
+}
+
 export function fleetPage(main, name) {
   crumbs(['fleets', '/ui/'], [name]);
   const head = el('section', { class: 'card', id: 'fleet' });
@@ -15,7 +25,7 @@ export function fleetPage(main, name) {
     rps: new TimeChart({ title: 'requests/s', format: fmt.rate }),
     p95: new TimeChart({ title: 'p95 latency', format: fmt.ms }),
     errors: new TimeChart({ title: '5xx/s', format: fmt.rate }),
-    weights: new TimeChart({ title: 'traffic weight per revision', format: fmt.pct, stepped: true }),
+    weights: new TimeChart({ title: 'traffic weight per revision', format: fmt.pct, stepped: true, empty: 'no revision serves yet' }),
   };
   const events = new EventList();
   main.append(head, el('section', { class: 'card' }, el('h2', { text: 'Instances' }), legend(), grid.root), rollout,
@@ -31,23 +41,27 @@ export function fleetPage(main, name) {
       return;
     }
     const sp = fleet.spec, st = fleet.status || {}, rp = sp.replicas || {};
-    head.append(el('h1', { text: name }),
+    clear(head, el('h1', { text: name }),
       el('div', { class: 'row' },
         el('span', { class: 'phase', id: 'fleet-phase', text: st.phase || 'Pending' }),
-        el('span', { text: `${st.readyReplicas || 0}/${rp.desired ?? '?'} ready (min ${rp.min ?? '?'}, max ${rp.max ?? '?'})` }),
+        el('span', { id: 'fleet-ready', text: `${st.readyReplicas || 0}/${fleet.desired} ready (min ${rp.min ?? '?'}, max ${rp.max ?? '?'})` }),
         el('span', { class: 'muted', text: 'image ' + sp.image }),
         el('span', { class: 'muted', text: 'revision ' + (st.currentRevision || '-') }),
         sp.autoscaling ? el('span', { class: 'muted', text: `autoscaling on ${sp.autoscaling.metric || 'requestsPerSecond'}, target ${sp.autoscaling.target}` }) : null),
       st.message ? el('p', { class: 'error', text: st.message }) : null,
       conditions(st.conditions || []));
     grid.setCurrentRevision(st.currentRevision || '');
+    const why = (sp.listeners || []).length ? 'no requests in the last five minutes'
+      : 'no listeners: the load balancer counts requests only for fleets with listeners';
+    for (const c of [charts.rps, charts.p95, charts.errors]) c.setEmptyText(why);
     showRollout();
   }
 
   function conditions(conds) {
     if (!conds.length) return null;
-    return el('div', { class: 'row muted' }, ...conds.map((c) =>
-      el('span', { title: c.message || '', class: c.status === 'True' ? '' : 'error', text: `${c.type}=${c.status}` })));
+    return el('div', { class: 'row', id: 'conditions' }, ...conds.map((c) => el('span', {
+      class: 'condition', 'data-tone': conditionTone(c), 'data-type': c.type,
+      title: [c.reason, c.message].filter(Boolean).join(': '), text: `${c.type}=${c.status}` })));
   }
 
   // showRollout draws the rollout's progress: the strategy's steps with the current one marked,
@@ -59,7 +73,7 @@ export function fleetPage(main, name) {
     const strategy = (sp.rollout && sp.rollout.strategy) || 'Rolling';
     rollout.append(el('h2', { text: 'Rollout' }));
     const current = revs.find((r) => r.name === st.currentRevision);
-    const desired = (sp.replicas && sp.replicas.desired) || 0;
+    const desired = fleet.desired;
     const rolling = revs.length > 1 || (ro && (ro.phase === 'Progressing' || ro.phase === 'Paused'));
     const line = el('div', { class: 'row', id: 'rollout-state' },
       el('span', { class: 'phase', text: ro && ro.revision === st.currentRevision ? `${ro.strategy} ${ro.phase}` : rolling ? `${strategy} in progress` : 'no rollout in progress' }),

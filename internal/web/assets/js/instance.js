@@ -12,8 +12,8 @@ export function instancePage(main, name) {
   crumbs(['fleets', '/ui/'], [name]);
   const head = el('section', { class: 'card', id: 'instance' });
   const charts = {
-    cpu: new TimeChart({ title: 'CPU (cores)', format: fmt.cores }),
-    mem: new TimeChart({ title: 'memory (working set)', format: fmt.bytes }),
+    cpu: new TimeChart({ title: 'CPU (cores)', format: fmt.cores, empty: 'no figures from the instance\'s agent yet' }),
+    mem: new TimeChart({ title: 'memory (working set)', format: fmt.bytes, empty: 'no figures from the instance\'s agent yet' }),
     rps: new TimeChart({ title: 'requests/s', format: fmt.rate }),
     p95: new TimeChart({ title: 'p95 latency', format: fmt.ms }),
   };
@@ -25,6 +25,7 @@ export function instancePage(main, name) {
     pods, el('section', { class: 'card' }, el('h2', {}, 'Logs ', logStatus), logs), events.root);
 
   let inst = null;
+  let fleet = null; // the instance's fleet, for its listeners
   let kubeLoaded = false;
 
   function show() {
@@ -34,6 +35,14 @@ export function instancePage(main, name) {
       return;
     }
     crumbs(['fleets', '/ui/'], [inst.fleet, fleetHref(inst.fleet)], [name]);
+    if (inst.provider === 'fake') {
+      for (const c of [charts.cpu, charts.mem]) c.setEmptyText('a fake instance has no agent: no CPU or memory figures');
+    }
+    const listeners = fleet ? (fleet.spec.listeners || []).length : 1;
+    for (const c of [charts.rps, charts.p95]) {
+      c.setEmptyText(listeners ? 'no requests in the last five minutes'
+        : 'no listeners: the load balancer counts requests only for fleets with listeners');
+    }
     head.append(el('h1', { text: name }), el('dl', { class: 'props' },
       ...prop('state', el('span', { class: 'phase', id: 'instance-state', 'data-state': cellState(inst), text: inst.phase + (inst.lbHealth ? ' · LB ' + inst.lbHealth : '') })),
       ...prop('fleet', el('a', { href: fleetHref(inst.fleet), text: inst.fleet })),
@@ -107,12 +116,17 @@ export function instancePage(main, name) {
   openStream('?instance=' + encodeURIComponent(name), {
     snapshot(s) {
       inst = s.instances[0] || null;
+      fleet = s.fleets[0] || null;
       show();
       events.reset(s.events);
       markRendered();
     },
     instance(c) {
       inst = c.type === 'DELETED' ? null : c.instance;
+      show();
+    },
+    fleet(c) {
+      fleet = c.type === 'DELETED' ? null : c.fleet;
       show();
     },
     health(h) {

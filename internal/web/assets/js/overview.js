@@ -34,10 +34,9 @@ export function overview(main) {
     const f = entry(fleet.metadata.name);
     f.fleet = fleet;
     const st = fleet.status || {};
-    const desired = fleet.spec.replicas && fleet.spec.replicas.desired;
-    clear(f.summary).append(
+    clear(f.summary,
       el('span', { class: 'phase', text: st.phase || 'Pending' }),
-      el('span', { text: `${st.readyReplicas || 0}/${desired ?? '?'} ready` }),
+      el('span', { class: 'ready', text: `${st.readyReplicas || 0}/${fleet.desired} ready` }),
       el('span', { text: (fleet.spec.regions || []).map((r) => r.name).join(', ') }),
       st.rollout && (st.rollout.phase === 'Progressing' || st.rollout.phase === 'Paused')
         ? el('span', { text: `rollout ${st.rollout.strategy} ${st.rollout.phase}` }) : null,
