@@ -12,11 +12,48 @@ type Fleet struct {
 	TypeMeta `json:",inline"`
 	Metadata ObjectMeta `json:"metadata"`
 	Spec     FleetSpec  `json:"spec"`
+	// Pinned is the node image the fleet's instances boot: spec.image as the API resolved it when
+	// the fleet was last applied (or restarted). A later build of the same name changes nothing until
+	// the next `herd apply` or `herd rollout restart`. The API is its only writer, except once for a
+	// fleet stored before images were pinned, which the controller pins when it first sees it.
+	// Ignored on apply.
+	Pinned *PinnedImage `json:"pinned,omitempty"`
 	// Requests are commands users gave the fleet that are not part of its desired state. The API
 	// is their only writer; the controller reads them and records in the status which it acted on.
 	// Ignored on apply.
 	Requests FleetRequests `json:"requests,omitzero"`
 	Status   FleetStatus   `json:"status,omitempty"`
+}
+
+// PinnedImage is spec.image resolved to the node image bundle instances boot from.
+type PinnedImage struct {
+	// Ref is spec.image as it was resolved: a NodeImage name or a digest.
+	Ref string `json:"ref"`
+	// Digest is the bundle digest Ref named then ("sha256:..."). For a fleet whose regions all run
+	// on providers that boot no node image (fake), a name no image was built for is kept as written.
+	Digest string `json:"digest"`
+	// By says who resolved it: apply, rollout restart, rollout undo, or upgrade (a fleet stored
+	// before images were pinned, pinned once by the controller to what it already ran).
+	By string `json:"by"`
+	// At is when it was resolved.
+	At time.Time `json:"at"`
+}
+
+// What resolved a fleet's pinned image (PinnedImage.By).
+const (
+	PinnedByApply   = "apply"
+	PinnedByRestart = "rollout restart"
+	PinnedByUndo    = "rollout undo"
+	PinnedByUpgrade = "upgrade"
+)
+
+// BootImage returns the node image the fleet's instances boot: the pinned digest, or spec.image
+// while the fleet has none pinned.
+func (f *Fleet) BootImage() string {
+	if f.Pinned != nil && f.Pinned.Digest != "" {
+		return f.Pinned.Digest
+	}
+	return f.Spec.Image
 }
 
 // FleetRequests holds the latest command of each kind a user gave a fleet.
@@ -47,7 +84,9 @@ func (r *RolloutRequest) Equal(o *RolloutRequest) bool {
 // FleetSpec is the desired state of a fleet.
 type FleetSpec struct {
 	// Image names the node image every instance boots from: a bundle digest ("sha256:...") or the
-	// name of a NodeImage built with `herd image build`. A change here makes a new revision. Required.
+	// name of a NodeImage built with `herd image build`. A name is resolved to the digest it names
+	// when the fleet is applied (see Fleet.Pinned): a later build of the name changes nothing until
+	// the next apply or `herd rollout restart`. A new digest makes a new revision. Required.
 	Image string `json:"image"`
 	// Replicas bounds and sets the number of instances.
 	Replicas Replicas `json:"replicas"`
@@ -344,6 +383,11 @@ type RevisionHistory struct {
 	Revision string `json:"revision"`
 	// Image is the node image digest it boots from.
 	Image string `json:"image"`
+	// Ref is the spec.image that was pinned to Image, and PinnedBy what pinned it (apply, rollout
+	// restart, rollout undo, upgrade), when the revision was the fleet's current one as it began
+	// serving; unset otherwise.
+	Ref      string `json:"ref,omitempty"`
+	PinnedBy string `json:"pinnedBy,omitempty"`
 	// Since is when it became the serving revision.
 	Since time.Time `json:"since"`
 	// Until is when another revision replaced it; unset while it serves.

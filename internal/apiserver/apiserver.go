@@ -21,6 +21,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/global/routes"
+	"herd.dev/herd/internal/imagepin"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/version"
@@ -42,6 +43,9 @@ type Options struct {
 	// OptionValidators check the region options of the providers that implement
 	// provider.OptionsValidator, by provider name, on apply.
 	OptionValidators map[string]provider.OptionsValidator
+	// Images resolves spec.image to the bundle instances boot, on apply and rollout restart.
+	// Default: no image store, and every image is pinned as written.
+	Images imagepin.Resolver
 	// Status, if set, reports components' health for GET /v1/status.
 	Status func() map[string]string
 	// LBHealth, if set, returns the load balancer's view of each instance by name.
@@ -124,6 +128,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /v1/apply", s.apply)
 	s.mux.HandleFunc("PUT /v1/fleets/{name}/scale", s.scaleFleet)
 	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/undo", s.undoRollout)
+	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/restart", s.restartRollout)
 	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/promote", s.promoteRollout)
 	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/abort", s.abortRollout)
 	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
@@ -409,11 +414,12 @@ func flush(w io.Writer) {
 func (s *Server) undoRollout(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var target v1alpha1.RevisionHistory
-	f, err := store.UpdateFleetSpec(r.Context(), s.opts.Store, name, func(f *v1alpha1.Fleet) error {
+	f, err := store.UpdateFleetImage(r.Context(), s.opts.Store, name, func(f *v1alpha1.Fleet) error {
 		for _, h := range f.Status.History {
 			if h.Revision != f.Status.CurrentRevision && h.Image != "" {
 				target = h
 				f.Spec.Image = h.Image
+				f.Pinned = &v1alpha1.PinnedImage{Ref: h.Image, Digest: h.Image, By: v1alpha1.PinnedByUndo, At: s.opts.Clock.Now().UTC()}
 				return nil
 			}
 		}

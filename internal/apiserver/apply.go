@@ -28,6 +28,8 @@ type ApplyResult struct {
 	Result string `json:"result"`
 	// Warnings say what of the fleet as written was not applied, and why.
 	Warnings []string `json:"warnings,omitempty"`
+	// Pinned is the node image the fleet's instances boot once applied.
+	Pinned *v1alpha1.PinnedImage `json:"pinned,omitempty"`
 }
 
 // applied is one fleet of an apply request with what the user wrote before defaults were filled.
@@ -35,6 +37,8 @@ type applied struct {
 	fleet *v1alpha1.Fleet
 	// desiredGiven is whether the user set spec.replicas.desired.
 	desiredGiven bool
+	// pin is spec.image resolved now.
+	pin *v1alpha1.PinnedImage
 }
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
@@ -57,6 +61,10 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		v1alpha1.SetFleetDefaults(f, s.opts.DefaultProvider)
 	}
 	if problems := s.validateApply(req.Fleets); len(problems) > 0 {
+		writeJSON(w, http.StatusUnprocessableEntity, ErrorBody{Error: "invalid fleet spec", Fields: problems})
+		return
+	}
+	if problems := s.pinApplied(fleets); len(problems) > 0 {
 		writeJSON(w, http.StatusUnprocessableEntity, ErrorBody{Error: "invalid fleet spec", Fields: problems})
 		return
 	}
@@ -120,6 +128,22 @@ func (s *Server) validateApply(fleets []v1alpha1.Fleet) []FieldProblem {
 	}
 	problems = append(problems, listenerClashes(fleets, nil)...)
 	return append(problems, hostnameClashes(fleets, nil)...)
+}
+
+// pinApplied resolves each applied fleet's spec.image to the bundle its instances will boot: a
+// name is resolved when it is applied, never later. An image that was never built is refused.
+func (s *Server) pinApplied(fleets []applied) []FieldProblem {
+	var problems []FieldProblem
+	now := s.opts.Clock.Now()
+	for i := range fleets {
+		pin, err := s.opts.Images.Pin(fleets[i].fleet, v1alpha1.PinnedByApply, now)
+		if err != nil {
+			problems = append(problems, FieldProblem{Document: i + 1, Field: "spec.image", Message: err.Error()})
+			continue
+		}
+		fleets[i].pin = pin
+	}
+	return problems
 }
 
 // listenerClashes refuses a load-balancer port claimed by two fleets: every fleet's listeners
@@ -218,16 +242,21 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 		if cur != nil && f.Spec.Autoscaling != nil {
 			res.Warnings = keepAutoscaledDesired(f, cur, a.desiredGiven)
 		}
-		gen, err := store.FleetGeneration(cur, &f.Spec)
+		gen, err := store.FleetGeneration(cur, &f.Spec, a.pin)
 		if err != nil {
 			return plan, err
+		}
+		// The pin stays as it was while spec.image names what it named.
+		f.Pinned = a.pin
+		if cur != nil && cur.Pinned != nil && cur.Pinned.Ref == a.pin.Ref && cur.Pinned.Digest == a.pin.Digest {
+			f.Pinned = cur.Pinned
 		}
 		switch {
 		case cur == nil:
 			f.Metadata.CreationTimestamp = &now
 			f.Metadata.ResourceVersion = 0
 			res.Result = "created"
-		case gen == cur.Metadata.Generation && reflect.DeepEqual(cur.Metadata.Labels, f.Metadata.Labels):
+		case gen == cur.Metadata.Generation && f.Pinned == cur.Pinned && reflect.DeepEqual(cur.Metadata.Labels, f.Metadata.Labels):
 			res.Result = "unchanged"
 		default:
 			f.Metadata.CreationTimestamp = cur.Metadata.CreationTimestamp
@@ -235,6 +264,7 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 			f.Status, f.Requests = cur.Status, cur.Requests
 			res.Result = "configured"
 		}
+		res.Pinned = f.Pinned
 		plan.results = append(plan.results, res)
 		if res.Result == "unchanged" {
 			continue

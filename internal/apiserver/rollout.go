@@ -48,3 +48,37 @@ func (s *Server) commandRollout(w http.ResponseWriter, r *http.Request, cmd stri
 	s.log.Info("rollout command recorded", "fleet", name, "revision", f.Requests.Rollout.Revision, "command", cmd)
 	writeJSON(w, http.StatusOK, f)
 }
+
+// RestartResult is the answer to a rollout restart: the fleet as the API left it, and the image
+// it booted before. The fleet rolls when they differ.
+type RestartResult struct {
+	Fleet    *v1alpha1.Fleet `json:"fleet"`
+	Previous string          `json:"previous"`
+}
+
+// restartRollout resolves the fleet's spec.image again, as an apply of the same spec would, and
+// pins what it names now: a rebuilt image rolls out (with the fleet's strategy); an image that
+// still names the pinned bundle changes nothing.
+func (s *Server) restartRollout(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var previous string
+	f, err := store.UpdateFleetImage(r.Context(), s.opts.Store, name, func(f *v1alpha1.Fleet) error {
+		previous = f.BootImage()
+		defaulted := *f
+		v1alpha1.SetFleetDefaults(&defaulted, s.opts.DefaultProvider)
+		pin, err := s.opts.Images.Pin(&defaulted, v1alpha1.PinnedByRestart, s.opts.Clock.Now())
+		if err != nil {
+			return refuse(http.StatusUnprocessableEntity, "fleet %q: spec.image: %w", name, err)
+		}
+		if pin.Digest != previous {
+			f.Pinned = pin
+		}
+		return nil
+	})
+	if err != nil {
+		s.updateError(w, r, name, err)
+		return
+	}
+	s.log.Info("rollout restart", "fleet", name, "image", f.Spec.Image, "previous", previous, "pinned", f.BootImage())
+	writeJSON(w, http.StatusOK, RestartResult{Fleet: f, Previous: previous})
+}

@@ -91,6 +91,15 @@ func describeFleet(w io.Writer, f *v1alpha1.Fleet) {
 	p("Name", f.Metadata.Name)
 	p("Created", age(f.Metadata.CreationTimestamp)+" ago")
 	p("Image", s.Image)
+	if pin := f.Pinned; pin != nil {
+		line := fmt.Sprintf("%s (resolved by %s %s ago)", pin.Digest, pin.By, age(&pin.At))
+		if pin.Ref != pin.Digest {
+			line += fmt.Sprintf("; a new build of %q changes nothing until herd apply or herd rollout restart", pin.Ref)
+		}
+		p("Pinned image", line)
+	} else {
+		p("Pinned image", "<none yet>")
+	}
 	perRegion := ""
 	if len(s.Regions) > 1 {
 		perRegion = fmt.Sprintf(" (%d per region unless it says otherwise)", deref(s.Replicas.Desired))

@@ -161,22 +161,22 @@ func printFleets(g *globals, fleets []v1alpha1.Fleet, wide bool) error {
 		fmt.Fprintln(g.errOut, "No fleets found.")
 		return nil
 	}
-	headers := []string{"NAME", "READY", "DESIRED", "MIN", "MAX", "REVISION", "PHASE", "AGE"}
+	headers := []string{"NAME", "READY", "DESIRED", "MIN", "MAX", "IMAGE", "REVISION", "PHASE", "AGE"}
 	if wide {
-		headers = append(headers, "IMAGE", "STRATEGY", "REGIONS", "MESSAGE")
+		headers = append(headers, "STRATEGY", "REGIONS", "MESSAGE")
 	}
 	t := newTable(g.out, headers...)
 	for _, f := range fleets {
 		r := f.Spec.Replicas
 		desired := f.TotalDesired()
 		cols := []any{f.Metadata.Name, fmt.Sprintf("%d/%d", f.Status.ReadyReplicas, desired), desired, deref(r.Min), deref(r.Max),
-			f.Status.CurrentRevision, f.Status.Phase, age(f.Metadata.CreationTimestamp)}
+			pinnedShort(&f), f.Status.CurrentRevision, f.Status.Phase, age(f.Metadata.CreationTimestamp)}
 		if wide {
 			var regions []string
 			for _, rg := range f.Spec.Regions {
 				regions = append(regions, rg.Name+"/"+rg.Provider)
 			}
-			cols = append(cols, f.Spec.Image, f.Spec.Rollout.Strategy, strings.Join(regions, ","), f.Status.Message)
+			cols = append(cols, f.Spec.Rollout.Strategy, strings.Join(regions, ","), f.Status.Message)
 		}
 		t.row(cols...)
 	}
@@ -214,4 +214,17 @@ func deref(p *int32) int32 {
 		return 0
 	}
 	return *p
+}
+
+// pinnedShort is the image a fleet boots as NAME@sha256:<12 hex digits>, or the digest alone
+// when spec.image gives one.
+func pinnedShort(f *v1alpha1.Fleet) string {
+	digest := f.BootImage()
+	if hex, ok := strings.CutPrefix(digest, "sha256:"); ok && len(hex) > 12 {
+		digest = "sha256:" + hex[:12]
+	}
+	if f.Pinned == nil || f.Pinned.Ref == f.Pinned.Digest {
+		return digest
+	}
+	return f.Pinned.Ref + "@" + digest
 }

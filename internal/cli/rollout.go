@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/client"
 )
 
@@ -82,7 +83,28 @@ another image (herd rollout undo, or herd apply).`,
 		ro := f.Status.Rollout
 		return fmt.Sprintf("fleet/%s rollout of %s aborted: back to %s", f.Metadata.Name, ro.Revision, ro.PreviousRevision)
 	})
-	cmd.AddCommand(status, history, undo, promote, abort)
+	restart := &cobra.Command{
+		Use:   "restart FLEET",
+		Short: "Resolve the fleet's spec.image again and roll out what it names now",
+		Long: `restart resolves the fleet's spec.image again, as an apply of the same spec would: when the
+name now names another build (herd image build ran since the fleet was applied), the fleet pins
+the new digest and rolls it out with its strategy; when it names the pinned build, nothing changes.`,
+		Example: "  herd image build -f examples/hello/image.yaml && herd rollout restart hello",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.RestartRollout(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(g.out, restartLine(res))
+			return nil
+		},
+	}
+	cmd.AddCommand(status, history, undo, promote, abort, restart)
 	return cmd
 }
 
@@ -200,13 +222,29 @@ func canaryStep(f *v1alpha1.Fleet, ro *v1alpha1.RolloutStatus) string {
 
 func printHistory(out io.Writer, f *v1alpha1.Fleet) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REVISION\tIMAGE\tFROM\tUNTIL")
+	fmt.Fprintln(tw, "REVISION\tIMAGE\tSPEC.IMAGE\tPINNED-BY\tFROM\tUNTIL")
 	for _, h := range f.Status.History {
 		until := "now"
 		if h.Until != nil {
 			until = h.Until.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Revision, h.Image, h.Since.Format(time.RFC3339), until)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Revision, h.Image, orDash(h.Ref), orDash(h.PinnedBy), h.Since.Format(time.RFC3339), until)
 	}
 	tw.Flush()
+}
+
+// restartLine says what a rollout restart did.
+func restartLine(res *apiserver.RestartResult) string {
+	f := res.Fleet
+	if f.BootImage() == res.Previous {
+		return fmt.Sprintf("fleet/%s unchanged: spec.image %q still names %s (build a new one with herd image build)", f.Metadata.Name, f.Spec.Image, f.BootImage())
+	}
+	return fmt.Sprintf("fleet/%s restarted: spec.image %q now names %s (was %s); rolling out", f.Metadata.Name, f.Spec.Image, f.BootImage(), res.Previous)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -316,6 +316,16 @@ func (c *Client) UndoRollout(ctx context.Context, name string) (*v1alpha1.Fleet,
 	return c.rolloutCommand(ctx, name, "undo")
 }
 
+// RestartRollout resolves the fleet's spec.image again and rolls out what it names now, if that
+// is not the pinned image.
+func (c *Client) RestartRollout(ctx context.Context, name string) (*apiserver.RestartResult, error) {
+	var res apiserver.RestartResult
+	if err := c.do(ctx, http.MethodPost, "/v1/fleets/"+url.PathEscape(name)+"/rollout/restart", nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // PromoteRollout asks for the fleet's rollout in progress to skip its remaining steps and move all
 // traffic to the new revision.
 func (c *Client) PromoteRollout(ctx context.Context, name string) (*v1alpha1.Fleet, error) {

@@ -80,8 +80,9 @@ type Options struct {
 	// advance on their pauses alone.
 	Stats StatsSource
 	// ResolveImage, when set, turns a fleet's image reference (a node image name) into the bundle
-	// digest instances boot from, so that a rebuilt image makes a new revision. A reference it does
-	// not know is returned unchanged.
+	// digest instances boot from. The API pins a fleet's image when it is applied (Fleet.Pinned);
+	// the controller resolves only a fleet stored before that, once, and stores the pin. A reference
+	// it does not know is returned unchanged.
 	ResolveImage func(ref string) (string, error)
 	// Events receives the events the controller records. Default: a recorder of its own
 	// (internal/events) writing to Store, run by Start.

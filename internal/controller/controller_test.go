@@ -375,10 +375,11 @@ func TestRestartAdoptsAndCleansUp(t *testing.T) {
 	}
 }
 
-// A fleet naming an image by name pins the digest the name resolves to; rebuilding the image (the
-// name now resolving to another digest) rolls the fleet to a new revision, and the stored spec keeps
-// the name the user wrote.
-func TestImageNameResolvesToDigest(t *testing.T) {
+// A fleet stored before images were pinned at apply is pinned once, with an event, to the digest
+// its name resolves to; rebuilding the image (the name now resolving to another digest) then rolls
+// nothing, even when the fleet is reconciled again, until a new pin (an apply or a rollout restart)
+// names the new digest. The stored spec keeps the name the user wrote.
+func TestImagePinnedNotFollowingRebuilds(t *testing.T) {
 	var digest atomic.Value
 	digest.Store("sha256:one")
 	st := memory.New()
@@ -389,21 +390,34 @@ func TestImageNameResolvesToDigest(t *testing.T) {
 		}
 		return ref, nil
 	}})
-	f := fleetSpec("web", "hello", 2)
-	e.put(f)
-	pinned := fleetSpec("web", "sha256:one", 2)
-	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(pinned)))
+	e.put(fleetSpec("web", "hello", 2))
+	one := fleetSpec("web", "sha256:one", 2)
+	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(one)))
+	waitFor(t, 5*time.Second, e.eventsAtLeast("ImagePinned", 1))
+	got, _ := store.GetObject[v1alpha1.Fleet](context.Background(), st, store.Fleets, "web")
+	if got.Spec.Image != "hello" || got.Pinned == nil || got.Pinned.Digest != "sha256:one" || got.Pinned.By != v1alpha1.PinnedByUpgrade {
+		t.Fatalf("stored fleet: spec.image %q, pinned %+v; want the name kept and sha256:one pinned by upgrade", got.Spec.Image, got.Pinned)
+	}
+
+	// A rebuild, then a change the controller must act on: a third instance, of the pinned image.
+	digest.Store("sha256:two")
+	scaled := fleetSpec("web", "hello", 3)
+	scaled.Pinned = got.Pinned
+	e.put(scaled)
+	waitFor(t, 5*time.Second, e.converged("web", 3, RevisionName(one)))
 	for _, in := range e.records("web") {
 		if in.Spec.Image != "sha256:one" {
-			t.Fatalf("instance image %q, want the digest", in.Spec.Image)
+			t.Fatalf("instance %s boots %q after a rebuild of the name, want the pinned sha256:one", in.Metadata.Name, in.Spec.Image)
 		}
 	}
-	digest.Store("sha256:two")
-	pinned.Spec.Image = "sha256:two"
-	waitFor(t, 5*time.Second, e.converged("web", 2, RevisionName(pinned)))
-	got, _ := store.GetObject[v1alpha1.Fleet](context.Background(), st, store.Fleets, "web")
-	if got.Spec.Image != "hello" {
-		t.Fatalf("stored spec.image = %q, want the name as applied", got.Spec.Image)
+
+	// An apply pins the new digest: the fleet rolls to it.
+	repinned := fleetSpec("web", "hello", 3)
+	repinned.Pinned = &v1alpha1.PinnedImage{Ref: "hello", Digest: "sha256:two", By: v1alpha1.PinnedByApply}
+	e.put(repinned)
+	waitFor(t, 5*time.Second, e.converged("web", 3, RevisionName(fleetSpec("web", "sha256:two", 3))))
+	if n := len(e.events("ImagePinned")); n != 1 {
+		t.Fatalf("%d ImagePinned events, want 1: a fleet is upgraded once", n)
 	}
 }
 

@@ -53,20 +53,48 @@ func (c *Controller) observe(ctx context.Context, name string) (*scope, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fleet.Pinned == nil && c.opts.ResolveImage != nil {
+		if err := c.pinStored(ctx, fleet); err != nil {
+			return nil, err
+		}
+		return c.observe(ctx, name)
+	}
 	// Stored fleets are defaulted on write; defaulting again fills fields added since.
 	v1alpha1.SetFleetDefaults(fleet, "")
-	if c.opts.ResolveImage != nil {
-		digest, err := c.opts.ResolveImage(fleet.Spec.Image)
-		if err != nil {
-			return nil, fmt.Errorf("fleet %s: resolve image %q: %w", name, fleet.Spec.Image, err)
-		}
-		fleet.Spec.Image = digest // in memory only: instances and the revision pin the digest
-	}
+	fleet.Spec.Image = fleet.BootImage() // in memory only: instances and the revision boot the pin
 	s := &scope{c: c, ctx: ctx, fleet: fleet, stored: stored, object: "Fleet/" + name, revision: RevisionName(fleet)}
 	s.records = c.fleetInstances(name)
 	s.initRegions()
 	s.listRegions()
 	return s, nil
+}
+
+// pinStored pins the image of a fleet stored before images were pinned at apply, once, to the
+// bundle its name resolves to now, which is what the controller has been running: the fleet keeps
+// its revision, and a later build of the name no longer rolls it.
+func (c *Controller) pinStored(ctx context.Context, f *v1alpha1.Fleet) error {
+	name := f.Metadata.Name
+	digest, err := c.opts.ResolveImage(f.Spec.Image)
+	if err != nil {
+		return fmt.Errorf("fleet %s: resolve image %q: %w", name, f.Spec.Image, err)
+	}
+	pin := &v1alpha1.PinnedImage{Ref: f.Spec.Image, Digest: digest, By: v1alpha1.PinnedByUpgrade, At: c.clock.Now().UTC()}
+	written := false
+	_, err = store.UpdateObject(ctx, c.opts.Store, store.Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
+		if f.Pinned != nil || f.Spec.Image != pin.Ref {
+			return false, nil // pinned, or applied anew, meanwhile
+		}
+		f.Pinned, written = pin, true
+		return true, nil
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("fleet %s: pin image %q: %w", name, pin.Ref, err)
+	}
+	if written {
+		c.events.Eventf("Fleet/"+name, "Normal", "ImagePinned",
+			"spec.image %q pinned to %s, which it ran before images were pinned at apply: a new build of it now rolls the fleet only on herd apply or herd rollout restart %s", pin.Ref, pin.Digest, name)
+	}
+	return nil
 }
 
 // sooner returns the shorter of two delays, where one of 0 (or less) stands for none.

@@ -429,7 +429,11 @@ func (s *scope) history(now time.Time) []v1alpha1.RevisionHistory {
 	if len(h) > 0 && h[0].Until == nil {
 		h[0].Until = &now
 	}
-	h = append([]v1alpha1.RevisionHistory{{Revision: serving, Image: image, Since: now}}, h...)
+	entry := v1alpha1.RevisionHistory{Revision: serving, Image: image, Since: now}
+	if pin := s.stored.Pinned; pin != nil && serving == s.revision {
+		entry.Ref, entry.PinnedBy = pin.Ref, pin.By
+	}
+	h = append([]v1alpha1.RevisionHistory{entry}, h...)
 	if len(h) > maxHistory {
 		h = h[:maxHistory]
 	}

@@ -29,6 +29,7 @@ import (
 	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/imagepin"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync"
@@ -249,6 +250,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	api := apiserver.New(apiserver.Options{
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
+		Images:           imagepin.Resolver{Images: pinImages{images}, Imageless: imageless(providers)},
 		OptionValidators: providersAs[provider.OptionsValidator](providers),
 		KubeAccess:       providersAs[provider.KubeAccessor](providers),
 		KubeProxy:        kubeProxy,
@@ -372,6 +374,28 @@ func providersAs[T any](providers map[string]provider.Provider) map[string]T {
 	for name, p := range providers {
 		if v, ok := p.(T); ok {
 			out[name] = v
+		}
+	}
+	return out
+}
+
+// pinImages is herd's image store as the API pins fleets' images from it.
+type pinImages struct{ *image.Store }
+
+func (p pinImages) Resolve(ref string) (string, error) {
+	digest, err := p.Store.Resolve(ref)
+	if errors.Is(err, image.ErrNotFound) {
+		return "", imagepin.NotFound(err)
+	}
+	return digest, err
+}
+
+// imageless names the providers whose instances boot no node image.
+func imageless(providers map[string]provider.Provider) map[string]bool {
+	out := map[string]bool{}
+	for name, p := range providers {
+		if p.Capabilities().Imageless {
+			out[name] = true
 		}
 	}
 	return out

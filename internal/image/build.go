@@ -187,6 +187,15 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 	}
 	cfg.Images = append(cfg.Images, rec)
 
+	if err := ctx.Err(); err != nil {
+		return Bundle{}, err
+	}
+	return store.commit(bdir, cfg, say)
+}
+
+// commit writes cfg as the bundle.json of the bundle built in bdir, moves the bundle into the
+// store under its digest and points cfg.Name at it.
+func (s *Store) commit(bdir string, cfg Config, say func(string, ...any)) (Bundle, error) {
 	data, err := cfg.Marshal()
 	if err != nil {
 		return Bundle{}, err
@@ -195,10 +204,7 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 		return Bundle{}, fmt.Errorf("image store: %w", err)
 	}
 	digest := bundle.DigestBytes(data)
-	if err := ctx.Err(); err != nil {
-		return Bundle{}, err
-	}
-	final := store.bundleDir(digest)
+	final := s.bundleDir(digest)
 	if _, err := os.Stat(final); err == nil {
 		say("unchanged: %s is already in the store", digest)
 	} else if err := os.Rename(bdir, final); err != nil {
@@ -207,10 +213,35 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 			return Bundle{}, fmt.Errorf("image store: %w", err)
 		}
 	}
-	if err := store.setName(cfg.Name, digest); err != nil {
+	if err := s.setName(cfg.Name, digest); err != nil {
 		return Bundle{}, err
 	}
-	return store.Get(digest)
+	return s.Get(digest)
+}
+
+// Put stores a bundle made of cfg and files (bundle-relative paths to their content, each of
+// which cfg records), as Build does once everything is built: for tests and tools that make
+// bundles without building them. cfg.SchemaVersion is filled in.
+func (s *Store) Put(cfg Config, files map[string][]byte) (Bundle, error) {
+	if err := s.init(); err != nil {
+		return Bundle{}, err
+	}
+	work, err := os.MkdirTemp(s.tmpDir(), "put-")
+	if err != nil {
+		return Bundle{}, fmt.Errorf("image store: %w", err)
+	}
+	defer os.RemoveAll(work)
+	for name, data := range files {
+		dst := filepath.Join(work, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return Bundle{}, fmt.Errorf("image store: %w", err)
+		}
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			return Bundle{}, fmt.Errorf("image store: %w", err)
+		}
+	}
+	cfg.SchemaVersion = SchemaVersion
+	return s.commit(work, cfg, func(string, ...any) {})
 }
 
 // loadNodeImage reads, defaults and validates the one NodeImage of a file.

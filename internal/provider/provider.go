@@ -110,6 +110,9 @@ type Capabilities struct {
 	Persistent bool
 	// MaxInstances bounds how many instances this provider can run at once; 0 means no known bound.
 	MaxInstances int
+	// Imageless is true when instances boot no node image (a simulation): a fleet whose regions
+	// all run on such providers may name an image that was never built.
+	Imageless bool
 }
 
 // Provider runs instances. See the package documentation for the contract.

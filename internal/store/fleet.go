@@ -5,19 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	"herd.dev/herd/api/v1alpha1"
 )
 
-// A fleet's metadata.generation counts changes to its spec, so that a status can say which spec it
-// describes (observedGeneration). The rule lives here, once: every writer of a fleet's spec goes
-// through FleetGeneration or UpdateFleetSpec, and writers of anything else (the controller's status
-// write, UpdateFleetRequests) never touch it.
+// A fleet's metadata.generation counts changes to its desired state, its spec and the image it
+// boots (Fleet.Pinned), so that a status can say which it describes (observedGeneration). The
+// rule lives here, once: every writer of a fleet's spec or pinned image goes through
+// FleetGeneration, UpdateFleetSpec or UpdateFleetImage, and writers of anything else (the
+// controller's status write, UpdateFleetRequests) never touch it.
 
-// FleetGeneration returns the generation a fleet has once its spec is next: 1 for a new fleet
-// (cur nil), otherwise cur's generation, one more when the spec changed. A spec changed when its
-// stored form did, so that nil and empty lists or maps, which store alike, are no change.
-func FleetGeneration(cur *v1alpha1.Fleet, next *v1alpha1.FleetSpec) (int64, error) {
+// FleetGeneration returns the generation a fleet has once its spec is next and it boots pin: 1
+// for a new fleet (cur nil), otherwise cur's generation, one more when the spec or the image it
+// boots changed. A spec changed when its stored form did, so that nil and empty lists or maps,
+// which store alike, are no change.
+func FleetGeneration(cur *v1alpha1.Fleet, next *v1alpha1.FleetSpec, pin *v1alpha1.PinnedImage) (int64, error) {
 	if cur == nil {
 		return 1, nil
 	}
@@ -25,10 +28,31 @@ func FleetGeneration(cur *v1alpha1.Fleet, next *v1alpha1.FleetSpec) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	if changed {
+	if changed || cur.BootImage() != (&v1alpha1.Fleet{Spec: *next, Pinned: pin}).BootImage() {
 		return cur.Metadata.Generation + 1, nil
 	}
 	return cur.Metadata.Generation, nil
+}
+
+// UpdateFleetImage changes the image a fleet boots with UpdateObject: change sets f.Pinned, and
+// may change f.Spec.Image with it (herd rollout undo). Only those two are written back, with the
+// generation one higher when either changed what the fleet boots or its spec; an error from
+// change ends the update unwritten. It returns the fleet as last read or written.
+func UpdateFleetImage(ctx context.Context, s Store, name string, change func(f *v1alpha1.Fleet) error) (*v1alpha1.Fleet, error) {
+	return UpdateObject(ctx, s, Fleets, name, func(f *v1alpha1.Fleet) (bool, error) {
+		work := *f
+		if err := change(&work); err != nil {
+			return false, err
+		}
+		if work.Spec.Image == f.Spec.Image && reflect.DeepEqual(work.Pinned, f.Pinned) {
+			return false, nil
+		}
+		if work.Spec.Image != f.Spec.Image || work.BootImage() != f.BootImage() {
+			f.Metadata.Generation++
+		}
+		f.Spec.Image, f.Pinned = work.Spec.Image, work.Pinned
+		return true, nil
+	})
 }
 
 func specChanged(a, b *v1alpha1.FleetSpec) (bool, error) {

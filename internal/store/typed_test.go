@@ -182,7 +182,7 @@ func TestFleetGenerationOnSpecChangesOnly(t *testing.T) {
 	if f.Spec.Image != "img-3" || f.Requests.Rollout == nil {
 		t.Fatalf("fleet %+v: want image img-3 and the request", f)
 	}
-	if g, _ := store.FleetGeneration(nil, &f.Spec); g != 1 {
+	if g, _ := store.FleetGeneration(nil, &f.Spec, nil); g != 1 {
 		t.Fatalf("generation of a new fleet %d, want 1", g)
 	}
 }

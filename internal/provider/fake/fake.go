@@ -128,7 +128,7 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Persistent: p.opts.StateDir != ""}
+	return provider.Capabilities{Persistent: p.opts.StateDir != "", Imageless: true}
 }
 
 // FailNext makes the next calls of method ("Create", "Delete", "Get", "List") return errs, one each.
