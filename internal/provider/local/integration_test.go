@@ -1,7 +1,6 @@
 package local_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -73,9 +72,6 @@ func realEnv(t *testing.T) (*local.Provider, string) {
 	bin := herdBinary(t)
 	if err := local.CheckHost(bin); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)
-	}
-	if out, err := exec.Command(bin, "agent", "--help").CombinedOutput(); err != nil {
-		t.Skipf("this herd build has no agent command yet: %v: %s", err, bytes.TrimSpace(out))
 	}
 	localtest.Exclusive(t)
 	root, err := moduleRoot()
