@@ -53,7 +53,7 @@ bench-failover: deps kubernetes
 # autoscaling target through herd's load balancer, without and with a warm pool (the end-to-end test
 # TestIntegrationAutoscale, which builds its own herd; needs root). Its last line is the figures.
 bench-autoscale: deps kubernetes
-	$(GO) run ./hack/bench/e2e -test TestIntegrationAutoscale -figures autoscale -env HERD_BENCH_AUTOSCALE=1
+	$(GO) run ./hack/bench/e2e -test TestIntegrationAutoscale -figures autoscale
 
 # Three herd up replicas on a 3-member etcd (Debian's, with 50/500 ms heartbeat/election and a
 # 1 s leader lease), a fleet of real instances of examples/hello under load and a rolling update:

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,10 +14,6 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controller"
 )
-
-// benchEnv, set by make bench-autoscale, adds the warm-pool scenario and the figures line to
-// TestIntegrationAutoscale; make test runs the load step and the scale-in without them.
-const benchEnv = "HERD_BENCH_AUTOSCALE"
 
 const (
 	autoscaleFleet = "autoscale"
@@ -233,8 +228,9 @@ func (e *env) step(known []string) (decision, serving time.Duration, newcomer st
 // target through the load balancer: the autoscaler must raise desired and a new instance must
 // serve. Then the load drops to a trickle: once the 10 s stabilization window has passed, the fleet
 // must scale back in to one instance, draining first, so that no request of the trickle fails.
-// Under make bench-autoscale (benchEnv) it also measures a warm pool's scale-out and prints the
-// figures line; at most three real instances exist at a time.
+// Then, with a warm pool of one, the first new instance to serve after the step must be the warm
+// one. The last line logged is the figures make bench-autoscale prints; at most three real
+// instances exist at a time.
 func TestIntegrationAutoscale(t *testing.T) {
 	e := startHelloEnv(t)
 
@@ -246,9 +242,6 @@ func TestIntegrationAutoscale(t *testing.T) {
 	e.scaleIn()
 	e.deleteFleet()
 
-	if os.Getenv(benchEnv) == "" {
-		return
-	}
 	// With a warm pool of 1: the new capacity is the warm instance, registered.
 	e.apply(autoscaleSpec{min: 1, max: 2, desired: 1, warmPool: 1, window: 300 * time.Second})
 	serving, warm := e.settle(1)
