@@ -14,9 +14,13 @@ build:
 
 # Unit and integration tests. Integration tests are named TestIntegration*; those with real
 # instances need root, the Debian packages (make deps) and the Kubernetes components (make kubernetes),
-# which this target sets up first.
+# which this target sets up first. hack/testreport runs go test -json, prints what go test prints
+# without -v, and last the line
+#   tests: run=<int> skipped=<int> allowed_skips=<int>
+# It fails when a test fails and when a test skips that hack/testreport/allowed-skips.txt does not
+# name; under CI (CI=true) also when that list names a test that did not report.
 test: deps kubernetes build
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) run ./hack/testreport -go $(GO) -allow hack/testreport/allowed-skips.txt -- -count=1 -timeout 40m ./...
 
 # Unit tests only: integration tests skip themselves under -short.
 test-short:

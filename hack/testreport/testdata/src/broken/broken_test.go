@@ -1,0 +1,5 @@
+package broken
+
+import "testing"
+
+func TestNever(t *testing.T) { var x int = "a" }
