@@ -27,9 +27,11 @@ import (
 	"herd.dev/herd/internal/cpmetrics"
 	"herd.dev/herd/internal/events"
 	"herd.dev/herd/internal/global/front"
+	"herd.dev/herd/internal/global/routes"
 	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/imagepin"
+	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync"
@@ -164,6 +166,8 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return digest, err
 	}
+	// The one cache of fleets and instances that the routes follow.
+	cache := informer.New(informer.Options{Store: st, Logger: log})
 	balancer := lb.New(lb.Options{Logger: log})
 	targets := lbsync.New(balancer, opts.LBAddress, log)
 	// The monitor gives the controller the load balancer's view: health and error rates for
@@ -234,7 +238,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// herd's DNS answers from the store, the regions' reachability from the clients' side and
 	// the round trips each regional load balancer measures to its client networks.
-	routeSrc := &routeSource{store: st, lb: lbAddresses{providers: providers, embedded: embeddedLBAddresses(opts.LBAddress)}, reach: regions, rtt: rtts}
+	routeTable := routes.NewLive(routes.LiveOptions{Informer: cache, Reach: regions, RTT: rtts,
+		LB: lbAddresses{providers: providers, embedded: embeddedLBAddresses(opts.LBAddress)}})
 	ctrl.deps.scaler = autoscaler.LoopOptions{Events: recorder, Load: figures, CPU: agents, Logger: log, Observer: decisions}
 
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -260,7 +265,7 @@ func Run(ctx context.Context, opts Options) error {
 		Metrics:          cpmetrics.Handler(log, balancer.Collector(), cpmetrics.New(ctrl, st, targets.Health), agents.Collector(), queueMetrics, decisions, regions.Collector()),
 		Chaos:            chaosEngine.Handler(),
 		RegionLBs:        func() []apiserver.RegionLB { return regionLBs(regional) },
-		Routes:           routeSrc.Table,
+		Routes:           routeTable.Table,
 		ClientRTTs:       func() []apiserver.ClientRTT { return clientRTTs(rtts) },
 		Front:            func() apiserver.FrontDoor { return frontDoor(door) },
 		Status: func() map[string]string {
@@ -288,7 +293,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	var serveDNS func(context.Context) error
 	if opts.DNS.Zone != "" {
-		if serveDNS, err = startDNS(opts.DNS, routeSrc, recorder, log); err != nil {
+		if serveDNS, err = startDNS(opts.DNS, routeTable.Table, recorder, log); err != nil {
 			ln.Close()
 			kubeLn.Close()
 			return err
@@ -314,7 +319,7 @@ func Run(ctx context.Context, opts Options) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 8+len(listeners)) // room for one per goroutine below: none blocks on a send
+	errc := make(chan error, 10+len(listeners)) // room for one per goroutine below: none blocks on a send
 	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
 	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
 		wg.Go(func() {
@@ -331,6 +336,8 @@ func Run(ctx context.Context, opts Options) error {
 	run(lbCtx, &lbDone, "load balancer", balancer.Start)
 	// The event writer stops last too, so that the events of the last reconciles are stored.
 	run(lbCtx, &lbDone, "events", recorder.Start)
+	run(runCtx, &wg, "informer", cache.Start)
+	run(runCtx, &wg, "routes", routeTable.Start)
 	run(runCtx, &wg, "controller", ctrl.run)
 	run(runCtx, &wg, "agent metrics", agents.Start)
 	run(runCtx, &wg, "usage", usageSampler.Start)

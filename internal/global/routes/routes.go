@@ -100,21 +100,30 @@ type RTTSource interface {
 // Inputs are what Compute reads. Reach and RTT may be nil: every region is then reachable and no
 // client network has been measured.
 type Inputs struct {
-	Fleets    []*v1alpha1.Fleet
+	Fleets []*v1alpha1.Fleet
+	// Instances are counted into Ready when Ready is nil.
 	Instances []*v1alpha1.Instance
-	LB        LBAddresses
-	Reach     Reachability
-	RTT       RTTSource
+	// Ready counts the Ready instances per fleet and region.
+	Ready map[FleetRegion]int32
+	LB    LBAddresses
+	Reach Reachability
+	RTT   RTTSource
 }
+
+// FleetRegion names one region of one fleet.
+type FleetRegion struct{ Fleet, Region string }
 
 // Compute builds the table from the fleets with spec.global (defaulted, as stored). A region whose
 // load balancer's address cannot be had is in the table without addresses and unhealthy, with the
 // error as its reason.
 func Compute(ctx context.Context, in Inputs) Table {
-	ready := map[[2]string]int32{}
-	for _, inst := range in.Instances {
-		if inst.Status.Phase == v1alpha1.PhaseReady {
-			ready[[2]string{inst.Spec.Fleet, inst.Spec.Region}]++
+	ready := in.Ready
+	if ready == nil {
+		ready = map[FleetRegion]int32{}
+		for _, inst := range in.Instances {
+			if inst.Status.Phase == v1alpha1.PhaseReady {
+				ready[FleetRegion{inst.Spec.Fleet, inst.Spec.Region}]++
+			}
 		}
 	}
 	addrs := map[string][]netip.Addr{}
@@ -145,7 +154,7 @@ func Compute(ctx context.Context, in Inputs) Table {
 					addrs[name] = a
 				}
 			}
-			rg := RegionRoute{Name: name, Addresses: addrs[name], Weight: 1, Ready: ready[[2]string{f.Metadata.Name, name}], MinReady: minReady, Reachable: true}
+			rg := RegionRoute{Name: name, Addresses: addrs[name], Weight: 1, Ready: ready[FleetRegion{f.Metadata.Name, name}], MinReady: minReady, Reachable: true}
 			if w, ok := g.Weights[name]; ok {
 				rg.Weight = w
 			}

@@ -1,0 +1,235 @@
+package routes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"sync"
+	"time"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/informer"
+)
+
+// DefaultInterval is how often Live reads again the inputs that are not in the store (the load
+// balancers' addresses, reachability, round-trip times): a region that turns unreachable leaves
+// the table within this plus the health checkers' own detection time (1.5 to 2.5 s), inside the
+// 3 s herd promises.
+const DefaultInterval = 250 * time.Millisecond
+
+// LiveOptions configure a Live table.
+type LiveOptions struct {
+	Informer *informer.Informer
+	LB       LBAddresses
+	Reach    Reachability
+	RTT      RTTSource
+	// Interval: see DefaultInterval (the default).
+	Interval time.Duration
+	// OnChange, when set, is called with every new table, from Start's goroutine; the table must
+	// not be changed.
+	OnChange func(Table)
+}
+
+// Live keeps the table current from the shared informer: the fleets with spec.global and, kept up
+// to date change by change, the count of Ready instances per fleet and region. A change of either
+// recomputes the table at once; the other inputs are read again every Interval. Neither walks the
+// instances: the cost of keeping routes current grows with the global fleets' regions, not with
+// their instances.
+type Live struct {
+	opts LiveOptions
+
+	mu     sync.Mutex
+	global map[string]*v1alpha1.Fleet // the fleets with spec.global
+	ready  map[FleetRegion]int32
+
+	kick  chan struct{}
+	first chan struct{}
+	table *Table // the latest table, set by Start, under mu
+	// outside is what the latest table was computed from of the inputs the store does not hold;
+	// only Start's goroutine uses it.
+	outside outside
+}
+
+// outside is a reading of the inputs that are not in the store, for the regions of the global
+// fleets: a tick that finds them as they were has nothing to recompute.
+type outside struct {
+	addrs       map[string][]netip.Addr
+	addrErrs    map[string]string
+	unreachable map[string]string
+	rtt         map[netip.Prefix]map[string]time.Duration
+}
+
+func (o outside) RegionLBAddresses(_ context.Context, region string) ([]netip.Addr, error) {
+	if why, ok := o.addrErrs[region]; ok {
+		return nil, errors.New(why)
+	}
+	return o.addrs[region], nil
+}
+
+func (o outside) RegionUnreachable(region string) (string, bool) {
+	why, ok := o.unreachable[region]
+	return why, ok
+}
+
+func (o outside) ClientRTTs() map[netip.Prefix]map[string]time.Duration { return o.rtt }
+
+// readOutside reads the inputs that are not in the store for regions.
+func (l *Live) readOutside(ctx context.Context, regions map[string]bool) outside {
+	o := outside{addrs: map[string][]netip.Addr{}, addrErrs: map[string]string{}, unreachable: map[string]string{}}
+	for r := range regions {
+		if l.opts.LB != nil {
+			if a, err := l.opts.LB.RegionLBAddresses(ctx, r); err != nil {
+				o.addrErrs[r] = err.Error()
+			} else {
+				o.addrs[r] = a
+			}
+		}
+		if l.opts.Reach != nil {
+			if why, unreachable := l.opts.Reach.RegionUnreachable(r); unreachable {
+				o.unreachable[r] = why
+			}
+		}
+	}
+	if l.opts.RTT != nil {
+		o.rtt = l.opts.RTT.ClientRTTs()
+	}
+	return o
+}
+
+// NewLive returns a Live table on opts.Informer; Start keeps it current.
+func NewLive(opts LiveOptions) *Live {
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultInterval
+	}
+	l := &Live{opts: opts, global: map[string]*v1alpha1.Fleet{}, ready: map[FleetRegion]int32{},
+		kick: make(chan struct{}, 1), first: make(chan struct{})}
+	opts.Informer.AddHandler(informer.Handler{Fleet: l.fleetChanged, Instance: l.instanceChanged})
+	return l
+}
+
+func (l *Live) fleetChanged(old, new *v1alpha1.Fleet) {
+	if old == new {
+		return // a resync: nothing changed
+	}
+	l.mu.Lock()
+	switch {
+	case new != nil && new.Spec.Global != nil:
+		l.global[new.Metadata.Name] = new
+	case old != nil:
+		delete(l.global, old.Metadata.Name)
+	}
+	l.mu.Unlock()
+	if (old != nil && old.Spec.Global != nil) || (new != nil && new.Spec.Global != nil) {
+		l.wake()
+	}
+}
+
+func (l *Live) instanceChanged(old, new *v1alpha1.Instance) {
+	was, is := readyIn(old), readyIn(new)
+	if was == is {
+		return
+	}
+	l.mu.Lock()
+	if was != (FleetRegion{}) {
+		if l.ready[was]--; l.ready[was] <= 0 {
+			delete(l.ready, was)
+		}
+	}
+	if is != (FleetRegion{}) {
+		l.ready[is]++
+	}
+	_, wasGlobal := l.global[was.Fleet]
+	_, isGlobal := l.global[is.Fleet]
+	l.mu.Unlock()
+	if wasGlobal || isGlobal {
+		l.wake()
+	}
+}
+
+// readyIn is the fleet and region an instance counts as Ready in, or none.
+func readyIn(in *v1alpha1.Instance) FleetRegion {
+	if in == nil || in.Status.Phase != v1alpha1.PhaseReady {
+		return FleetRegion{}
+	}
+	return FleetRegion{in.Spec.Fleet, in.Spec.Region}
+}
+
+func (l *Live) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Table returns the current table, waiting for the first one.
+func (l *Live) Table(ctx context.Context) (Table, error) {
+	select {
+	case <-l.first:
+	case <-ctx.Done():
+		return Table{}, fmt.Errorf("waiting for the first routes: %w", ctx.Err())
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return *l.table, nil
+}
+
+// Start keeps the table current until ctx ends, once the informer has synced. It returns nil then.
+func (l *Live) Start(ctx context.Context) error {
+	if err := l.opts.Informer.WaitForSync(ctx); err != nil {
+		return nil // stopped before the first listing
+	}
+	t := time.NewTicker(l.opts.Interval)
+	defer t.Stop()
+	for changed := true; ; {
+		l.recompute(ctx, changed)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.kick:
+			changed = true
+		case <-t.C:
+			changed = false
+		}
+	}
+}
+
+// recompute builds the table when the store's fleets or instances changed, or when the inputs
+// that are not in the store read differently; a table equal to the last one is dropped, so that
+// the last one (and its slices, which reflect.DeepEqual compares by address first) stays.
+func (l *Live) recompute(ctx context.Context, changed bool) {
+	l.mu.Lock()
+	in := Inputs{Fleets: make([]*v1alpha1.Fleet, 0, len(l.global)), Ready: map[FleetRegion]int32{}}
+	regions := map[string]bool{}
+	for _, f := range l.global {
+		in.Fleets = append(in.Fleets, f)
+		for _, r := range failoverOrder(f) {
+			regions[r] = true
+			if n := l.ready[FleetRegion{f.Metadata.Name, r}]; n > 0 {
+				in.Ready[FleetRegion{f.Metadata.Name, r}] = n
+			}
+		}
+	}
+	l.mu.Unlock()
+	o := l.readOutside(ctx, regions)
+	if !changed && l.table != nil && reflect.DeepEqual(o, l.outside) {
+		return
+	}
+	l.outside = o
+	in.LB, in.Reach, in.RTT = o, o, o
+	next := Compute(ctx, in)
+	l.mu.Lock()
+	first := l.table == nil
+	differs := first || !reflect.DeepEqual(*l.table, next)
+	if differs {
+		l.table = &next
+	}
+	l.mu.Unlock()
+	if first {
+		close(l.first)
+	}
+	if differs && l.opts.OnChange != nil {
+		l.opts.OnChange(next)
+	}
+}
