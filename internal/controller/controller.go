@@ -2,12 +2,15 @@
 // every reconcile of a fleet compares what the store says should exist with what the providers say
 // does exist, and moves one step towards the former; nothing depends on having seen a particular
 // change. It runs as one runnable (Start): client-go's rate-limited work queue of fleet names
-// (QueueName), a few workers, a watch on fleets and a periodic resync, all on an injected clock.
+// (QueueName), a few workers, the fleets' changes from the shared informer and a periodic resync,
+// all on an injected clock.
 //
 // A reconcile observes (the fleet from the store, its records from the controller's index, its
-// instances from the providers), plans without I/O (plan.go: adopt, refresh, heal, roll out or
-// scale, compute the status) and executes the plan (execute.go). Events describing the plan go to
-// an EventRecorder (internal/events) only once what they describe is stored.
+// instances from the providers), plans without I/O (plan.go runs the phases: adopt and refresh in
+// records.go, heal in healphase.go judging with healjudge.go, roll out in rollout.go and wave.go,
+// scale in scale.go, the status in status.go) and executes the plan (execute.go). Events
+// describing the plan go to an EventRecorder (internal/events) only once what they describe is
+// stored.
 //
 // The controller is the only writer of Instance records. It keeps them in memory, loaded at start
 // and updated on every write, and records an instance before asking a provider to create it (with a
@@ -31,6 +34,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/events"
+	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/store"
 )
@@ -41,6 +45,9 @@ const QueueName = "fleets"
 // Options configure a Controller.
 type Options struct {
 	Store store.Store
+	// Informer, when set, is the shared cache of fleets the controller follows (it must be on
+	// Store, and run by its owner); when nil, Start runs one of its own on Store.
+	Informer *informer.Informer
 	// Providers by name; a region's provider must be one of them.
 	Providers map[string]provider.Provider
 	Logger    *slog.Logger
@@ -62,7 +69,7 @@ type Options struct {
 	Targets TargetSink
 	// Health, when set, reports the load balancer's view of each instance, and instances that stay
 	// unhealthy past their health check's thresholds, or whose 5xx rate stands out from their
-	// peers, are replaced (self-healing; see heal.go).
+	// peers, are replaced (self-healing; see healjudge.go).
 	Health HealthSource
 	// HealthPollInterval is how often a fleet with listeners is looked at for unhealthy instances
 	// when Health is set and cannot notify (HealthNotifier), and how soon a fleet whose instances
@@ -240,10 +247,29 @@ func (c *Controller) ReconcileErrors() int64 { return c.failures.Load() }
 
 // Start loads state, then reconciles until ctx ends. It returns nil on a clean stop.
 func (c *Controller) Start(ctx context.Context) error {
-	fleets, rev, err := store.ListObjects[v1alpha1.Fleet](ctx, c.opts.Store, store.Fleets)
-	if err != nil {
-		return fmt.Errorf("controller: list fleets: %w", err)
+	inf := c.opts.Informer
+	if inf == nil {
+		inf = informer.New(informer.Options{Store: c.opts.Store, Logger: c.log})
+		ictx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = inf.Start(ictx)
+		}()
+		defer func() {
+			stop()
+			<-done
+		}()
 	}
+	if err := inf.WaitForSync(ctx); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	// Every change of a fleet from now on enqueues it, except the controller's own status writes;
+	// the handler is first told of every fleet there is, which enqueues them all.
+	defer inf.AddHandler(informer.Handler{Fleet: c.fleetChanged})()
+	fleets := inf.Fleets()
+	// The instance records are the controller's own index, written through on every write: they
+	// are listed from the store itself, as they are at this revision and no later.
 	insts, _, err := store.ListObjects[v1alpha1.Instance](ctx, c.opts.Store, store.Instances)
 	if err != nil {
 		return fmt.Errorf("controller: list instances: %w", err)
@@ -284,10 +310,6 @@ func (c *Controller) Start(ctx context.Context) error {
 		c.queue.Add(k)
 	}
 
-	watch, err := c.opts.Store.Watch(ctx, store.Fleets, rev)
-	if err != nil {
-		return fmt.Errorf("controller: watch fleets: %w", err)
-	}
 	c.log.Info("controller started", "fleets", len(fleets), "instances", len(insts), "workers", c.opts.Workers)
 
 	var wg sync.WaitGroup
@@ -332,24 +354,8 @@ func (c *Controller) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-watch:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				// The watch fell behind or the store closed: list again and watch from there.
-				watch, err = c.rewatch(ctx)
-				if err != nil {
-					return err
-				}
-				continue
-			}
-			if rv, ok := c.statusWrites.Load(ev.Record.Name); ok && rv.(int64) == ev.Record.ResourceVersion {
-				continue
-			}
-			c.queue.Add(ev.Record.Name)
 		case <-resync.C():
-			c.enqueueAll(ctx)
+			c.enqueueAll(inf)
 		}
 	}
 }
@@ -371,32 +377,28 @@ func (c *Controller) startEvents(ctx context.Context) (stop func()) {
 	}
 }
 
-func (c *Controller) rewatch(ctx context.Context) (<-chan store.Event, error) {
-	recs, rev, err := c.opts.Store.List(ctx, store.Fleets)
-	if err != nil {
-		return nil, fmt.Errorf("controller: list fleets: %w", err)
+// fleetChanged enqueues a fleet the informer reports changed, unless the change is the
+// controller's own status write, or a resync (the controller has its own, spread out).
+func (c *Controller) fleetChanged(old, new *v1alpha1.Fleet) {
+	if old == new {
+		return
 	}
-	for _, r := range recs {
-		c.queue.Add(r.Name)
+	if new == nil {
+		c.queue.Add(old.Metadata.Name)
+		return
 	}
-	w, err := c.opts.Store.Watch(ctx, store.Fleets, rev)
-	if err != nil {
-		return nil, fmt.Errorf("controller: watch fleets: %w", err)
+	if rv, ok := c.statusWrites.Load(new.Metadata.Name); ok && rv.(int64) == new.Metadata.ResourceVersion {
+		return
 	}
-	return w, nil
+	c.queue.Add(new.Metadata.Name)
 }
 
 // enqueueAll is the safety resync: every fleet that exists or has records is reconciled once more,
 // spread evenly over the resync period so that the work trickles rather than bursts.
-func (c *Controller) enqueueAll(ctx context.Context) {
-	recs, _, err := c.opts.Store.List(ctx, store.Fleets)
-	if err != nil {
-		c.log.Error("resync: list fleets", "err", err)
-		return
-	}
+func (c *Controller) enqueueAll(inf *informer.Informer) {
 	keys := map[string]bool{}
-	for _, r := range recs {
-		keys[r.Name] = true
+	for _, f := range inf.Fleets() {
+		keys[f.Metadata.Name] = true
 	}
 	c.mu.Lock()
 	for f := range c.instances {

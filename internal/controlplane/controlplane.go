@@ -166,7 +166,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return digest, err
 	}
-	// The one cache of fleets and instances that the routes follow.
+	// The one cache of fleets and instances that the controller and the routes follow.
 	cache := informer.New(informer.Options{Store: st, Logger: log})
 	balancer := lb.New(lb.Options{Logger: log})
 	targets := lbsync.New(balancer, opts.LBAddress, log)
@@ -214,7 +214,7 @@ func Run(ctx context.Context, opts Options) error {
 			func(ctx context.Context) error { return door.Run(ctx, st) },
 			chaosEngine.Run,
 		},
-		ctrl: controller.Options{Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: figures, Reachability: regions,
+		ctrl: controller.Options{Informer: cache, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: figures, Reachability: regions,
 			Events: recorder, QueueMetrics: queueMetrics, ProviderCalls: decisions.ProviderCall}}}
 	lead = ctrl
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
