@@ -13,7 +13,7 @@ import (
 
 // Reconcile moves one fleet towards its spec in three steps: observe (the fleet from the store,
 // its records from the controller's index, its instances from the providers), plan (adopt what the
-// providers run, refresh statuses, heal, roll out or scale, compute the status: plan.go, no I/O),
+// providers run, refresh statuses, heal, roll out or scale, compute the status: plan.go and its phases, no I/O),
 // and execute (records, then providers, then records, then the status: execute.go). It is safe to
 // call again at any point; errors are retried by the caller with backoff.
 func (c *Controller) Reconcile(ctx context.Context, name string) (Result, error) {
@@ -117,11 +117,9 @@ type scope struct {
 	deleted bool
 
 	// regions are what this reconcile observed and decided of each region, by name, in
-	// regionOrder (the spec's order, then regions only records are left in); rg is the region
-	// planning works on, nil for the whole fleet.
+	// regionOrder (the spec's order, then regions only records are left in).
 	regions     map[string]*regionState
 	regionOrder []string
-	rg          *regionScope
 
 	records  map[string]*v1alpha1.Instance
 	observed map[string]provider.Instance

@@ -33,9 +33,11 @@ func (c *Controller) RegionChanged(region string) {
 	})
 }
 
-// regionScope is the region a phase of planning works on; nil for the whole fleet (a deleted
-// fleet's instances).
-type regionScope struct {
+// regionPlan is planning at work on one region of the fleet. The phases that count, place and
+// roll instances (scale, rollout, a wave's step) are its methods, so that the region they see is
+// the one they were given.
+type regionPlan struct {
+	*scope
 	region   v1alpha1.Region
 	replicas v1alpha1.Replicas // resolved: every field set
 }
@@ -140,20 +142,18 @@ func (s *scope) frozen(in *v1alpha1.Instance) bool {
 	return s.regions[s.regionOf(in)].frozen()
 }
 
-// enter makes planning work on one region until leave.
-func (s *scope) enter(r *regionState) {
-	s.rg = &regionScope{region: r.region, replicas: s.fleet.RegionReplicas(r.region.Name)}
+// in returns the planning of one region.
+func (s *scope) in(r *regionState) *regionPlan {
+	return &regionPlan{scope: s, region: r.region, replicas: s.fleet.RegionReplicas(r.region.Name)}
 }
 
-func (s *scope) leave() { s.rg = nil }
-
-// inScope reports whether in belongs to the region planning works on.
-func (s *scope) inScope(in *v1alpha1.Instance) bool {
-	return s.rg == nil || s.regionOf(in) == s.rg.region.Name
+// inScope reports whether in belongs to the region planned.
+func (s *regionPlan) inScope(in *v1alpha1.Instance) bool {
+	return s.regionOf(in) == s.region.Name
 }
 
-// scoped returns the records of the region planning works on, by name.
-func (s *scope) scoped() []*v1alpha1.Instance {
+// scoped returns the records of the region planned, by name.
+func (s *regionPlan) scoped() []*v1alpha1.Instance {
 	var out []*v1alpha1.Instance
 	for _, in := range s.sorted() {
 		if s.inScope(in) {
@@ -163,14 +163,8 @@ func (s *scope) scoped() []*v1alpha1.Instance {
 	return out
 }
 
-// desired is the number of instances the region planning works on should run (the fleet's
-// without a region).
-func (s *scope) desired() int {
-	if s.rg != nil {
-		return int(*s.rg.replicas.Desired)
-	}
-	return int(*s.fleet.Spec.Replicas.Desired)
-}
+// desired is the number of instances the region planned should run.
+func (s *regionPlan) desired() int { return int(*s.replicas.Desired) }
 
 // totalDesired sums the desired instances of the spec's regions.
 func (s *scope) totalDesired() int32 {
@@ -181,24 +175,19 @@ func (s *scope) totalDesired() int32 {
 	return n
 }
 
-// placement is the region new instances go to: the one planning works on, else the default.
-func (s *scope) placement() v1alpha1.Region {
-	if s.rg != nil {
-		return s.rg.region
-	}
-	return s.fleet.DefaultRegion()
-}
+// placement is the region new instances go to: the one planned.
+func (s *regionPlan) placement() v1alpha1.Region { return s.region }
 
 // multiRegion reports whether the fleet runs in several regions: its rollouts go in waves and its
 // events name the region.
 func (s *scope) multiRegion() bool { return len(s.fleet.Spec.Regions) > 1 }
 
-// where names the region planning works on in an event's message, for fleets in several regions.
-func (s *scope) where() string {
-	if s.rg == nil || !s.multiRegion() {
+// where names the region planned in an event's message, for fleets in several regions.
+func (s *regionPlan) where() string {
+	if !s.multiRegion() {
 		return ""
 	}
-	return " in region " + s.rg.region.Name
+	return " in region " + s.region.Name
 }
 
 // retireRegions deletes the instances of regions the spec no longer names, once every region of

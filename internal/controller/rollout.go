@@ -34,11 +34,11 @@ type RegionStatsSource interface {
 	RegionRevisionStats(fleet, region, revision string, since time.Time) (RevisionStats, bool)
 }
 
-// revisionStats returns a revision's figures since a time: of the region planning works on when
+// revisionStats returns a revision's figures since a time: of the region planned when
 // the fleet runs in several regions and the source counts regions apart, else of the fleet.
-func (s *scope) revisionStats(rev string, since time.Time) (RevisionStats, bool) {
-	if rs, ok := s.c.opts.Stats.(RegionStatsSource); ok && s.rg != nil && s.multiRegion() {
-		return rs.RegionRevisionStats(s.fleetName(), s.rg.region.Name, rev, since)
+func (s *regionPlan) revisionStats(rev string, since time.Time) (RevisionStats, bool) {
+	if rs, ok := s.c.opts.Stats.(RegionStatsSource); ok && s.multiRegion() {
+		return rs.RegionRevisionStats(s.fleetName(), s.region.Name, rev, since)
 	}
 	return s.c.opts.Stats.RevisionStats(s.fleetName(), rev, since)
 }
@@ -108,7 +108,7 @@ func servingRevision(ro *v1alpha1.RolloutStatus) string {
 // rollout runs the BlueGreen and Canary strategies in place of scale(). It reports false when the
 // fleet is not in such a rollout, and scale() applies instead. Its progress is kept in s.ro, which
 // writeStatus stores, so a restarted controller resumes from the stored step.
-func (s *scope) rollout() bool {
+func (s *regionPlan) rollout() bool {
 	strategy := s.fleet.Spec.Rollout.Strategy
 	now := s.c.clock.Now().UTC()
 	if s.ro == nil || s.ro.Revision != s.revision {
@@ -164,7 +164,7 @@ func copyRollout(ro *v1alpha1.RolloutStatus) *v1alpha1.RolloutStatus {
 
 // command carries out a user's promote or abort of a rollout in progress; on a rollout that has
 // ended it does nothing (the API refuses those, but the rollout may have ended meanwhile).
-func (s *scope) command(ro *v1alpha1.RolloutStatus, cmd string, now time.Time) {
+func (s *regionPlan) command(ro *v1alpha1.RolloutStatus, cmd string, now time.Time) {
 	if !ro.InProgress() {
 		return
 	}
@@ -217,7 +217,7 @@ func (s *scope) stableRevision() string {
 
 // serving counts a revision's instances that are ready and, when the load balancer judges the
 // fleet, healthy in it.
-func (s *scope) serving(rev string) int {
+func (s *regionPlan) serving(rev string) int {
 	n := 0
 	for _, in := range s.scoped() {
 		if in.Spec.Revision == rev && ready(in) && s.proven(in) {
@@ -247,7 +247,7 @@ func (s *scope) imageOf(rev string) string {
 
 // scaleRevision creates or deletes instances of one revision until it has n of them (failed ones
 // count until healing replaces them).
-func (s *scope) scaleRevision(rev string, n int) {
+func (s *regionPlan) scaleRevision(rev string, n int) {
 	var list []*v1alpha1.Instance
 	for _, in := range s.scoped() {
 		if in.Spec.Revision == rev && holdsSlot(in) {
@@ -275,7 +275,7 @@ func (s *scope) scaleRevision(rev string, n int) {
 }
 
 // terminateOthers deletes every instance not of one of the revisions keep.
-func (s *scope) terminateOthers(keep ...string) {
+func (s *regionPlan) terminateOthers(keep ...string) {
 	for _, in := range s.scoped() {
 		if holdsSlot(in) && !slices.Contains(keep, in.Spec.Revision) {
 			s.terminate(in, "")
@@ -285,7 +285,7 @@ func (s *scope) terminateOthers(keep ...string) {
 
 // blueGreen builds a full set of the new revision beside the old, switches all traffic in one load
 // balancer update once every new instance serves, and deletes the old set after the rollback window.
-func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
+func (s *regionPlan) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
 	desired := s.desired()
 	s.scaleRevision(ro.Revision, desired)
 	if ro.Step == 0 {
@@ -314,7 +314,7 @@ func (s *scope) blueGreen(ro *v1alpha1.RolloutStatus, now time.Time) {
 
 // canary moves traffic to the new revision step by step, analysing it against the stable revision
 // during each step, and rolls back on the first failed analysis.
-func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
+func (s *regionPlan) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 	spec := s.fleet.Spec.Rollout
 	desired := s.desired()
 	steps := spec.Steps
@@ -391,7 +391,7 @@ func (s *scope) canary(ro *v1alpha1.RolloutStatus, now time.Time) {
 }
 
 // rollback sends all traffic back to the stable revision and deletes the new revision's instances.
-func (s *scope) rollback(ro *v1alpha1.RolloutStatus, reason string) {
+func (s *regionPlan) rollback(ro *v1alpha1.RolloutStatus, reason string) {
 	ro.Phase, ro.Message = v1alpha1.RolloutRolledBack, reason
 	ro.Weights = nil
 	ro.StepStartedAt = nil

@@ -36,7 +36,7 @@ func splitWarm(list []*v1alpha1.Instance) (serving, warm []*v1alpha1.Instance) {
 
 // promoteWarm moves up to n warm instances into rotation, ready ones first (then the oldest), and
 // returns the promoted ones and the warm instances left. Failed ones stay for healing to replace.
-func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []*v1alpha1.Instance) {
+func (s *regionPlan) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []*v1alpha1.Instance) {
 	usable := 0
 	for _, in := range warm {
 		if active(in) {
@@ -67,7 +67,7 @@ func (s *scope) promoteWarm(warm []*v1alpha1.Instance, n int) (promoted, left []
 
 // refillWarm creates warm instances of revision target up to the pool's size, or deletes extra
 // ones. budget bounds the creations.
-func (s *scope) refillWarm(warm []*v1alpha1.Instance, target string, budget int) {
+func (s *regionPlan) refillWarm(warm []*v1alpha1.Instance, target string, budget int) {
 	want := s.warmPoolSize()
 	if extra := len(warm) - want; extra > 0 {
 		// Keep the ready ones.

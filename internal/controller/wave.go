@@ -33,9 +33,7 @@ func (s *scope) wave() {
 	if !waving {
 		for _, name := range s.fleet.RegionOrder() {
 			if r := s.regions[name]; !r.frozen() {
-				s.enter(r)
-				s.scale(s.revision)
-				s.leave()
+				s.in(r).scale(s.revision)
 			}
 		}
 		return
@@ -58,13 +56,13 @@ func (s *scope) wave() {
 			reached = reached && rr.Phase == v1alpha1.RolloutSucceeded
 			continue // nothing is known of it: it is left as it is, and the wave waits for it
 		}
-		s.enter(r)
+		rp := s.in(r)
 		switch {
 		case ro.Phase == v1alpha1.RolloutRolledBack:
 			r.target = rr.PreviousRevision
-			s.scale(r.target)
+			rp.scale(r.target)
 		case rr.Phase == v1alpha1.RolloutSucceeded:
-			s.scale(s.revision)
+			rp.scale(s.revision)
 		case reached:
 			active = name
 			reached = false
@@ -73,7 +71,7 @@ func (s *scope) wave() {
 				s.statusEvent(s.object, v1alpha1.EventNormal, ReasonWaveRegion, "wave %d/%d: rolling %s out in region %s", i+1, len(order), ro.Revision, name)
 			}
 			if newReq && req.Command == v1alpha1.RolloutPromote {
-				s.command(rr, req.Command, now)
+				rp.command(rr, req.Command, now)
 			}
 			if r.unreachable != "" {
 				// Users cannot reach the region: its figures say nothing of the revision. The
@@ -82,7 +80,7 @@ func (s *scope) wave() {
 				rr.Message = "held: the region is unreachable: " + r.unreachable
 				break
 			}
-			s.waveStep(rr, now)
+			rp.waveStep(rr, now)
 			if rr.Phase == v1alpha1.RolloutRolledBack {
 				s.rollbackWave(name, rr.Message)
 				r.target = rr.PreviousRevision
@@ -92,9 +90,8 @@ func (s *scope) wave() {
 			}
 		default:
 			r.target = rr.PreviousRevision
-			s.scale(r.target)
+			rp.scale(r.target)
 		}
-		s.leave()
 	}
 	s.summariseWave(order, active)
 }
@@ -145,9 +142,9 @@ func (s *scope) waitingRollout(region, stable string) *v1alpha1.RolloutStatus {
 	return &v1alpha1.RolloutStatus{Revision: s.revision, PreviousRevision: prev, Strategy: s.fleet.Spec.Rollout.Strategy, Phase: v1alpha1.RolloutWaiting}
 }
 
-// waveStep applies the fleet's strategy inside the region planning works on, the one the wave is
+// waveStep applies the fleet's strategy inside the region planned, the one the wave is
 // in.
-func (s *scope) waveStep(rr *v1alpha1.RolloutStatus, now time.Time) {
+func (s *regionPlan) waveStep(rr *v1alpha1.RolloutStatus, now time.Time) {
 	switch rr.Strategy {
 	case v1alpha1.StrategyBlueGreen:
 		s.blueGreen(rr, now)
