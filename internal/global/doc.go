@@ -7,7 +7,7 @@
 //	             |                                  |
 //	  health: reachable or not           rtt: collected per region
 //	             \                                  /
-//	              \   store: fleets and instances  /
+//	              \  informer: fleets, instances   /
 //	               \               |              /
 //	                +-----> routes: Table <------+    per hostname and region: addresses,
 //	                               |                  healthy or not and why; RTT per network
@@ -20,8 +20,9 @@
 //
 // In: health judges from the clients' side whether each region can be reached (a partition is
 // not a death); rtt gathers the round-trip times the regional load balancers measured to their
-// clients' networks. Computed: routes turns the store's fleets and instances and those two into
-// the routes table the control plane serves as GET /v1/routes. Out: dns answers from that table,
+// clients' networks. Computed: routes turns the store's fleets and instances (followed through
+// the shared informer, change by change) and those two into the routes table the control plane
+// serves as GET /v1/routes. Out: dns answers from that table,
 // route53 writes a fleet's spec as the Route 53 objects that do the same job on AWS, and front
 // configures the front door (the same fleets, one target group per region) whose load balancer
 // sends each request to the nearest region its own health checks find healthy.

@@ -2,7 +2,8 @@
 // per region, its load balancer's data addresses, whether it is healthy (reachable from outside
 // the region and with enough Ready instances) and why, plus the round-trip times the regional load
 // balancers measured per client network. The control plane serves the result as GET /v1/routes;
-// the DNS server, in-process or alone (`herd dns`), answers from it.
+// the DNS server, in-process or alone (`herd dns`), answers from it. Live keeps the table current
+// from the shared informer without walking the instances.
 package routes
 
 import (
