@@ -323,8 +323,11 @@ func classify(err error) failure {
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return failBroken
 	}
-	// net/http does not export these: a pooled connection the target closed, and HTTP/2 losing its
-	// connection.
+	// What is left has no exported type or value to test with errors.Is or errors.As: net/http's
+	// badStringError ("malformed HTTP response", "malformed HTTP status code") and
+	// errServerClosedIdle (a pooled connection the target closed), and the bundled HTTP/2
+	// transport's GoAwayError, errClientConnGotGoAway and "connection lost" (HTTP/2 losing its
+	// connection). Only their words identify them.
 	msg := err.Error()
 	if strings.Contains(msg, "malformed HTTP") {
 		return failBadResponse
