@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"herd.dev/herd/internal/agent"
@@ -316,63 +315,61 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 10+len(listeners)) // room for one per goroutine below: none blocks on a send
-	// run starts a part until ctx ends, counted in wg; its failure, named, stops the control plane.
-	run := func(ctx context.Context, wg *sync.WaitGroup, name string, start func(context.Context) error) {
-		wg.Go(func() {
-			if err := start(ctx); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		})
+	// The parts run in stages, stopped in reverse. The load balancer keeps serving its last
+	// configuration whatever the controller does, and the event writer stores the events of the
+	// last reconciles: both stop last, after the API has let requests in flight finish.
+	var m manager
+	m.stage(runnable{"load balancer", balancer.Start}, runnable{"events", recorder.Start})
+	parts := []runnable{
+		{"informer", cache.Start},
+		{"routes", routeTable.Start},
+		{"controller", ctrl.run},
+		{"agent metrics", agents.Start},
+		{"usage", usageSampler.Start},
+		{"region probes", regions.Run},
+		{"region round trips", rtts.Run},
 	}
-	// The load balancer keeps serving its last configuration whatever the controller does; it
-	// stops last, after the API, letting requests in flight finish.
-	lbCtx, stopLB := context.WithCancel(context.Background())
-	defer stopLB()
-	var lbDone sync.WaitGroup
-	run(lbCtx, &lbDone, "load balancer", balancer.Start)
-	// The event writer stops last too, so that the events of the last reconciles are stored.
-	run(lbCtx, &lbDone, "events", recorder.Start)
-	run(runCtx, &wg, "informer", cache.Start)
-	run(runCtx, &wg, "routes", routeTable.Start)
-	run(runCtx, &wg, "controller", ctrl.run)
-	run(runCtx, &wg, "agent metrics", agents.Start)
-	run(runCtx, &wg, "usage", usageSampler.Start)
-	run(runCtx, &wg, "region probes", regions.Run)
-	run(runCtx, &wg, "region round trips", rtts.Run)
 	if serveDNS != nil {
-		run(runCtx, &wg, "dns", serveDNS)
+		parts = append(parts, runnable{"dns", serveDNS})
 	}
-	for _, l := range listeners {
-		wg.Go(func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("api server: %w", err)
-			}
-		})
+	m.stage(parts...)
+	m.stage(runnable{"api server", serveAPI(srv, listeners)})
+	m.started = func() {
+		log.Info("control plane up", "api", url, "dashboard", url+"/ui/", "kube_proxy", kubeProxy.URL, "data_dir", opts.DataDir, "client_config", opts.ConfigPath, "provider", prov.Name())
+		if opts.Ready != nil {
+			opts.Ready(url)
+		}
 	}
-	log.Info("control plane up", "api", url, "dashboard", url+"/ui/", "kube_proxy", kubeProxy.URL, "data_dir", opts.DataDir, "client_config", opts.ConfigPath, "provider", prov.Name())
-	if opts.Ready != nil {
-		opts.Ready(url)
-	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
-	log.Info("shutting down")
-	cancel()
-	shutCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
-	defer done()
-	_ = srv.Shutdown(shutCtx)
-	wg.Wait()
-	stopLB()
-	lbDone.Wait()
+	m.stopping = func() { log.Info("shutting down") }
+	err = m.run(ctx)
 	log.Info("stopped")
-	return runErr
+	return err
+}
+
+// serveAPI serves the API on every listener until ctx ends, then shuts the server down, letting
+// requests in flight finish for up to 10 s. A listener that fails stops it with the error.
+func serveAPI(srv *http.Server, listeners []net.Listener) func(context.Context) error {
+	return func(ctx context.Context) error {
+		errc := make(chan error, len(listeners))
+		for _, l := range listeners {
+			go func() {
+				if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					errc <- err
+					return
+				}
+				errc <- nil
+			}()
+		}
+		var err error
+		select {
+		case <-ctx.Done():
+		case err = <-errc:
+		}
+		shutCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
+		defer done()
+		_ = srv.Shutdown(shutCtx)
+		return err
+	}
 }
 
 // providersAs returns the providers that implement T (an optional provider interface), by name.
