@@ -20,7 +20,8 @@ build:
 # It fails when a test fails and when a test skips that hack/testreport/allowed-skips.txt does not
 # name; under CI (CI=true) also when that list names a test that did not report.
 test: deps kubernetes build
-	$(GO) run ./hack/testreport -go $(GO) -allow hack/testreport/allowed-skips.txt -- -count=1 -timeout 40m ./...
+	$(GO) build -o $(BIN)/testreport ./hack/testreport
+	$(BIN)/testreport -go $(GO) -allow hack/testreport/allowed-skips.txt -- -count=1 -timeout 40m ./...
 
 # Unit tests only: integration tests skip themselves under -short.
 test-short:
