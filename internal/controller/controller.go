@@ -153,6 +153,11 @@ type Controller struct {
 	// fleetRegions maps a fleet to the regions of its spec as its last reconcile saw them, for
 	// RegionChanged.
 	fleetRegions sync.Map // fleet -> []string
+	// fleetKept and lastKept are the regions each fleet names and those each provider was last
+	// told to keep (keepregions.go).
+	fleetKept sync.Map // fleet -> map[provider][]region
+	keptMu    sync.Mutex
+	lastKept  map[string]string // provider -> its regions, joined
 
 	// healthNotified is true when Options.Health reports changes (HealthNotifier), so that no
 	// fleet is polled for health; providerChanges counts the providers' notifications.
@@ -339,6 +344,9 @@ func (c *Controller) Start(ctx context.Context) error {
 				if _, first := firstPass.LoadAndDelete(key); first && pending.Add(-1) == 0 {
 					c.synced.Store(true)
 					c.log.Info("controller synced")
+				}
+				if c.synced.Load() {
+					c.keepRegions(ctx)
 				}
 			}
 		})

@@ -39,6 +39,8 @@ type env struct {
 	recorder EventRecorder
 	// reach, when set, says which regions are unreachable.
 	reach RegionReachability
+	// keeper, when set, makes the provider a provider.RegionKeeper that tells it the regions.
+	keeper *regionKeeper
 }
 
 // newEnv starts a controller on st and p; nil stands for a memory store and a fake provider whose
@@ -70,8 +72,13 @@ func startEnv(t *testing.T, e *env) *env {
 
 func (e *env) start() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var prov provider.Provider = e.fake
+	if e.keeper != nil {
+		e.keeper.Provider = e.fake
+		prov = e.keeper
+	}
 	ctrl, err := New(Options{
-		Store: e.store, Providers: map[string]provider.Provider{fake.Name: e.fake}, Logger: log,
+		Store: e.store, Providers: map[string]provider.Provider{fake.Name: prov}, Logger: log,
 		PollInterval: 20 * time.Millisecond, ResyncPeriod: time.Hour, // no test may lean on the safety resync
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,

@@ -79,6 +79,7 @@ func (s *scope) executeDeleted(p *plan) (Result, error) {
 	if len(s.records) == 0 {
 		c.healing.Delete(name)
 		c.fleetRegions.Delete(name)
+		c.fleetKept.Delete(name)
 		c.mu.Lock()
 		delete(c.instances, name)
 		c.mu.Unlock()

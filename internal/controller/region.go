@@ -105,6 +105,7 @@ func (s *scope) initRegions() {
 		}
 	}
 	s.c.fleetRegions.Store(s.fleetName(), names)
+	s.c.noteKeptRegions(s.fleetName(), s.regions)
 }
 
 // listRegions reads what each region's provider runs for the fleet. A region whose provider

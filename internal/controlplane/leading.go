@@ -197,6 +197,19 @@ func (p fencedProvider) Delete(ctx context.Context, name string) error {
 	return p.Provider.Delete(ctx, name)
 }
 
+// KeepRegions passes the regions to keep on to a provider.RegionKeeper once the term is
+// confirmed: removing a region is the leader's decision, as deleting an instance is.
+func (p fencedProvider) KeepRegions(ctx context.Context, regions []string) error {
+	k, ok := p.Provider.(provider.RegionKeeper)
+	if !ok {
+		return nil
+	}
+	if err := p.term.Check(ctx); err != nil {
+		return fmt.Errorf("keep regions: %w", err)
+	}
+	return k.KeepRegions(ctx, regions)
+}
+
 // The controller of the term in progress, as the rest of herd up reads it.
 
 // ServingInstances is the controller's, or none on a replica that does not lead.

@@ -30,6 +30,17 @@ type RegionalBalancers interface {
 	EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (RegionBalancer, error)
 }
 
+// RegionKeeper MAY be implemented by a provider whose regions hold resources of their own beside
+// their instances (the local provider's region networks), made with a region's first instance.
+// The controller says which regions its fleets name; the provider keeps those while they have no
+// instance, so that a fleet scaled to zero and back finds its region as it was, and removes the
+// others once they have none.
+type RegionKeeper interface {
+	// KeepRegions replaces the regions kept with regions, and removes at once what the regions
+	// no longer kept and without instances hold.
+	KeepRegions(ctx context.Context, regions []string) error
+}
+
 // FrontDoor tells how to reach the global front door a provider runs (`herd front`).
 type FrontDoor struct {
 	// DataAddress is where clients reach the front door's listeners (bound on ":<port>").

@@ -303,9 +303,13 @@ func (p *Provider) regionSubnet(regions map[string]*regionRecord, region string,
 	return reg, subnet, nil
 }
 
-// releaseBridge deletes a region's network and bridge when no instance of the region is left.
+// releaseBridge deletes a region's network and bridge when no instance of the region is left,
+// unless KeepRegions keeps the region.
 func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) error {
 	return p.withProviderLock(func() error {
+		if p.keeps(region) {
+			return nil
+		}
 		records, err := p.records()
 		if err != nil {
 			return err

@@ -244,17 +244,13 @@ func (p *Provider) clientNames() ([]string, error) {
 }
 
 // RemoveNetworks removes every client network, the front door and the network of every region
-// without instances, and with them the internet namespace: what a test or an uninstall calls
+// without instances (those KeepRegions keeps too), and with them the internet namespace: what a test or an uninstall calls
 // after deleting the instances.
 func (p *Provider) RemoveNetworks(ctx context.Context) error {
 	return p.withProviderLock(func() error {
 		records, err := p.records()
 		if err != nil {
 			return err
-		}
-		inUse := map[string]bool{}
-		for _, r := range records {
-			inUse[r.Spec.Region] = true
 		}
 		var errs []error
 		clients, err := p.clientNames()
@@ -265,24 +261,7 @@ func (p *Provider) RemoveNetworks(ctx context.Context) error {
 			errs = append(errs, p.removeClient(ctx, c))
 		}
 		errs = append(errs, p.removeFront(ctx))
-		nets, err := p.regionNets()
-		if err != nil {
-			return err
-		}
-		regions, err := readRegions(p.regionsDir())
-		if err != nil {
-			return err
-		}
-		for _, rn := range nets {
-			if _, ok := regions[rn.Region]; !ok {
-				regions[rn.Region] = &regionRecord{Region: rn.Region}
-			}
-		}
-		for region := range regions {
-			if !inUse[region] {
-				errs = append(errs, p.removeRegion(ctx, region))
-			}
-		}
+		errs = append(errs, p.removeIdleRegions(ctx, records, nil))
 		// A crash between the last removals and the internet's left its namespace alone.
 		errs = append(errs, p.releaseInternet(ctx, ""))
 		return errors.Join(errs...)

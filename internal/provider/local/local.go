@@ -59,6 +59,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"herd.dev/herd/internal/image"
@@ -113,6 +114,9 @@ type Provider struct {
 
 	// deps checks the host; tests replace it.
 	deps func() error
+
+	keptMu sync.Mutex
+	kept   map[string]bool // the regions KeepRegions keeps without instances
 }
 
 // New returns a local provider for the data directory in opts. It creates the provider's
