@@ -235,6 +235,11 @@ func TestChartsFollowTheWindow(t *testing.T) {
 	for _, w := range []int64{1400, 640, 1400} {
 		bt.Resize(t, ctx, w, 900)
 		bt.WaitTrue(t, ctx, 10*time.Second, fmt.Sprintf(`innerWidth === %d && %s`, w, fits), describe)
+		// No time label is cut at the canvas's edges: its outer columns stay empty under the plot.
+		bt.WaitTrue(t, ctx, 10*time.Second, `(() => { const c = `+canvas+`, g = c.getContext('2d');
+			const band = Math.round(50 * devicePixelRatio), y = c.height - band;
+			const blank = (x) => g.getImageData(x, y, 1, band).data.every((v, i) => i % 4 !== 3 || v === 0);
+			return blank(0) && blank(c.width - 1); })()`, `'a time label touches the edge of the requests/s chart'`)
 		var got float64
 		bt.Run(t, ctx, 10*time.Second, "measure the chart", chromedp.Evaluate(canvas+`.getBoundingClientRect().width`, &got))
 		if prev, ok := widths[w]; ok && prev != got {

@@ -8,9 +8,6 @@ import { el } from './dom.js';
 const palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22'];
 const maxPoints = 300; // five minutes at one sample a second
 const height = 170;
-// The plot's room to the right of its last time label, which uPlot centres on its tick: without
-// it the label of the newest tick is cut at the card's edge.
-const padRight = 24;
 
 export class TimeChart {
   // opts: title, format(value) for the axis and legend, stepped (a line that holds its value),
@@ -48,7 +45,8 @@ export class TimeChart {
     if (this.root.dataset.empty !== String(empty)) this.root.dataset.empty = String(empty);
   }
 
-  // plotWidth is the width the plot has: its card's, which the window sets.
+  // plotWidth is the width the plot has: its card's, which the window sets. uPlot's own padding
+  // keeps the time labels at the edges inside it.
   plotWidth() { return Math.max(200, Math.floor(this.target.clientWidth || 440)); }
 
   resize() {
@@ -101,7 +99,7 @@ export class TimeChart {
         value: (u, v) => (v === null || v === undefined ? '-' : fmt(v)) });
     }
     this.width = this.plotWidth();
-    this.plot = new uPlot({ width: this.width, height, series, padding: [8, padRight, 0, 0], scales: { x: { time: true } },
+    this.plot = new uPlot({ width: this.width, height, series, scales: { x: { time: true } },
       axes: [{}, { size: 64, values: (u, vals) => vals.map((v) => fmt(v)) }] }, this.data(), this.target);
   }
 
