@@ -267,7 +267,9 @@ type FleetStatus struct {
 	Revisions []RevisionStatus `json:"revisions,omitempty"`
 	// Replicas counts all instances that are not terminating.
 	Replicas int32 `json:"replicas"`
-	// ReadyReplicas counts Ready instances.
+	// ReadyReplicas counts the instances that serve: Ready by their agent's verdict and healthy
+	// in the load balancer that sends them traffic (the region's own, for a fleet served by its
+	// regions' load balancers); for a fleet without listeners, Ready alone.
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// Phase summarises the fleet: Pending, Scaling, Ready, Degraded or Deleting.
 	Phase string `json:"phase,omitempty"`
@@ -294,7 +296,8 @@ type FleetStatus struct {
 // Fleet condition types. Each is True, False or Unknown, with a reason (one CamelCase word) and a
 // message for people.
 const (
-	// ConditionReady: every desired instance runs the current revision and serves, the load
+	// ConditionReady: every desired instance runs the current revision and serves (its agent
+	// says Ready and the load balancer that sends it traffic finds it healthy), the load
 	// balancer serves every listener, and no rollout or error is pending.
 	ConditionReady = "Ready"
 	// ConditionAvailable: at least desired minus maxUnavailable instances serve.
@@ -402,7 +405,7 @@ type RevisionStatus struct {
 	Image string `json:"image"`
 	// Replicas counts the revision's instances that are not terminating.
 	Replicas int32 `json:"replicas"`
-	// ReadyReplicas counts its Ready instances.
+	// ReadyReplicas counts its instances that serve (as FleetStatus.ReadyReplicas).
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// Weight is the percent of traffic it receives.
 	Weight int32 `json:"weight"`

@@ -36,7 +36,7 @@ type RegionStatus struct {
 	Desired int32 `json:"desired"`
 	// Replicas counts the region's instances in rotation that are neither failed nor terminating.
 	Replicas int32 `json:"replicas"`
-	// ReadyReplicas counts its Ready instances in rotation.
+	// ReadyReplicas counts its instances in rotation that serve (as FleetStatus.ReadyReplicas).
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// CurrentRevision is the revision the region runs, or is moving to: during a wave, the old
 	// revision until the wave reaches the region.

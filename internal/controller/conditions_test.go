@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,8 +68,47 @@ func TestStatusCarriesConditions(t *testing.T) {
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionTrue, "AllReplicasReady"))
 }
 
+// readyCounts says what keeps fleet from reporting ready of its instances (status.readyReplicas,
+// and the current revision's and every region's) and the phase phase.
+func (e *env) readyCounts(fleet string, ready int32, phase string) func() string {
+	return func() string {
+		f := e.fleet(fleet)
+		st := f.Status
+		got := fmt.Sprintf("%s %d", st.Phase, st.ReadyReplicas)
+		for _, r := range st.Revisions {
+			got += fmt.Sprintf(" %s:%d", r.Name, r.ReadyReplicas)
+		}
+		for _, r := range st.Regions {
+			got += fmt.Sprintf(" region %s:%d", r.Name, r.ReadyReplicas)
+		}
+		want := fmt.Sprintf("%s %d %s:%d region %s:%d", phase, ready, st.CurrentRevision, ready, v1alpha1.DefaultRegionName, ready)
+		if got != want {
+			return fmt.Sprintf("fleet %s reports %q, want %q", fleet, got, want)
+		}
+		return ""
+	}
+}
+
+// phasesReady says what keeps fleet from having n instances that their agent reports Ready.
+func (e *env) phasesReady(fleet string, n int) func() string {
+	return func() string {
+		ready := 0
+		for _, in := range e.records(fleet) {
+			if in.Status.Phase == v1alpha1.PhaseReady {
+				ready++
+			}
+		}
+		if ready != n {
+			return fmt.Sprintf("%d of fleet %s's instances Ready, want %d", ready, fleet, n)
+		}
+		return ""
+	}
+}
+
 // A Ready instance that the load balancer has not found healthy does not serve anyone: the fleet
-// is neither Available nor Ready until the load balancer agrees.
+// is neither Available nor Ready, and counts no ready instance in its status, until the load
+// balancer agrees. A fleet without listeners has no load balancer to agree: its agents' verdict
+// is enough.
 func TestConditionsWaitForTheLoadBalancer(t *testing.T) {
 	h := newFakeHealth()
 	h.setDefault("unknown")
@@ -76,15 +116,53 @@ func TestConditionsWaitForTheLoadBalancer(t *testing.T) {
 	f := fleetSpec("web", "img", 2)
 	f.Spec.Listeners = []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: "http"}}
 	e.put(f)
-	waitFor(t, 5*time.Second, func() string {
-		if n := len(e.records("web")); n != 2 || e.fleet("web").Status.ReadyReplicas != 2 {
-			return fmt.Sprintf("%d records, %d ready, want 2 Ready instances", n, e.fleet("web").Status.ReadyReplicas)
-		}
-		return ""
-	})
+	e.put(fleetSpec("batch", "img", 2))
+	waitFor(t, 5*time.Second, e.phasesReady("web", 2))
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionAvailable, metav1.ConditionFalse, "MinimumReplicasUnavailable"))
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionFalse, "ReplicasNotReady"))
+	waitFor(t, 5*time.Second, e.readyCounts("web", 0, "Scaling"))
+	waitFor(t, 5*time.Second, e.conditionIs("batch", v1alpha1.ConditionReady, metav1.ConditionTrue, "AllReplicasReady"))
+	waitFor(t, 5*time.Second, e.readyCounts("batch", 2, "Ready"))
+
 	h.setDefault(HealthHealthy)
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionTrue, "AllReplicasReady"))
 	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionAvailable, metav1.ConditionTrue, ""))
+	waitFor(t, 5*time.Second, e.readyCounts("web", 2, "Ready"))
+}
+
+// fakeServing is the load balancer that sends traffic, as a region's is: read, never notified.
+type fakeServing struct {
+	mu    sync.Mutex
+	state string
+}
+
+func (f *fakeServing) ServingHealth(*v1alpha1.Fleet, *v1alpha1.Instance) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state, false
+}
+
+func (f *fakeServing) set(state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state = state
+}
+
+// An instance serves when the load balancer that sends it traffic (a region's own) finds it
+// healthy, not when the one healing reads does; that load balancer tells of no change, so the
+// fleet is looked at again until its instances serve.
+func TestReadyFollowsTheLoadBalancerThatSendsTraffic(t *testing.T) {
+	h := newFakeHealth() // every instance healthy in the load balancer healing reads
+	serving := &fakeServing{state: HealthUnhealthy}
+	e := startEnv(t, &env{targets: &weightSink{}, health: h, serving: serving})
+	f := fleetSpec("web", "img", 2)
+	f.Spec.Listeners = []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: "http"}}
+	e.put(f)
+	waitFor(t, 5*time.Second, e.phasesReady("web", 2))
+	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionFalse, "ReplicasNotReady"))
+	waitFor(t, 5*time.Second, e.readyCounts("web", 0, "Scaling"))
+
+	serving.set(HealthHealthy)
+	waitFor(t, 5*time.Second, e.conditionIs("web", v1alpha1.ConditionReady, metav1.ConditionTrue, "AllReplicasReady"))
+	waitFor(t, 5*time.Second, e.readyCounts("web", 2, "Ready"))
 }

@@ -71,6 +71,11 @@ type Options struct {
 	// unhealthy past their health check's thresholds, or whose 5xx rate stands out from their
 	// peers, are replaced (self-healing; see healjudge.go).
 	Health HealthSource
+	// Serving, when set, reports each instance's state in the load balancer that sends it traffic
+	// (a region's own, for a fleet served by its regions' load balancers), which is what an
+	// instance must be healthy in to count as serving: in the fleet's ready counts, its Ready
+	// condition and its rollouts. Default: Health.
+	Serving ServingSource
 	// HealthPollInterval is how often a fleet with listeners is looked at for unhealthy instances
 	// when Health is set and cannot notify (HealthNotifier), and how soon a fleet whose instances
 	// fail requests is judged for outliers when it can. Default: 1s.

@@ -33,6 +33,8 @@ type env struct {
 	// health and healBackoff, when set, are the controller's health source and healing backoff base.
 	health      HealthSource
 	healBackoff time.Duration
+	// serving, when set, is the controller's source of the load balancer that sends traffic.
+	serving ServingSource
 	// stats, when set, is the controller's source of per-revision figures for canary analysis.
 	stats StatsSource
 	// recorder, when set, receives the controller's events in place of the store.
@@ -82,7 +84,7 @@ func (e *env) start() {
 		PollInterval: 20 * time.Millisecond, ResyncPeriod: time.Hour, // no test may lean on the safety resync
 		RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,
-		Health: e.health, HealthPollInterval: 20 * time.Millisecond,
+		Health: e.health, Serving: e.serving, HealthPollInterval: 20 * time.Millisecond,
 		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff, Events: e.recorder,
 		Reachability: e.reach,
 	})

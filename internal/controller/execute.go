@@ -57,6 +57,9 @@ func (s *scope) execute(p *plan) (Result, error) {
 		res.RequeueAfter = c.opts.PollInterval
 	}
 	res.RequeueAfter = sooner(sooner(res.RequeueAfter, p.Requeue), s.healRequeue())
+	if s.awaitsServing() {
+		res.RequeueAfter = sooner(res.RequeueAfter, c.opts.HealthPollInterval)
+	}
 	return res, errors.Join(s.errs...)
 }
 

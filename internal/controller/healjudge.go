@@ -21,6 +21,17 @@ type HealthSource interface {
 	InstanceStats(name string) (requests, errors5xx uint64)
 }
 
+// ServingSource reports what the load balancer that sends an instance its traffic sees of it,
+// where that is not always the load balancer Health reads (a fleet served by its regions' own
+// load balancers). The controller declares it; internal/lbsync implements it.
+type ServingSource interface {
+	// ServingHealth returns the instance's state (as HealthSource.InstanceHealth) in the load
+	// balancer that sends it traffic, and whether that load balancer's changes reach the
+	// controller (as HealthNotifier's do); when they do not, a fleet with a Ready instance that
+	// does not serve yet is looked at again every HealthPollInterval.
+	ServingHealth(f *v1alpha1.Fleet, in *v1alpha1.Instance) (state string, notified bool)
+}
+
 // HealthNotifier MAY be implemented by a HealthSource that can tell when the load balancer's view
 // of an instance changes. The controller then looks at a fleet when one of its instances changes
 // state, and while its instances fail requests, instead of polling every fleet with listeners

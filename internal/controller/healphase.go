@@ -187,14 +187,49 @@ func (s *scope) lbHealth() HealthSource {
 	return s.c.opts.Health
 }
 
-// proven reports whether an instance serves: healthy in the load balancer, or, when the load
-// balancer does not judge the fleet, ready.
+// proven reports whether an instance serves: healthy in the load balancer that sends it
+// traffic, or, when no load balancer judges the fleet, ready.
 func (s *scope) proven(in *v1alpha1.Instance) bool {
-	if h := s.lbHealth(); h != nil {
-		state, _ := h.InstanceHealth(in.Metadata.Name)
+	if state, _, judged := s.servingHealth(in); judged {
 		return state == HealthHealthy
 	}
 	return in.Status.Phase == v1alpha1.PhaseReady
+}
+
+// serves reports whether an instance counts as serving in the fleet's status: Ready (the agent's
+// verdict on its workload) and proven (the load balancer's verdict).
+func (s *scope) serves(in *v1alpha1.Instance) bool { return ready(in) && s.proven(in) }
+
+// servingHealth is the instance's state in the load balancer that sends it traffic (Serving,
+// else Health) and whether that load balancer's changes are notified; judged is false for a
+// fleet without listeners, or without a load balancer to read.
+func (s *scope) servingHealth(in *v1alpha1.Instance) (state string, notified, judged bool) {
+	if len(s.fleet.Spec.Listeners) == 0 {
+		return "", false, false
+	}
+	if src := s.c.opts.Serving; src != nil {
+		state, notified = src.ServingHealth(s.fleet, in)
+		return state, notified, true
+	}
+	if h := s.c.opts.Health; h != nil {
+		state, _ = h.InstanceHealth(in.Metadata.Name)
+		return state, s.c.healthNotified, true
+	}
+	return "", false, false
+}
+
+// awaitsServing reports whether a Ready instance of the fleet does not serve yet in a load
+// balancer whose changes are not notified: nothing would bring the fleet back when it does.
+func (s *scope) awaitsServing() bool {
+	for _, in := range s.records {
+		if !active(in) || IsWarm(in) || !ready(in) {
+			continue
+		}
+		if state, notified, judged := s.servingHealth(in); judged && !notified && state != HealthHealthy {
+			return true
+		}
+	}
+	return false
 }
 
 // noteReplacements runs after scale(): the instances it just created stand in for this

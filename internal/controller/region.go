@@ -240,7 +240,7 @@ func (s *scope) regionStatuses() []v1alpha1.RegionStatus {
 				continue
 			}
 			rs.Replicas++
-			if ready(in) {
+			if s.serves(in) {
 				rs.ReadyReplicas++
 				if in.Spec.Revision == r.target {
 					curReady++

@@ -220,7 +220,7 @@ func (s *scope) stableRevision() string {
 func (s *regionPlan) serving(rev string) int {
 	n := 0
 	for _, in := range s.scoped() {
-		if in.Spec.Revision == rev && ready(in) && s.proven(in) {
+		if in.Spec.Revision == rev && s.serves(in) {
 			n++
 		}
 	}

@@ -13,7 +13,9 @@ import (
 )
 
 // fleetStatus computes the fleet's status from the reconcile's records, rollout and healing
-// state, as of now. It is the one place the status is computed.
+// state, as of now. It is the one place the status is computed. Its ready counts are of
+// instances that serve (serves): Ready by the agent's verdict and healthy in the load balancer
+// that sends them traffic; the phase and the conditions follow from them.
 func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 	f := s.fleet
 	st := v1alpha1.FleetStatus{ObservedGeneration: f.Metadata.Generation, CurrentRevision: s.revision}
@@ -35,7 +37,7 @@ func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 		}
 		rs.Replicas++
 		st.Replicas++
-		if ready(in) {
+		if s.serves(in) {
 			rs.ReadyReplicas++
 			st.ReadyReplicas++
 		}
@@ -85,40 +87,29 @@ func (s *scope) fleetStatus(now time.Time) v1alpha1.FleetStatus {
 	st.Regions = s.regionStatuses()
 	st.Healing = s.healState().status(now)
 	st.History = s.history(now)
-	st.Conditions = fleetcond.Update(s.stored.Status.Conditions, s.conditionInputs(cur, st.Healing), now)
+	st.Conditions = fleetcond.Update(s.stored.Status.Conditions, s.conditionInputs(&st, cur), now)
 	return st
 }
 
-// conditionInputs gathers what the fleet's conditions are computed from; cur is the current revision's
-// status and healing the status healing keeps, both as fleetStatus computed them.
-func (s *scope) conditionInputs(cur *v1alpha1.RevisionStatus, healing *v1alpha1.HealingStatus) fleetcond.Observed {
+// conditionInputs gathers what the fleet's conditions are computed from: st is the status
+// fleetStatus computed (its counts and healing) and cur the current revision's part of it, so
+// that the conditions and the ready counts never disagree.
+func (s *scope) conditionInputs(st *v1alpha1.FleetStatus, cur *v1alpha1.RevisionStatus) fleetcond.Observed {
 	f := s.fleet
 	o := fleetcond.Observed{
-		Generation: f.Metadata.Generation,
-		Desired:    s.totalDesired(),
-		Updated:    cur.Replicas,
-		Revision:   s.revision,
-		Rollout:    s.ro,
-		Listeners:  len(f.Spec.Listeners),
-		Healing:    healing,
+		Generation:   f.Metadata.Generation,
+		Desired:      s.totalDesired(),
+		Replicas:     st.Replicas,
+		Updated:      cur.Replicas,
+		UpdatedReady: cur.ReadyReplicas,
+		Available:    st.ReadyReplicas,
+		Revision:     s.revision,
+		Rollout:      s.ro,
+		Listeners:    len(f.Spec.Listeners),
+		Healing:      st.Healing,
 	}
 	if f.Spec.Rollout.MaxUnavailable != nil {
 		o.MaxUnavailable = *f.Spec.Rollout.MaxUnavailable
-	}
-	for _, in := range s.records {
-		if !active(in) || IsWarm(in) {
-			continue
-		}
-		o.Replicas++
-		// An instance counts as serving once the load balancer finds it healthy (or, for a fleet
-		// without listeners, once it is Ready): a Ready instance the load balancer cannot reach
-		// serves no one.
-		if ready(in) && s.proven(in) {
-			o.Available++
-			if in.Spec.Revision == s.revision {
-				o.UpdatedReady++
-			}
-		}
 	}
 	if s.c.opts.Targets != nil {
 		o.ListenerError = s.c.opts.Targets.ListenerError(f.Metadata.Name)
