@@ -76,17 +76,18 @@ done
 
 step "herd apply -f examples/hello/fleet.yaml"
 "$herd" apply -f examples/hello/fleet.yaml
+# Ready is the fleet's Ready condition: every instance's agent says its workload is ready and the
+# load balancer finds it healthy, so it answers through the load balancer. Until then, the count
+# of instances that serve.
 start=$(date +%s)
-while :; do
+until "$herd" wait fleet/hello --for condition=Ready --timeout 1s >/dev/null 2>&1; do
   ready=$("$herd" get fleet hello | awk 'NR==2 {print $2}')
-  printf '\r   %ss: %s instances ready ' "$(( $(date +%s) - start ))" "$ready"
-  [ "$ready" = "3/3" ] && break
+  printf '\r   %ss: %s instances serve ' "$(( $(date +%s) - start ))" "$ready"
   if [ $(( $(date +%s) - start )) -gt 300 ]; then
     echo; "$herd" describe fleet hello; echo "the fleet did not become ready in 5 minutes" >&2; exit 1
   fi
-  sleep 1
 done
-echo
+printf '\r   %ss: fleet hello is Ready: every instance serves through the load balancer\n' "$(( $(date +%s) - start ))"
 "$herd" get instances -o wide
 
 # show prints what url answers, counting in $unanswered the requests not answered with a 2xx.

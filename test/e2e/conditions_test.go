@@ -3,10 +3,12 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,5 +125,50 @@ func TestIntegrationConditionsAndWait(t *testing.T) {
 	}
 	if out, err := e.herd("wait", "fleet/busy", "--for", "delete", "--timeout", "60s"); err != nil {
 		t.Fatalf("herd wait fleet/busy --for delete: %v\n%s", err, out)
+	}
+}
+
+// TestIntegrationReadyServes applies a fleet of three real instances and checks that the moment
+// `herd wait --for condition=Ready` returns, the fleet serves as Ready says: every request sent
+// through the load balancer then is answered, every instance answers some (the hello app names
+// its instance), and herd get counts the three as ready.
+func TestIntegrationReadyServes(t *testing.T) {
+	const n, requests = 3, 30
+	e := startHelloEnv(t)
+	if out, err := e.applyFile("serve", fleetYAML("serve", n, e.lbPort)); err != nil {
+		t.Fatalf("herd apply: %v\n%s", err, out)
+	}
+	if out, err := e.herd("wait", "fleet/serve", "--for", "condition=Ready", "--timeout", bootLimit.String()); err != nil {
+		t.Fatalf("herd wait fleet/serve --for condition=Ready: %v\n%s", err, out)
+	}
+	// No retries and no waiting from here: the load balancer picks targets in turn among those it
+	// finds healthy, so a Ready instance it does not send traffic to answers none of these.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	url := fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort)
+	answered := map[string]int{}
+	var failed []string
+	for range requests {
+		r := get(client, url)
+		if r.err != nil {
+			failed = append(failed, r.err.Error())
+			continue
+		}
+		answered[r.instance]++
+	}
+	t.Logf("right after herd wait: %d requests through the load balancer, %d failed, answers per instance %v", requests, len(failed), answered)
+	if len(failed) > 0 {
+		t.Errorf("%d of %d requests through the load balancer failed right after herd wait said Ready: %v", len(failed), requests, failed)
+	}
+	ins := e.instances()
+	for _, in := range ins {
+		if answered[in.Metadata.Name] == 0 {
+			t.Errorf("instance %s (%s, load balancer: %s) answered none of %d requests right after herd wait said Ready", in.Metadata.Name, in.Status.Phase, in.Status.LBHealth, requests)
+		}
+	}
+	if len(ins) != n || len(answered) != n {
+		t.Errorf("%d instances, %d of them answered; want %d and %d", len(ins), len(answered), n, n)
+	}
+	if f := e.fleet("serve"); f == nil || f.Status.ReadyReplicas != n {
+		t.Errorf("herd get fleet serve: %+v, want %d ready", f, n)
 	}
 }
