@@ -25,28 +25,40 @@ fi
 # cleanup deletes the fleet through herd up, waits until every instance is gone, then stops herd
 # up. Ctrl-C reaches every process of the terminal's foreground group: herd up runs in a session
 # of its own (setsid below) so that it lives until this asks it to stop, and a second Ctrl-C only
-# interrupts the command at hand, which is retried, never the cleanup itself.
+# interrupts the command at hand, which is retried, never the cleanup itself. Its output may go
+# nowhere: with `make demo | tee demo.log`, Ctrl-C stops tee too. So SIGPIPE is ignored and no
+# failed write or command stops the cleanup (errexit off): it always reaches stop_up.
 cleanup() {
-  trap 'echo "   still deleting the fleet: its instances would keep running otherwise" >&2' INT TERM HUP
+  set +e
+  trap '' PIPE
+  trap 'say "   still deleting the fleet: its instances would keep running otherwise" >&2' INT TERM HUP
   trap - EXIT
   [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null || return 0
-  step "deleting the fleet and its instances"
+  say "" "==> deleting the fleet and its instances"
   local out="" gone="" i
   # A counted loop, not $(seq ...): a second Ctrl-C that lands on seq would leave no rounds at all.
   for ((i = 0; i < 240; i++)); do
-    "$herd" delete fleet hello >/dev/null 2>&1 || true
+    "$herd" delete fleet hello >/dev/null 2>&1
     if out=$("$herd" get instances 2>/dev/null) && [ -z "$out" ]; then gone=1; break; fi
-    sleep 0.5 || true
+    sleep 0.5
   done
   if [ -z "$gone" ]; then
-    "$herd" get instances 2>/dev/null || true
-    echo "these instances are left: herd up (data dir $dir/data) adopts and can delete them" >&2
+    "$herd" get instances 2>/dev/null
+    say "these instances are left: herd up (data dir $dir/data) adopts and can delete them" >&2
   fi
-  step "stopping the control plane"
-  kill -INT "$up_pid" 2>/dev/null || true
-  # wait returns early when a trapped signal arrives: wait again until herd up is gone.
-  while kill -0 "$up_pid" 2>/dev/null; do wait "$up_pid" 2>/dev/null || true; done
+  stop_up
 }
+
+# stop_up stops herd up and waits until it is gone.
+stop_up() {
+  say "" "==> stopping the control plane"
+  kill -INT "$up_pid" 2>/dev/null
+  # wait returns early when a trapped signal arrives: wait again until herd up is gone.
+  while kill -0 "$up_pid" 2>/dev/null; do wait "$up_pid" 2>/dev/null; done
+}
+
+# say prints its arguments, a line each, and never fails: where output goes may be gone.
+say() { printf '%s\n' "$@" 2>/dev/null || true; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM

@@ -39,10 +39,17 @@ type demo struct {
 	done    chan struct{} // closed when the script has exited
 }
 
-func startDemo(t *testing.T, e *env) *demo {
+// startDemo starts hack/demo.sh with its output read by the test; with tee, as `hack/demo.sh 2>&1
+// | tee demo.log` in the same process group, so that Ctrl-C stops tee too and the demo's output
+// goes nowhere from then on.
+func startDemo(t *testing.T, e *env, tee bool) *demo {
 	t.Helper()
 	d := &demo{serving: make(chan struct{}), done: make(chan struct{})}
-	d.cmd = exec.Command("bash", filepath.Join(e.root, "hack", "demo.sh"))
+	script := filepath.Join(e.root, "hack", "demo.sh")
+	d.cmd = exec.Command("bash", script)
+	if tee {
+		d.cmd = exec.Command("bash", "-c", `bash "$0" 2>&1 | tee "$1"`, script, filepath.Join(e.dir, "demo.log"))
+	}
 	d.cmd.Dir = e.root
 	d.cmd.Env = append(os.Environ(), "HERD_DEMO_DIR="+e.dir)
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -167,17 +174,23 @@ func waitGone(pid int, limit time.Duration) {
 }
 
 // TestIntegrationDemoInterrupt runs `make demo`'s script as a terminal does, presses Ctrl-C (SIGINT
-// to its whole process group) once the fleet serves and again, impatiently, while it cleans up, and
-// checks that the demo removes every instance before it exits: no network namespace, process,
-// mount or cgroup of it is left.
+// to its whole process group) once the fleet serves, and checks that the demo removes every
+// instance and stops herd up before it exits: no herd up, network namespace, process, mount or
+// cgroup of it is left. In a terminal, Ctrl-C is pressed again, impatiently, while it cleans up;
+// piped through tee, Ctrl-C stops tee as well, so that the cleanup writes to a pipe nobody reads.
 func TestIntegrationDemoInterrupt(t *testing.T) {
+	t.Run("terminal", func(t *testing.T) { testDemoInterrupt(t, false) })
+	t.Run("piped through tee", func(t *testing.T) { testDemoInterrupt(t, true) })
+}
+
+func testDemoInterrupt(t *testing.T, tee bool) {
 	e := newEnv(t)
 	// The demo keeps everything under HERD_DEMO_DIR: the client config where e.herd reads it, the
 	// provider's state in data/ and herd up's log in up.log.
 	e.data, e.upLog = filepath.Join(e.dir, "data"), filepath.Join(e.dir, "up.log")
 	before := localtest.Take(t)
 	t.Cleanup(func() { e.cleanup(before) })
-	d := startDemo(t, e)
+	d := startDemo(t, e, tee)
 	t.Cleanup(func() {
 		d.stop(t, e)
 		if t.Failed() {
@@ -198,15 +211,20 @@ func TestIntegrationDemoInterrupt(t *testing.T) {
 	}
 
 	d.interrupt(t)
-	if d.waitOutput(demoDeleting, time.Minute) {
+	switch {
+	case tee: // nothing it says after Ctrl-C reaches anyone
+	case d.waitOutput(demoDeleting, time.Minute):
 		d.interrupt(t)
-	} else {
+	default:
 		t.Errorf("the demo did not say %q after Ctrl-C", demoDeleting)
 	}
 	select {
 	case <-d.done:
 	case <-time.After(demoStopLimit):
 		t.Fatalf("the demo did not exit within %s of Ctrl-C", demoStopLimit)
+	}
+	if pids := herdUpOf(e.data); len(pids) > 0 {
+		t.Errorf("herd up (pids %v) is still running after the demo exited", pids)
 	}
 
 	o := localtest.Owned{Dirs: []string{e.dir}}
