@@ -213,7 +213,7 @@ func Run(ctx context.Context, opts Options) error {
 			func(ctx context.Context) error { return door.Run(ctx, st) },
 			chaosEngine.Run,
 		},
-		ctrl: controller.Options{Informer: cache, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Stats: figures, Reachability: regions,
+		ctrl: controller.Options{Informer: cache, Logger: log, ResolveImage: resolve, Targets: targets, Health: monitor, Serving: figures, Stats: figures, Reachability: regions,
 			Events: recorder, QueueMetrics: queueMetrics, ProviderCalls: decisions.ProviderCall}}}
 	lead = ctrl
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,

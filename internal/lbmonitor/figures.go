@@ -3,19 +3,21 @@ package lbmonitor
 import (
 	"time"
 
+	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/controller"
 )
 
 var (
+	_ controller.ServingSource     = Figures{}
 	_ autoscaler.LoadSource        = Figures{}
 	_ autoscaler.RegionLoadSource  = Figures{}
 	_ controller.StatsSource       = Figures{}
 	_ controller.RegionStatsSource = Figures{}
 )
 
-// Figures is where the autoscaler's load and the canary analysis' revision figures come from:
-// the load balancers that carry a fleet's traffic. A fleet served regionally is counted on its
+// Figures is where the autoscaler's load, the canary analysis' revision figures and whether an
+// instance serves come from: the load balancers that carry a fleet's traffic. A fleet served regionally is counted on its
 // regions' own load balancers, each region on its own, over their admin API; any other fleet on
 // herd up's embedded load balancer, region by region by the region of each target's instance
 // (Options.RegionOf).
@@ -31,6 +33,27 @@ type Regional interface {
 	// whose load balancer is not reached yet, or whose last read failed, is missing: its figures
 	// are unknown, not zero.
 	Monitors(fleet string) map[string]*Monitor
+	// ServingMonitor returns the monitor of the load balancer of the fleet's region when that
+	// load balancer sends the region's instances their traffic (regional true); the monitor is
+	// nil while it is not reached, or its last read failed.
+	ServingMonitor(f *v1alpha1.Fleet, region string) (m *Monitor, regional bool)
+}
+
+// ServingHealth implements controller.ServingSource: an instance of a fleet served regionally is
+// judged by its region's load balancer, read over its admin API (its changes are not notified),
+// and serves no one until that load balancer is reached; any other by herd up's embedded one.
+func (f Figures) ServingHealth(fl *v1alpha1.Fleet, in *v1alpha1.Instance) (state string, notified bool) {
+	if f.Regional != nil {
+		if m, regional := f.Regional.ServingMonitor(fl, in.Spec.Region); regional {
+			if m == nil {
+				return "", false
+			}
+			state, _ = m.InstanceHealth(in.Metadata.Name)
+			return state, false
+		}
+	}
+	state, _ = f.Embedded.InstanceHealth(in.Metadata.Name)
+	return state, f.Embedded.notifies()
 }
 
 // monitors returns the monitors of the regional load balancers serving fleet, by region, or nil.

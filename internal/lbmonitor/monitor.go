@@ -124,6 +124,12 @@ func New(src Observed, opts Options) *Monitor {
 	return m
 }
 
+// notifies reports whether the Monitor's load balancer tells of changes (NotifyHealth).
+func (m *Monitor) notifies() bool {
+	_, ok := m.src.(Notifying)
+	return ok
+}
+
 // NotifyHealth implements controller.HealthNotifier: f hears of every target whose state changed
 // and, at most once a second per target, of targets failing requests. Without a notifying load
 // balancer it registers nothing and returns false.

@@ -7,6 +7,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/autoscaler"
+	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
@@ -32,26 +33,41 @@ func waitLoad(t *testing.T, what string, load func() (autoscaler.Load, bool)) au
 	}
 }
 
+// twoRegions is a provider running a load balancer in regions eu and us, and a store holding fleet
+// web (returned) served in both, with an instance in each: web-eu-1 and web-us-1.
+func twoRegions(t *testing.T) (*lbsynctest.Provider, store.Store, *v1alpha1.Fleet) {
+	p := lbsynctest.NewProvider(t, map[string]*lbsynctest.AdminLB{"eu": lbsynctest.NewAdminLB(t, "secret-eu"), "us": lbsynctest.NewAdminLB(t, "secret-us")})
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	web := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
+		Regions:   []v1alpha1.Region{{Name: "eu", Provider: fake.Name}, {Name: "us", Provider: fake.Name}},
+	}}
+	lbsynctest.Put(t, st, store.Fleets, web)
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.RegionalInst("web-eu-1", "eu", "10.0.0.1"))
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.RegionalInst("web-us-1", "us", "10.0.1.1"))
+	return p, st, web
+}
+
+// runRegional runs r on st until the test ends, once both regions' load balancers have fleet
+// web's instance of their region as their target.
+func runRegional(t *testing.T, r *Regional, st store.Store, p *lbsynctest.Provider) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx, st) }()
+	t.Cleanup(func() { cancel(); <-done })
+	lbsynctest.WaitRegion(t, p.LBs["eu"], ":8080 -> web-1:1:1; web-eu-1")
+	lbsynctest.WaitRegion(t, p.LBs["us"], ":8080 -> web-1:1:1; web-us-1")
+}
+
 // TestFigures counts a fleet served regionally on its regions' own load balancers, over their
 // admin API, each region apart, and any other fleet on the embedded load balancer; a region
 // whose load balancer does not answer has no figures rather than zero ones.
 func TestFigures(t *testing.T) {
-	p := lbsynctest.NewProvider(t, map[string]*lbsynctest.AdminLB{"eu": lbsynctest.NewAdminLB(t, "secret-eu"), "us": lbsynctest.NewAdminLB(t, "secret-us")})
-	st := memory.New()
-	defer st.Close()
-	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
-		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
-		Regions:   []v1alpha1.Region{{Name: "eu", Provider: fake.Name}, {Name: "us", Provider: fake.Name}},
-	}})
-	lbsynctest.Put(t, st, store.Instances, lbsynctest.RegionalInst("web-eu-1", "eu", "10.0.0.1"))
-	lbsynctest.Put(t, st, store.Instances, lbsynctest.RegionalInst("web-us-1", "us", "10.0.1.1"))
+	p, st, _ := twoRegions(t)
 	r := New(Options{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx, st) }()
-	defer func() { cancel(); <-done }()
-	lbsynctest.WaitRegion(t, p.LBs["eu"], ":8080 -> web-1:1:1; web-eu-1")
-	lbsynctest.WaitRegion(t, p.LBs["us"], ":8080 -> web-1:1:1; web-us-1")
+	runRegional(t, r, st, p)
 
 	regional := func(n uint64) lb.Snapshot {
 		return lb.Snapshot{Fleets: []lb.FleetStats{{Fleet: "web", Stats: lbsynctest.Stats(n, n/10), Groups: []lb.GroupStats{{Group: "web-1", Stats: lbsynctest.Stats(n, n/10)}}}}}
@@ -108,6 +124,39 @@ func TestFigures(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// An instance of a fleet served regionally serves when its region's load balancer, the one that
+// sends it traffic, finds it healthy, whatever herd up's embedded one says, and serves no one
+// before that load balancer is reached; an instance of any other fleet is the embedded load
+// balancer's to judge.
+func TestServingHealth(t *testing.T) {
+	p, st, web := twoRegions(t)
+	quick := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "quick"}, Spec: v1alpha1.FleetSpec{
+		Listeners: web.Spec.Listeners, Regions: []v1alpha1.Region{{Name: "local", Provider: fake.Name}},
+	}}
+	eu, us := lbsynctest.RegionalInst("web-eu-1", "eu", "10.0.0.1"), lbsynctest.RegionalInst("web-us-1", "us", "10.0.1.1")
+	solo := lbsynctest.RegionalInst("quick-1", "local", "10.0.2.1")
+	embedded := &lbsynctest.Observed{TargetHealth: []lb.TargetHealth{
+		{ID: "web-eu-1", State: lb.StateHealthy}, {ID: "web-us-1", State: lb.StateHealthy}, {ID: "quick-1", State: lb.StateHealthy},
+	}}
+	r := New(Options{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
+	f := lbmonitor.Figures{Embedded: lbmonitor.New(embedded, lbmonitor.Options{}), Regional: r}
+	check := func(fl *v1alpha1.Fleet, in *v1alpha1.Instance, want string) {
+		t.Helper()
+		if got, notified := f.ServingHealth(fl, in); got != want || notified {
+			t.Errorf("ServingHealth(%s) = %q, notified %v; want %q, not notified", in.Metadata.Name, got, notified, want)
+		}
+	}
+
+	check(web, eu, "") // region eu's load balancer is not reached yet
+	check(quick, solo, controller.HealthHealthy)
+
+	p.LBs["eu"].SetHealth(lb.TargetHealth{ID: "web-eu-1", State: lb.StateHealthy})
+	p.LBs["us"].SetHealth(lb.TargetHealth{ID: "web-us-1", State: lb.StateUnhealthy})
+	runRegional(t, r, st, p)
+	check(web, eu, controller.HealthHealthy)
+	check(web, us, controller.HealthUnhealthy)
 }
 
 // A regional load balancer gives a fleet's revisions the region's own weights while the wave

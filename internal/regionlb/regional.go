@@ -340,6 +340,28 @@ func (r *Regional) Monitors(fleet string) map[string]*lbmonitor.Monitor {
 	return out
 }
 
+// ServingMonitor implements lbmonitor.Regional: the region's load balancer sends the region's
+// instances of f their traffic when f is served regionally and the region's provider runs
+// regional load balancers.
+func (r *Regional) ServingMonitor(f *v1alpha1.Fleet, region string) (m *lbmonitor.Monitor, regional bool) {
+	if r == nil || !ServedRegionally(f) {
+		return nil, false
+	}
+	i := slices.IndexFunc(f.Spec.Regions, func(reg v1alpha1.Region) bool { return reg.Name == region })
+	if i < 0 {
+		return nil, false
+	}
+	if _, ok := r.opts.Providers[f.Spec.Regions[i].Provider].(provider.RegionalBalancers); !ok {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rl := r.lbs[region]; rl != nil && rl.mon != nil && rl.mon.OK() {
+		return rl.mon.Monitor, true
+	}
+	return nil, true
+}
+
 // RTTSources returns the load balancers Regional configures, by region: the sources of an
 // rtt.Collector. A region whose load balancer Regional has not reached yet is not among them.
 func (r *Regional) RTTSources() map[string]rtt.Source {

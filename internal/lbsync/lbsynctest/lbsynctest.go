@@ -29,10 +29,11 @@ import (
 type AdminLB struct {
 	Srv *httptest.Server
 
-	mu    sync.Mutex
-	cfg   lb.Config
-	puts  int
-	stats lb.Snapshot // what GET /stats answers
+	mu     sync.Mutex
+	cfg    lb.Config
+	puts   int
+	stats  lb.Snapshot       // what GET /stats answers
+	health []lb.TargetHealth // what GET /health answers
 }
 
 // NewAdminLB serves an AdminLB that accepts token until the test ends.
@@ -47,6 +48,10 @@ func NewAdminLB(t *testing.T, token string) *AdminLB {
 		defer a.mu.Unlock()
 		if r.URL.Path == "/stats" {
 			_ = json.NewEncoder(w).Encode(a.stats)
+			return
+		}
+		if r.URL.Path == "/health" {
+			_ = json.NewEncoder(w).Encode(a.health)
 			return
 		}
 		if r.Method == http.MethodPut {
@@ -84,6 +89,13 @@ func (a *AdminLB) SetStats(s lb.Snapshot) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stats = s
+}
+
+// SetHealth sets what GET /health answers.
+func (a *AdminLB) SetHealth(h ...lb.TargetHealth) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.health = h
 }
 
 // Provider is a fake provider that runs a load balancer (an AdminLB) per region.
