@@ -46,6 +46,8 @@ type Options struct {
 	// Images resolves spec.image to the bundle instances boot, on apply and rollout restart.
 	// Default: no image store, and every image is pinned as written.
 	Images imagepin.Resolver
+	// ImageStore, if set, is listed, and pruned of bundles no fleet uses, by /v1/images.
+	ImageStore ImageStore
 	// Status, if set, reports components' health for GET /v1/status.
 	Status func() map[string]string
 	// LBHealth, if set, returns the load balancer's view of each instance by name.
@@ -147,6 +149,7 @@ func New(opts Options) *Server {
 	})
 	s.mux.HandleFunc("GET /v1/routes", s.getRoutes)
 	s.routeGlobal()
+	s.routeImages()
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

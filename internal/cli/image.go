@@ -3,10 +3,12 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/controlplane"
 	"herd.dev/herd/internal/image"
 )
@@ -29,6 +31,8 @@ Bundles are kept under --data-dir/images.`,
 		newImageBuildCmd(g, store),
 		newImageLsCmd(g, store),
 		newImageInspectCmd(g, store),
+		newImageRmCmd(g),
+		newImagePruneCmd(g),
 	)
 	return cmd
 }
@@ -88,17 +92,22 @@ func newImageLsCmd(g *globals, store func() *image.Store) *cobra.Command {
 				fmt.Fprintln(g.errOut, "No node images found.")
 				return nil
 			}
-			t := newTable(g.out, "NAME", "DIGEST", "KUBERNETES", "IMAGES", "SIZE", "AGE")
-			for _, b := range bundles {
-				var refs []string
-				for _, im := range b.AppImages() {
-					refs = append(refs, im.Ref)
-				}
-				created := b.Created
-				t.row(b.Config.Name, "sha256:"+b.ShortDigest(), b.Config.Kubernetes.Distribution+"/"+b.Config.Kubernetes.Version,
-					strings.Join(refs, ","), image.FormatSize(b.Size), age(&created))
+			// Which fleets use each image, as herd up knows them.
+			var uses map[string][]string
+			c, err := g.client()
+			var infos []apiserver.ImageInfo
+			if err == nil {
+				infos, err = c.Images(cmd.Context())
 			}
-			return t.flush()
+			if err != nil {
+				fmt.Fprintf(g.errOut, "which fleets use each image is not shown: %v\n", err)
+			} else {
+				uses = map[string][]string{}
+				for _, im := range infos {
+					uses[im.Digest] = im.UsedBy
+				}
+			}
+			return printImages(g.out, bundles, uses)
 		},
 	}
 	return cmd
@@ -132,5 +141,79 @@ a full digest (sha256:...) or a unique prefix of one, as 'herd image ls' shows i
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "output format: yaml or json")
+	return cmd
+}
+
+// printImages lists bundles with their size and, when uses is not nil, the fleets that use each.
+func printImages(out io.Writer, bundles []image.Bundle, uses map[string][]string) error {
+	t := newTable(out, "NAME", "DIGEST", "KUBERNETES", "IMAGES", "SIZE", "AGE", "USED-BY")
+	for _, b := range bundles {
+		var refs []string
+		for _, im := range b.AppImages() {
+			refs = append(refs, im.Ref)
+		}
+		created := b.Created
+		usedBy := "?"
+		if uses != nil {
+			usedBy = orDash(strings.Join(uses[b.Digest], ","))
+		}
+		t.row(b.Config.Name, "sha256:"+b.ShortDigest(), b.Config.Kubernetes.Distribution+"/"+b.Config.Kubernetes.Version,
+			strings.Join(refs, ","), image.FormatSize(b.Size), age(&created), usedBy)
+	}
+	return t.flush()
+}
+
+func newImageRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME|DIGEST",
+		Short: "Remove a node image bundle no fleet uses",
+		Long: `Remove the bundle NAME (the last build of that name) or DIGEST names, through herd up. It is
+refused, naming the fleets, while a fleet boots it: its pinned image, a revision it still runs or
+rolls out, or an instance not yet deleted.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			im, err := c.RemoveImage(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "image/%s %s removed, %s freed\n", im.Name, im.Digest, image.FormatSize(im.Size))
+			return nil
+		},
+	}
+}
+
+func newImagePruneCmd(g *globals) *cobra.Command {
+	var keep int
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove the node image bundles no fleet uses",
+		Long: `Remove, through herd up, every bundle that no fleet boots (pinned, in a revision, or on an
+instance) and that none of the last --keep entries of any fleet's rollout history names, so that
+herd rollout undo still finds its image. Prints each bundle removed and the space freed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if keep < 0 {
+				return fmt.Errorf("--keep %d: want 0 or more history entries", keep)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.PruneImages(cmd.Context(), keep)
+			if err != nil {
+				return err
+			}
+			for _, im := range res.Removed {
+				fmt.Fprintf(g.out, "removed image/%s %s (%s)\n", im.Name, im.Digest, image.FormatSize(im.Size))
+			}
+			fmt.Fprintf(g.out, "%d node images removed, %s freed\n", len(res.Removed), image.FormatSize(res.Freed))
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&keep, "keep", 10, "keep the images of the last N entries of each fleet's rollout history")
 	return cmd
 }

@@ -326,6 +326,31 @@ func (c *Client) RestartRollout(ctx context.Context, name string) (*apiserver.Re
 	return &res, nil
 }
 
+// Images lists herd up's node image bundles and the fleets that use each.
+func (c *Client) Images(ctx context.Context) ([]apiserver.ImageInfo, error) {
+	var out []apiserver.ImageInfo
+	return out, c.do(ctx, http.MethodGet, "/v1/images", nil, &out)
+}
+
+// RemoveImage removes the bundle ref names (a NodeImage name or a digest), unless a fleet uses it.
+func (c *Client) RemoveImage(ctx context.Context, ref string) (*apiserver.ImageInfo, error) {
+	var out apiserver.ImageInfo
+	if err := c.do(ctx, http.MethodDelete, "/v1/images/"+url.PathEscape(ref), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PruneImages removes every bundle no fleet uses, keeping those of the last keep entries of each
+// fleet's rollout history.
+func (c *Client) PruneImages(ctx context.Context, keep int) (*apiserver.PruneResult, error) {
+	var out apiserver.PruneResult
+	if err := c.do(ctx, http.MethodPost, fmt.Sprintf("/v1/images/prune?keep=%d", keep), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // PromoteRollout asks for the fleet's rollout in progress to skip its remaining steps and move all
 // traffic to the new revision.
 func (c *Client) PromoteRollout(ctx context.Context, name string) (*v1alpha1.Fleet, error) {

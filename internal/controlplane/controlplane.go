@@ -255,6 +255,7 @@ func Run(ctx context.Context, opts Options) error {
 	api := apiserver.New(apiserver.Options{
 		Store: st, Token: token, Logger: log, DefaultProvider: opts.Provider, Providers: []string{prov.Name()},
 		Images:           imagepin.Resolver{Images: pinImages{images}, Imageless: imageless(providers)},
+		ImageStore:       pinImages{images},
 		OptionValidators: providersAs[provider.OptionsValidator](providers),
 		KubeAccess:       providersAs[provider.KubeAccessor](providers),
 		KubeProxy:        kubeProxy,
@@ -383,7 +384,7 @@ func providersAs[T any](providers map[string]provider.Provider) map[string]T {
 	return out
 }
 
-// pinImages is herd's image store as the API pins fleets' images from it.
+// pinImages is herd's image store as the API pins fleets' images from it, lists and prunes it.
 type pinImages struct{ *image.Store }
 
 func (p pinImages) Resolve(ref string) (string, error) {
