@@ -87,6 +87,17 @@ func TestIntegrationDashboardFakeExample(t *testing.T) {
 	var states []string
 	bt.Run(t, ctx, 10*time.Second, "read the states", chromedp.Evaluate(`window.__states`, &states))
 	t.Logf("the fleet's page showed: %q", states)
+	// The phase and the Ready condition come from one status write, so the page never shows
+	// one saying Ready while the other does not.
+	for _, s := range states {
+		parts := strings.Split(s, " | ")
+		if len(parts) != 3 || parts[2] == "-" {
+			continue
+		}
+		if phaseReady, condReady := parts[0] == "Ready", parts[2] == "Ready=True"; phaseReady != condReady {
+			t.Errorf("the page showed %q: the phase and the Ready condition disagree", s)
+		}
+	}
 	bt.Screenshots(t, ctx, "fake-fleet", 1400, 600)
 
 	// The traffic reaches an instance through the load balancer.
