@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -170,6 +171,15 @@ func (s *Server) serveKube(w http.ResponseWriter, r *http.Request, name, path st
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, fmt.Errorf("instance %s: API server URL: %w", name, err))
 		return
+	}
+	// kubectl exec, attach and port-forward upgrade the connection: to websockets, or to SPDY
+	// when kubectl falls back to it (an older kubectl, KUBECTL_*_WEBSOCKETS=false). The upgrade
+	// needs HTTP/1.1 to the instance: client-go's transport would negotiate HTTP/2 with its API
+	// server, over which Go's transport sends a websocket upgrade on HTTP/1.1 anyway but refuses
+	// any other (the SPDY one failed with "invalid Upgrade request header").
+	if httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade") {
+		cfg = rest.CopyConfig(cfg)
+		cfg.NextProtos = []string{"http/1.1"}
 	}
 	// TransportFor adds herd's credentials; client-go caches the TLS transport by config, so
 	// connections to the instance are reused across requests.

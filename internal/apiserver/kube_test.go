@@ -1,11 +1,14 @@
 package apiserver
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,7 +38,8 @@ type kubeAPI struct {
 
 func newKubeAPI(t *testing.T) *kubeAPI {
 	k := &kubeAPI{}
-	k.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// It speaks HTTP/2 over TLS, as kube-apiserver does.
+	k.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k.mu.Lock()
 		k.auth = append(k.auth, r.Header.Get("Authorization"))
 		k.mu.Unlock()
@@ -45,6 +49,8 @@ func newKubeAPI(t *testing.T) *kubeAPI {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		switch {
+		case r.URL.Path == "/api/v1/namespaces/default/pods/hello-abc/exec":
+			echoUpgrade(w, r)
 		case r.URL.Path == "/api/v1/pods":
 			fmt.Fprint(w, `{"kind":"PodList","apiVersion":"v1","items":[
 				{"metadata":{"name":"hello-abc","namespace":"default"},"spec":{"containers":[{"name":"hello"}]},
@@ -59,8 +65,30 @@ func newKubeAPI(t *testing.T) *kubeAPI {
 			http.NotFound(w, r)
 		}
 	}))
+	k.srv.EnableHTTP2 = true
+	k.srv.StartTLS()
 	t.Cleanup(k.srv.Close)
 	return k
+}
+
+// echoUpgrade switches an HTTP/1.1 request's connection to the protocol it asks for, as kubectl
+// exec's are, and echoes what comes on it.
+func echoUpgrade(w http.ResponseWriter, r *http.Request) {
+	proto := r.Header.Get("Upgrade")
+	if r.ProtoMajor != 1 || proto == "" {
+		http.Error(w, "want an HTTP/1.1 upgrade", http.StatusBadRequest)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer conn.Close()
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", proto)
+	if brw.Flush() == nil {
+		_, _ = io.Copy(conn, brw)
+	}
 }
 
 func (k *kubeAPI) seen() []string {
@@ -157,6 +185,39 @@ func TestKubeProxyForwardsWithHerdsCredentials(t *testing.T) {
 		if strings.Contains(ev.Message, kr.Token) || ev.Object != "Instance/web-1" {
 			t.Fatalf("event %+v: want it on Instance/web-1, naming no token", ev)
 		}
+	}
+}
+
+// TestKubeProxyUpgrades passes the connection upgrades of kubectl exec, attach and port-forward
+// (websockets, and SPDY that kubectl falls back to) to an instance's API server that speaks
+// HTTP/2, and what is written on the upgraded connection both ways.
+func TestKubeProxyUpgrades(t *testing.T) {
+	e := newKubeEnv(t)
+	kr := e.issue(t, "web-1")
+	for _, proto := range []string{"websocket", "SPDY/3.1"} {
+		t.Run(proto, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(e.srv.URL, "http://"), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(conn, "POST %s/api/v1/namespaces/default/pods/hello-abc/exec?command=date HTTP/1.1\r\nHost: herd\r\n"+
+				"Authorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", kr.Path, kr.Token, proto)
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != proto {
+				body, _ := io.ReadAll(resp.Body)
+				t.Fatalf("upgrade to %s through the proxy: %s %s, want 101 Switching Protocols", proto, resp.Status, body)
+			}
+			fmt.Fprint(conn, "ping\n")
+			if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+				t.Fatalf("the upgraded connection echoed %q, %v; want ping", line, err)
+			}
+		})
 	}
 }
 
