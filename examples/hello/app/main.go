@@ -16,13 +16,16 @@
 //	              by Service name through the cluster's DNS ("http://api.shop.svc:8080/").
 //	              Default: none (GET /upstream answers 404).
 //
-// On SIGTERM it stops accepting connections and finishes the requests in flight.
+// On SIGTERM it stops accepting connections and finishes the requests in flight. With -version it
+// prints "hello REVISION" and exits: the image has no shell, so this is a command that kubectl exec
+// can run in the container to show that exec works.
 package main
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -137,9 +140,15 @@ func handler(c config, fail func() bool) http.Handler {
 }
 
 func main() {
+	version := flag.Bool("version", false, `print "hello REVISION" and exit`)
+	flag.Parse()
 	c, err := loadConfig(os.Getenv)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *version {
+		fmt.Println("hello", c.revision)
+		return
 	}
 	fail := func() bool { return c.failPercent > 0 && rand.Float64()*100 < c.failPercent }
 	srv := &http.Server{
