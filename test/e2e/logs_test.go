@@ -1,16 +1,17 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/apiserver"
 )
 
@@ -18,8 +19,14 @@ const logsFleet = "logs"
 
 // herdStdout runs herd and returns its standard output alone (warnings go to the test's log).
 func (e *env) herdStdout(args ...string) (string, error) {
+	return e.herdStdoutEnv(nil, args...)
+}
+
+// herdStdoutEnv is herdStdout with more environment variables.
+func (e *env) herdStdoutEnv(env []string, args ...string) (string, error) {
 	cmd := exec.Command(e.bin, args...)
 	cmd.Env = append(os.Environ(), "HERD_CONFIG="+filepath.Join(e.dir, "config"))
+	cmd.Env = append(cmd.Env, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -31,7 +38,8 @@ func (e *env) herdStdout(args ...string) (string, error) {
 
 // TestIntegrationLogsAndKubectl reads the hello app's logs of every instance of a real fleet
 // through herd up, as text prefixed by instance and as JSON lines, runs kubectl through herd
-// up's proxy route, and follows one instance's log until its fleet is deleted.
+// up's proxy route (get, exec and port-forward, the last two upgrading the connection), follows
+// the fleet's logs while it scales out, and follows one instance's log until its fleet is deleted.
 func TestIntegrationLogsAndKubectl(t *testing.T) {
 	e := startHelloEnv(t)
 	e.applyFleet(fleetYAML(logsFleet, 2, e.lbPort))
@@ -55,6 +63,7 @@ func TestIntegrationLogsAndKubectl(t *testing.T) {
 		t.Fatalf("herd logs -o json: %v\n%s", err, out)
 	}
 	seen := map[string]bool{}
+	pods := map[string]string{} // instance -> its hello pod
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		var l apiserver.LogLine
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
@@ -66,6 +75,7 @@ func TestIntegrationLogsAndKubectl(t *testing.T) {
 		}
 		if strings.Contains(l.Message, helloLine) {
 			seen[l.Instance] = true
+			pods[l.Instance] = l.Pod
 		}
 	}
 	for _, in := range ready {
@@ -90,6 +100,13 @@ func TestIntegrationLogsAndKubectl(t *testing.T) {
 	if err != nil || !hasLine(out, apiserver.EventKubeconfigIssued, "Instance/"+inst) {
 		t.Errorf("herd events: %v, want %s on Instance/%s:\n%s", err, apiserver.EventKubeconfigIssued, inst, out)
 	}
+	// kubectl upgrades to websockets, or to SPDY where websockets are off or refused.
+	for _, websockets := range []bool{true, false} {
+		e.kubectlExec(inst, pods[inst], websockets)
+		e.kubectlPortForward(inst, pods[inst], websockets)
+	}
+
+	e.followScaleOut(ready, helloLine)
 
 	e.followUntilDeleted(inst)
 	if log, _ := os.ReadFile(e.upLog); strings.Contains(string(log), "herdkube_") {
@@ -97,51 +114,46 @@ func TestIntegrationLogsAndKubectl(t *testing.T) {
 	}
 }
 
+// followScaleOut follows the fleet's logs, scales it out by one instance, and wants the new
+// instance's lines in the same follow.
+func (e *env) followScaleOut(ready []v1alpha1.Instance, helloLine string) {
+	t := e.t
+	known := map[string]bool{}
+	for _, in := range ready {
+		known[in.Metadata.Name] = true
+	}
+	f := e.startHerd("logs", "fleet/"+logsFleet, "-f")
+	f.waitLine(30*time.Second, "a line of the fleet", func(l string) bool { return strings.Contains(l, helloLine) })
+	replicas := strconv.Itoa(len(ready) + 1)
+	if out, err := e.herd("scale", "fleet", logsFleet, "--replicas", replicas); err != nil {
+		t.Fatalf("herd scale fleet %s --replicas %s: %v\n%s", logsFleet, replicas, err, out)
+	}
+	l := f.waitLine(3*time.Minute, "a line of the new instance", func(l string) bool {
+		name, _, _ := strings.Cut(l, " ")
+		return name != "" && !known[name] && strings.Contains(l, helloLine)
+	})
+	t.Logf("herd logs fleet/%s -f after scaling to %s: %s", logsFleet, replicas, l)
+	_ = f.stop()
+}
+
 // followUntilDeleted follows one instance's log, deletes the fleet, and wants the follow to end
 // cleanly (exit 0) once the instance is gone.
 func (e *env) followUntilDeleted(inst string) {
 	t := e.t
-	cmd := exec.Command(e.bin, "logs", inst, "-f")
-	cmd.Env = append(os.Environ(), "HERD_CONFIG="+filepath.Join(e.dir, "config"))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	first := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case first <- sc.Text():
-			default:
-			}
-		}
-		done <- cmd.Wait()
-	}()
-	select {
-	case l := <-first:
-		t.Logf("following %s: %s", inst, l)
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("herd logs %s -f printed nothing in 30s; stderr: %s", inst, stderr.String())
-	}
+	f := e.startHerd("logs", inst, "-f")
+	l := f.waitLine(30*time.Second, "a line", func(string) bool { return true })
+	t.Logf("following %s: %s", inst, l)
 	if out, err := e.herd("delete", "fleet", logsFleet); err != nil {
 		t.Fatalf("delete fleet: %v %s", err, out)
 	}
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("herd logs -f after the instance's deletion: %v, want exit 0; stderr: %s", err, stderr.String())
+	case <-f.exited:
+		if f.err != nil {
+			t.Errorf("herd logs -f after the instance's deletion: %v, want exit 0; stderr: %s", f.err, f.stderrText())
 		}
 	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("herd logs %s -f still runs 2 minutes after its fleet's deletion; stderr: %s", inst, stderr.String())
+		_ = f.stop()
+		t.Fatalf("herd logs %s -f still runs 2 minutes after its fleet's deletion; stderr: %s", inst, f.stderrText())
 	}
 	e.waitFor(2*time.Minute, 250*time.Millisecond, func() string {
 		if ins := e.instances(); ins == nil || len(ins) > 0 {
