@@ -116,16 +116,21 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 	return a.waitReady(ctx, bootCtx, node)
 }
 
-// waitReady polls until the node is Ready and every workload available.
+// steadyFor is how long the workloads must stay available before the boot counts them as such.
+const steadyFor = time.Second
+
+// waitReady polls until the node is Ready and every workload available, steadily.
 func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	var nodeReadySeen bool
-	var terminalSince time.Time
+	var terminalSince, readySince time.Time
 	var last readiness
 	for i := 0; ; i++ {
-		// The pods are looked at once a second, or at every poll while one looks terminal.
-		withPods := i%5 == 4 || !terminalSince.IsZero()
+		// The pods are looked at once a second, at every poll while one looks terminal, and
+		// to confirm a verdict of ready that has held for steadyFor.
+		settled := !readySince.IsZero() && time.Since(readySince) >= steadyFor
+		withPods := i%5 == 4 || !terminalSince.IsZero() || settled
 		r := a.check(bootCtx, withPods)
 		if withPods || last.reason == "" {
 			last = r
@@ -134,19 +139,27 @@ func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error 
 			nodeReadySeen = true
 			a.step("node Ready")
 		}
-		if r.ready {
+		switch {
+		case r.ready && settled && withPods:
 			a.step("workloads available")
 			return nil
-		}
-		a.setLive(false, "booting: "+r.reason)
-		if r.terminal {
-			if terminalSince.IsZero() {
+		case r.ready:
+			// A crash-looping container makes its workload available for a moment: ready
+			// counts once it has held for steadyFor and the pods confirm it.
+			if readySince.IsZero() {
+				readySince = time.Now()
+			}
+			terminalSince = time.Time{}
+		default:
+			readySince = time.Time{}
+			a.setLive(false, "booting: "+r.reason)
+			if !r.terminal {
+				terminalSince = time.Time{}
+			} else if terminalSince.IsZero() {
 				terminalSince = time.Now()
 			} else if time.Since(terminalSince) > 3*time.Second {
 				return errors.New(r.reason)
 			}
-		} else {
-			terminalSince = time.Time{}
 		}
 		select {
 		case <-node.Failed():

@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -72,24 +73,26 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 	}
 	for _, w := range works {
 		v, selector := a.workloadVerdict(ctx, dyn, w)
-		if v.ready {
+		var pods []corev1.Pod
+		var podsErr error = errNoPodLook
+		if withPods && selector != "" {
+			pods, podsErr = listPods(ctx, dyn, w.Namespace, selector)
+		}
+		if v.ready && (podsErr != nil || podsSteady(pods)) {
 			continue
 		}
 		why := v.why
-		if withPods && selector != "" {
-			list, err := dyn.Resource(podsGVR).Namespace(w.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
-			if err == nil {
-				pods := make([]corev1.Pod, len(list.Items))
-				for i := range list.Items {
-					_ = runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &pods[i])
-				}
-				rep, terminal := podsReport(pods, func(p *corev1.Pod, container string, previous bool) string {
-					return logs.tail(ctx, p.Namespace, p.Name, container, previous)
-				})
-				why += "; " + rep
-				if terminal {
-					v.terminal = true
-				}
+		if v.ready {
+			// Available, but a container no longer runs: it has just exited.
+			why = "available, but not every container runs"
+		}
+		if podsErr == nil {
+			rep, terminal := podsReport(pods, func(p *corev1.Pod, container string, previous bool) string {
+				return logs.tail(ctx, p.Namespace, p.Name, container, previous)
+			})
+			why += "; " + rep
+			if terminal {
+				v.terminal = true
 			}
 		}
 		sep := ": "
@@ -102,6 +105,22 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 	r.ready = len(reasons) == 0
 	r.reason = strings.Join(reasons, "; ")
 	return r
+}
+
+// errNoPodLook stands for the pods of a check that did not look at them.
+var errNoPodLook = errors.New("pods not looked at")
+
+// listPods lists the pods of one workload.
+func listPods(ctx context.Context, dyn dynamic.Interface, namespace, selector string) ([]corev1.Pod, error) {
+	list, err := dyn.Resource(podsGVR).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &pods[i])
+	}
+	return pods, nil
 }
 
 // workloadVerdict fetches and evaluates one workload, and returns its pod selector.

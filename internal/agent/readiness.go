@@ -159,6 +159,22 @@ var terminalWaitingReasons = map[string]bool{
 // "" when there are none.
 type logTailFunc func(pod *corev1.Pod, container string, previous bool) string
 
+// podsSteady reports whether every container of every pod runs and is ready: what an available
+// workload's pods show unless one of them has just exited.
+func podsSteady(pods []corev1.Pod) bool {
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil || !cs.Ready {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // podsReport explains why pods are not ready, from their conditions and their containers'
 // states, with the last log lines of containers that exited with an error (when logTail is not
 // nil). terminal is set when one of them can never start (see terminalWaitingReasons).

@@ -215,3 +215,32 @@ func TestPodsReportLogLines(t *testing.T) {
 		t.Errorf("logs asked for %v, want %v (a clean exit needs none)", asked, want)
 	}
 }
+
+// TestPodsSteady: an available workload counts as steady only while each of its pods' containers
+// runs and is ready; a container that has just exited (crash-looping) is not.
+func TestPodsSteady(t *testing.T) {
+	running := corev1.ContainerStatus{Name: "app", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	exited := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}
+	backoff := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}
+	pod := func(cs ...corev1.ContainerStatus) corev1.Pod {
+		return corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: cs}}
+	}
+	gone := pod(exited)
+	gone.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	for _, tc := range []struct {
+		name string
+		pods []corev1.Pod
+		want bool
+	}{
+		{"no pods", nil, true},
+		{"running and ready", []corev1.Pod{pod(running), pod(running)}, true},
+		{"one exited", []corev1.Pod{pod(running), pod(exited)}, false},
+		{"crash-loop back-off", []corev1.Pod{pod(backoff)}, false},
+		{"running, not ready", []corev1.Pod{pod(corev1.ContainerStatus{Name: "app", State: running.State})}, false},
+		{"a terminating pod does not count", []corev1.Pod{pod(running), gone}, true},
+	} {
+		if got := podsSteady(tc.pods); got != tc.want {
+			t.Errorf("%s: podsSteady = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
