@@ -29,12 +29,15 @@ import (
 )
 
 const (
-	helloPort   = 30080
-	fleetName   = "failover"
-	replicas    = 3
-	clients     = 8
-	bootLimit   = 4 * time.Minute
-	gracePeriod = 15 * time.Second
+	helloPort = 30080
+	fleetName = "failover"
+	replicas  = 3
+	clients   = 8
+	bootLimit = 4 * time.Minute
+	// gracePeriod is the instances' boot grace period. Healing replaces a booting instance that is
+	// still unhealthy after it, and a replacement booting on a busy 2-core machine can take 20-40 s:
+	// a shorter grace turns the failover into a loop of replaced replacements.
+	gracePeriod = 45 * time.Second
 )
 
 // env is one herd up with the local provider on a data directory of the test's own.
@@ -513,7 +516,7 @@ spec:
 	defer l.finish()
 	// Steady state: every instance serves, and the victim is out of its boot grace period (so
 	// that failing health checks count against it).
-	e.waitFor(30*time.Second, 50*time.Millisecond, func() string {
+	e.waitFor(gracePeriod+30*time.Second, 50*time.Millisecond, func() string {
 		if msg := l.unanswered(original); msg != "" {
 			return msg
 		}

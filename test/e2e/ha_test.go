@@ -326,16 +326,21 @@ spec:
 		loads = append(loads, l)
 		s.waitFor(30*time.Second, 50*time.Millisecond, func() string { return l.unanswered(original) })
 	}
-	// The ledger fleet only holds the writer's values: its image does not exist, so each of its
-	// instances fails at once without booting anything.
+	// The ledger fleet only holds the writer's values: its image is a bundle with nothing in it,
+	// which apply can pin but no instance can boot, so each of its instances fails at once
+	// without booting anything.
+	const emptyBundle = "sha256:" + "0000000000000000000000000000000000000000000000000000000000000001"
+	if err := os.MkdirAll(filepath.Join(s.data, "images", "bundles", strings.TrimPrefix(emptyBundle, "sha256:")), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := s.applyFile("ledger", fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: %s}
 spec:
-  image: ha-ledger-no-such-image
+  image: %s
   replicas: {min: 0, max: 1000, desired: 0}
   regions: [{name: local, provider: local}]
-`, ledgerFleet)); err != nil {
+`, ledgerFleet, emptyBundle)); err != nil {
 		t.Fatalf("apply the ledger fleet: %v\n%s", err, out)
 	}
 	w := s.startWriter()
