@@ -80,32 +80,40 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 
 // removeImage removes one bundle, refused while a fleet's pin, revision or instance uses it.
 func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
-	ref := r.PathValue("ref")
-	all, err := s.images(r.Context(), 0)
+	im, err := s.imageToRemove(r.Context(), r.PathValue("ref"))
 	if err == nil {
-		var digest string
-		digest, err = s.opts.ImageStore.Resolve(ref)
-		if errors.Is(err, imagepin.ErrNotFound) {
-			err = refuse(http.StatusNotFound, "%w", err)
-		}
-		for _, im := range all {
-			if err == nil && im.Digest == digest {
-				if len(im.UsedBy) > 0 {
-					err = refuse(http.StatusConflict, "node image %s (%s) is in use by %s: apply those fleets with another image first", digest, im.Name, strings.Join(im.UsedBy, ", "))
-					break
-				}
-				if err = s.opts.ImageStore.Remove(digest); err == nil {
-					s.log.Info("node image removed", "digest", digest, "name", im.Name, "size", im.Size)
-					writeJSON(w, http.StatusOK, im)
-					return
-				}
-			}
-		}
-		if err == nil {
-			err = refuse(http.StatusNotFound, "node image %s is not in the store", digest)
-		}
+		err = s.opts.ImageStore.Remove(im.Digest)
 	}
-	s.imageError(w, r, err)
+	if err != nil {
+		s.imageError(w, r, err)
+		return
+	}
+	s.log.Info("node image removed", "digest", im.Digest, "name", im.Name, "size", im.Size)
+	writeJSON(w, http.StatusOK, im)
+}
+
+// imageToRemove finds the bundle ref names, refusing it while anything uses it.
+func (s *Server) imageToRemove(ctx context.Context, ref string) (ImageInfo, error) {
+	all, err := s.images(ctx, 0)
+	if err != nil {
+		return ImageInfo{}, err
+	}
+	digest, err := s.opts.ImageStore.Resolve(ref)
+	if errors.Is(err, imagepin.ErrNotFound) {
+		return ImageInfo{}, refuse(http.StatusNotFound, "%w", err)
+	} else if err != nil {
+		return ImageInfo{}, err
+	}
+	for _, im := range all {
+		if im.Digest != digest {
+			continue
+		}
+		if len(im.UsedBy) > 0 {
+			return ImageInfo{}, refuse(http.StatusConflict, "node image %s (%s) is in use by %s: apply those fleets with another image first", digest, im.Name, strings.Join(im.UsedBy, ", "))
+		}
+		return im, nil
+	}
+	return ImageInfo{}, refuse(http.StatusNotFound, "node image %s is not in the store", digest)
 }
 
 // pruneImages removes every bundle no fleet uses, counting the last keep entries of each fleet's
