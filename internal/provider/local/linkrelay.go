@@ -175,45 +175,20 @@ const (
 	ipv4Dst = 16
 )
 
-type delayed struct {
-	pkt []byte
-	due time.Time
-}
-
-// relay copies packets from one device to the other, each after its delay and in the order they
-// came, dropping those the shape loses. peerAt is the offset in the IPv4 header of the address
-// beyond end B (the destination from A to B, the source from B to A).
+// relay copies packets from one device to the other, each after its delay, dropping those the
+// shape loses (the delay line says in which order they leave). peerAt is the offset in the IPv4
+// header of the address beyond end B (the destination from A to B, the source from B to A).
 func relay(ctx context.Context, from, to *os.File, cfg *atomic.Pointer[linkConfig], peerAt int) error {
 	q := make(chan delayed, relayQueue)
 	werr := make(chan error, 1)
 	go func() {
-		timer := time.NewTimer(0)
-		<-timer.C
-		for {
-			var d delayed
-			select {
-			case <-ctx.Done():
-				return
-			case d = <-q:
-			}
-			if wait := time.Until(d.due); wait > 0 {
-				timer.Reset(wait)
-				select {
-				case <-ctx.Done():
-					return
-				case <-timer.C:
-				}
-			}
-			if _, err := to.Write(d.pkt); err != nil && !errors.Is(err, unix.EIO) && !errors.Is(err, unix.ENOBUFS) {
-				// EIO: the other device is down for a moment; the packet is lost as on a wire.
-				werr <- fmt.Errorf("write %s: %w", to.Name(), err)
-				return
-			}
+		if err := writeWhenDue(ctx, q, to); err != nil {
+			werr <- err
 		}
 	}()
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	buf := make([]byte, 65536)
-	var last time.Time
+	var sched scheduler
 	for {
 		n, err := from.Read(buf)
 		if err != nil {
@@ -229,17 +204,49 @@ func relay(ctx context.Context, from, to *os.File, cfg *atomic.Pointer[linkConfi
 			continue
 		}
 		delay := c.Shape.oneWayDelay(rnd)
+		var class time.Duration
 		if len(c.PeerLatency) > 0 && n >= 20 && buf[0]>>4 == 4 {
-			delay += c.PeerLatency[netip.AddrFrom4([4]byte(buf[peerAt:peerAt+4]))] / 2
+			class = c.PeerLatency[netip.AddrFrom4([4]byte(buf[peerAt:peerAt+4]))] / 2
+			delay += class
 		}
-		due := time.Now().Add(delay)
-		if due.Before(last) {
-			due = last // jitter never reorders packets
-		}
-		last = due
 		select {
-		case q <- delayed{pkt: append([]byte(nil), buf[:n]...), due: due}:
+		case q <- sched.schedule(append([]byte(nil), buf[:n]...), time.Now(), delay, class):
 		default: // queue full: dropped
+		}
+	}
+}
+
+// writeWhenDue writes the packets from q to the device as they fall due, holding at most
+// relayQueue of them (while it holds that many, q fills and the reader drops).
+func writeWhenDue(ctx context.Context, q <-chan delayed, to *os.File) error {
+	var line delayLine
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var due <-chan time.Time
+		if at, ok := line.next(); ok {
+			wait := time.Until(at)
+			if wait <= 0 {
+				d := line.take()
+				if _, err := to.Write(d.pkt); err != nil && !errors.Is(err, unix.EIO) && !errors.Is(err, unix.ENOBUFS) {
+					// EIO: the other device is down for a moment; the packet is lost as on a wire.
+					return fmt.Errorf("write %s: %w", to.Name(), err)
+				}
+				continue
+			}
+			timer.Reset(wait)
+			due = timer.C
+		}
+		in := q
+		if line.Len() >= relayQueue {
+			in = nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case d := <-in:
+			line.add(d)
+		case <-due:
 		}
 	}
 }
