@@ -33,7 +33,10 @@ const (
 	fleetName = "failover"
 	replicas  = 3
 	clients   = 8
-	bootLimit = 4 * time.Minute
+	// clientPace spaces each client's requests (8 clients: at most 800 a second). An unpaced load
+	// saturates a 2-core machine, and then the replacement's boot measures the machine, not herd.
+	clientPace = 10 * time.Millisecond
+	bootLimit  = 4 * time.Minute
 	// gracePeriod is the instances' boot grace period. Healing replaces a booting instance that is
 	// still unhealthy after it, and a replacement booting on a busy 2-core machine can take 20-40 s:
 	// a shorter grace turns the failover into a loop of replaced replacements.
@@ -512,7 +515,7 @@ spec:
 	name := victim.Metadata.Name
 
 	url := fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort)
-	l := startLoad(url, clients, 0, 3*time.Minute)
+	l := startLoad(url, clients, clientPace, 3*gracePeriod+bootLimit)
 	defer l.finish()
 	// Steady state: every instance serves, and the victim is out of its boot grace period (so
 	// that failing health checks count against it).
@@ -551,7 +554,7 @@ spec:
 	// one of the original three.
 	var replacement time.Duration
 	var newName string
-	e.waitFor(90*time.Second, 50*time.Millisecond, func() string {
+	e.waitFor(bootLimit, 50*time.Millisecond, func() string {
 		e.instances() // record names for the leak check
 		for _, r := range l.since(0) {
 			if r.err == nil && r.instance != "" && !original[r.instance] {
