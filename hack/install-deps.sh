@@ -8,7 +8,8 @@
 # headless browser), busybox-static (the shell image herd image build bakes
 # for add-ons' helper pods, such as the storage add-on's), bind9-dnsutils (dig, which the DNS
 # tests query herd's DNS with), knot and dnsperf (make bench-dns compares herd's DNS with Knot
-# under dnsperf's load), and for the test images of make conformance curl and netcat-openbsd
+# under dnsperf's load), awscli (the EC2 twin's tests drive it with the AWS CLI, to prove it
+# speaks EC2's protocol and not only what the Go SDK accepts), and for the test images of make conformance curl and netcat-openbsd
 # (the programs agnhost's and jessie-dnsutils' tests call).
 #
 # Idempotent: when everything is installed it checks and exits quietly, without
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium
-	busybox-static bind9-dnsutils knot dnsperf curl netcat-openbsd)
+	busybox-static bind9-dnsutils knot dnsperf curl netcat-openbsd awscli)
 
 # Files each package must provide; checked after installing, so that a broken
 # install fails here rather than when an instance boots.
@@ -29,7 +30,7 @@ required=(
 	/usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap
 	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
 	/usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /bin/busybox
-	/usr/bin/dig /usr/sbin/knotd /usr/bin/dnsperf /usr/bin/curl /bin/nc.openbsd
+	/usr/bin/dig /usr/sbin/knotd /usr/bin/dnsperf /usr/bin/curl /bin/nc.openbsd /usr/bin/aws
 )
 
 # System services these packages ship; herd runs its own instances of them (and
