@@ -85,6 +85,7 @@ func (tw *Twin) call(req request) (any, *apiError) {
 	tw.calls[req.action]++
 	if tw.faults.throttle > 0 {
 		tw.faults.throttle--
+		tw.faults.throttled++
 		return nil, errorf(http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
 	}
 	if tw.faults.denied[req.action] {

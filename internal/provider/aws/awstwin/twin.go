@@ -126,6 +126,7 @@ type faults struct {
 	noCapacity  []capacityFault
 	unsupported map[string]bool // instance types
 	throttle    int             // next calls answered with RequestLimitExceeded
+	throttled   int             // calls answered with RequestLimitExceeded so far
 	lag         time.Duration   // a new instance is invisible to Describe and lookups by ID this long
 	denied      map[string]bool // actions refused with UnauthorizedOperation
 }
@@ -181,6 +182,13 @@ func (tw *Twin) Throttle(n int) {
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
 	tw.faults.throttle = n
+}
+
+// Throttled is how many calls were answered with RequestLimitExceeded.
+func (tw *Twin) Throttled() int {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	return tw.faults.throttled
 }
 
 // Lag makes an instance invisible for d after its launch: DescribeInstances leaves it out and

@@ -2,6 +2,7 @@ package awstwin
 
 import (
 	"encoding/xml"
+	"maps"
 	"slices"
 	"time"
 )
@@ -132,19 +133,10 @@ var stateCodes = map[string]int{
 
 func xmlTags(tags map[string]string) []xmlTag {
 	var out []xmlTag
-	for _, k := range sortedKeys(tags) {
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		out = append(out, xmlTag{Key: k, Value: tags[k]})
 	}
 	return out
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

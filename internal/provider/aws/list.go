@@ -1,0 +1,175 @@
+package aws
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/provider"
+)
+
+// pageSize is how many instances one DescribeInstances page holds: EC2's largest, so that a
+// list costs as few calls as it can.
+const pageSize = 1000
+
+// Get implements provider.Provider.
+func (p *Provider) Get(ctx context.Context, name string) (provider.Instance, error) {
+	if !provider.ValidName(name) {
+		return provider.Instance{}, fmt.Errorf("%w: %q is not an instance name", provider.ErrNotFound, name)
+	}
+	found, err := p.describe(ctx, "", tagInstance, name)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	if len(found) > 0 {
+		return found[0], nil
+	}
+	return provider.Instance{}, fmt.Errorf("%w: %s", provider.ErrNotFound, name)
+}
+
+// List implements provider.Provider: one paginated DescribeInstances per EC2 region the herd
+// region runs in, filtered by this installation and the fleet's tags on EC2's side.
+func (p *Provider) List(ctx context.Context, opts provider.ListOptions) ([]provider.Instance, error) {
+	key, value := "", ""
+	if opts.Fleet != "" {
+		key, value = v1alpha1.LabelFleet, opts.Fleet
+	}
+	found, err := p.describe(ctx, opts.Region, key, value)
+	if err != nil {
+		return nil, err
+	}
+	out := found[:0]
+	for _, in := range found {
+		if opts.Matches(in.Labels) {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// describe lists this installation's instances in the targets of herd region ("" for all) whose
+// tag key is value (no filter for key ""), and adds the ones this provider launched that EC2 does
+// not show yet. Instances deleted and terminated are left out: they are gone.
+func (p *Provider) describe(ctx context.Context, region, key, value string) ([]provider.Instance, error) {
+	filters := []types.Filter{{Name: aws.String("tag:" + tagInstallation), Values: []string{p.opts.Installation}}}
+	if key != "" {
+		filters = append(filters, types.Filter{Name: aws.String("tag:" + key), Values: []string{value}})
+	}
+	if region != "" {
+		filters = append(filters, types.Filter{Name: aws.String("tag:" + v1alpha1.LabelRegion), Values: []string{region}})
+	}
+	var out []provider.Instance
+	seen := map[string]bool{}
+	for _, t := range p.targetsFor(region) {
+		api, err := p.client(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		pages := ec2.NewDescribeInstancesPaginator(api, &ec2.DescribeInstancesInput{Filters: filters, MaxResults: aws.Int32(pageSize)})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("aws: list instances in %s: %w", t.Region, explain(err))
+			}
+			for _, r := range page.Reservations {
+				for _, ec2in := range r.Instances {
+					in, hidden := p.instance(ec2in)
+					seen[in.Name] = true
+					if !hidden {
+						out = append(out, in)
+					}
+				}
+			}
+		}
+	}
+	out = append(out, p.unseen(region, key, value, seen)...)
+	slices.SortFunc(out, func(a, b provider.Instance) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// unseen are the instances launched by this provider value that a describe did not show (EC2's
+// eventual consistency), within the grace given to it; it forgets the ones it showed.
+func (p *Provider) unseen(region, key, value string, seen map[string]bool) []provider.Instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []provider.Instance
+	for name, l := range p.launched {
+		has := l.instance.Labels[key]
+		if key == tagInstance {
+			has = name
+		}
+		if region != "" && l.instance.Region != region || key != "" && has != value {
+			continue
+		}
+		if seen[name] || p.opts.Now().Sub(l.at) > p.opts.ConsistencyGrace {
+			delete(p.launched, name)
+			continue
+		}
+		out = append(out, l.instance)
+	}
+	return out
+}
+
+// instance is herd's view of an EC2 instance, and whether it is one herd deleted and EC2
+// terminated (gone, for herd).
+func (p *Provider) instance(ec2in types.Instance) (in provider.Instance, hidden bool) {
+	tags := map[string]string{}
+	for _, t := range ec2in.Tags {
+		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+	}
+	labels := map[string]string{}
+	for k, v := range tags {
+		switch k {
+		case tagInstallation, tagInstance, tagImage, tagDeleting, tagName:
+		default:
+			if !strings.HasPrefix(k, reservedTagNS) {
+				labels[k] = v
+			}
+		}
+	}
+	id, zone := aws.ToString(ec2in.InstanceId), ""
+	if ec2in.Placement != nil {
+		zone = aws.ToString(ec2in.Placement.AvailabilityZone)
+	}
+	in = provider.Instance{
+		Name: tags[tagInstance], Labels: labels, Image: tags[tagImage], Region: tags[v1alpha1.LabelRegion],
+		ProviderID: "aws:///" + zone + "/" + id, Address: aws.ToString(ec2in.PrivateIpAddress),
+		CreatedAt: aws.ToTime(ec2in.LaunchTime),
+	}
+	state := types.InstanceStateNamePending
+	if ec2in.State != nil {
+		state = ec2in.State.Name
+	}
+	deleting := tags[tagDeleting] != ""
+	switch {
+	case deleting && state == types.InstanceStateNameTerminated:
+		return in, true
+	case deleting:
+		in.State = provider.StateDeleting
+	case state == types.InstanceStateNamePending:
+		in.State = provider.StateBooting
+	case state == types.InstanceStateNameRunning:
+		in.State = provider.StateReady
+	default:
+		in.State, in.Reason = provider.StateFailed, failure(id, state, ec2in)
+	}
+	return in, false
+}
+
+// failure is why an instance herd did not delete stopped or went away, in EC2's words.
+func failure(id string, state types.InstanceStateName, ec2in types.Instance) string {
+	why := aws.ToString(ec2in.StateTransitionReason)
+	if ec2in.StateReason != nil && aws.ToString(ec2in.StateReason.Message) != "" {
+		why = aws.ToString(ec2in.StateReason.Message)
+	}
+	if why == "" {
+		return fmt.Sprintf("EC2 instance %s is %s", id, state)
+	}
+	return fmt.Sprintf("EC2 instance %s is %s: %s", id, state, why)
+}
