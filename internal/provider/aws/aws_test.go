@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -302,5 +303,71 @@ func TestValidateOptions(t *testing.T) {
 func TestNewNeedsAnInstallation(t *testing.T) {
 	if _, err := aws.New(aws.Options{}); err == nil {
 		t.Fatal("New without an installation id succeeded")
+	}
+}
+
+// herd up restarted (a new provider value on the same state directory) lists every instance by
+// its tags before it creates anything, and asking for them again launches nothing.
+func TestRestartAdoptsByTag(t *testing.T) {
+	tw, opts := setup(t, awstwin.Options{})
+	dir := t.TempDir()
+	p, err := aws.New(aws.Options{Installation: "inst-1", Credentials: tw.Credentials(), StateDir: dir, RateLimit: 200, RateBurst: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := p.Create(ctx, spec(fmt.Sprintf("web-%d", i), "web", opts)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restarted, err := aws.New(aws.Options{Installation: "inst-1", Credentials: tw.Credentials(), StateDir: dir, RateLimit: 200, RateBurst: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := restarted.List(ctx, provider.ListOptions{Region: "r1"})
+	if err != nil || len(listed) != 3 {
+		t.Fatalf("List after a restart: %d instances, %v; want the 3 running", len(listed), err)
+	}
+	for _, in := range listed {
+		if in.Labels[v1alpha1.LabelFleet] != "web" || in.Image != image || in.State != provider.StateReady {
+			t.Errorf("adopted %s: labels %v, image %s, state %s", in.Name, in.Labels, in.Image, in.State)
+		}
+		if _, err := restarted.Create(ctx, spec(in.Name, "web", opts)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(tw.Instances()); got != 3 {
+		t.Fatalf("after the restart asked again for its 3 instances: %d EC2 instances, want 3", got)
+	}
+}
+
+// Every attempt of every call waits for the provider's own rate limit, the SDK's retries of a
+// throttled call included: a call the limit cannot let through before its deadline fails at once,
+// and EC2 never sees it.
+func TestRateLimitCountsRetries(t *testing.T) {
+	tw, opts := setup(t, awstwin.Options{})
+	opts["ami"] = "ami-0123456789abcdef0"
+	p, err := aws.New(aws.Options{Installation: "inst-1", Credentials: tw.Credentials(),
+		RateLimit: rate.Every(time.Hour), RateBurst: 3, MaxBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// One token: RunInstances (refused, as the AMI is unknown to the twin, which is no matter).
+	if _, err := p.Create(ctx, spec("r-1", "r", opts)); err == nil {
+		t.Fatal("RunInstances of an unknown AMI succeeded")
+	}
+	tw.Throttle(1)
+	if _, err := p.List(ctx, provider.ListOptions{}); err != nil { // two tokens: throttled, retried
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := p.List(short, provider.ListOptions{}); err == nil || !strings.Contains(err.Error(), "rate limit") {
+		t.Fatalf("a fourth call within a burst of 3 an hour: %v, want the rate limit's refusal", err)
+	}
+	if got := tw.Calls()["DescribeInstances"]; got != 2 {
+		t.Errorf("EC2 saw %d DescribeInstances calls, want 2 (the throttled one and its retry)", got)
 	}
 }
