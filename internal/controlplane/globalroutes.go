@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"golang.org/x/sync/errgroup"
+
 	"herd.dev/herd/internal/global/dns"
 	"herd.dev/herd/internal/global/routes"
 	"herd.dev/herd/internal/provider"
@@ -59,8 +61,16 @@ func embeddedLBAddresses(lbAddress string) []netip.Addr {
 	return []netip.Addr{a}
 }
 
-// startDNS opens the DNS server's sockets; serve runs it, following the routes, until ctx ends.
-func startDNS(opts DNSOptions, table func(context.Context) (routes.Table, error), events dns.EventRecorder, log *slog.Logger) (serve func(context.Context) error, err error) {
+// dnsServer is herd's authoritative DNS server, answering from the routes.
+type dnsServer struct {
+	s     *dns.Server
+	l     *dns.Listener
+	table func(context.Context) (routes.Table, error)
+	log   *slog.Logger
+}
+
+// listenDNS opens the DNS server's sockets; Start serves on them.
+func listenDNS(opts DNSOptions, table func(context.Context) (routes.Table, error), events dns.EventRecorder, log *slog.Logger) (*dnsServer, error) {
 	if opts.Listen == "" {
 		opts.Listen = "127.0.0.1:5353"
 	}
@@ -76,8 +86,19 @@ func startDNS(opts DNSOptions, table func(context.Context) (routes.Table, error)
 		}
 	}
 	log.Info("dns serving", "zone", s.Zone(), "listen", l.Addr().String())
-	return func(ctx context.Context) error {
-		go dns.Follow(ctx, s, table, routes.DefaultInterval, log)
-		return s.Serve(ctx, l)
-	}, nil
+	return &dnsServer{s: s, l: l, table: table, log: log}, nil
 }
+
+// Start answers, following the routes, until ctx ends or the sockets fail; it closes them then.
+func (d *dnsServer) Start(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		dns.Follow(gctx, d.s, d.table, routes.DefaultInterval, d.log)
+		return nil
+	})
+	g.Go(func() error { return d.s.Serve(gctx, d.l) })
+	return g.Wait()
+}
+
+// close closes the sockets, which Start has closed already if it ran.
+func (d *dnsServer) close() { _ = d.l.Close() }

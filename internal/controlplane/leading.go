@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lbsync"
@@ -128,30 +129,19 @@ func (l *leading) runControllers(ctx context.Context, st store.Store, providers 
 		l.ctrl = nil
 		l.mu.Unlock()
 	}()
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, 2+len(l.deps.inTerm))
-	wg.Go(func() {
-		if errs[0] = ctrl.Start(cctx); errs[0] != nil {
-			cancel()
+	// The first to fail stops the others.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ctrl.Start(gctx) })
+	g.Go(func() error {
+		if err := scaler.Start(gctx); err != nil {
+			return fmt.Errorf("autoscaler: %w", err)
 		}
+		return nil
 	})
-	wg.Go(func() {
-		if errs[1] = scaler.Start(cctx); errs[1] != nil {
-			errs[1] = fmt.Errorf("autoscaler: %w", errs[1])
-			cancel()
-		}
-	})
-	for i, run := range l.deps.inTerm {
-		wg.Go(func() {
-			if errs[2+i] = run(cctx); errs[2+i] != nil {
-				cancel()
-			}
-		})
+	for _, run := range l.deps.inTerm {
+		g.Go(func() error { return run(gctx) })
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return g.Wait()
 }
 
 // follower is a run of lbsync's Follow, stopped before this replica's controller starts.
