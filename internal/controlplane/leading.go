@@ -155,7 +155,7 @@ func (l *leading) startFollowing(ctx context.Context) *follower {
 	f := &follower{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		_ = l.deps.targets.Follow(fctx, l.deps.store)
+		_ = l.deps.targets.Follow(fctx, l.deps.store, l.deps.ctrl.Informer)
 	}()
 	return f
 }

@@ -201,8 +201,8 @@ func (p *parts) buildLeading() {
 	figures := lbmonitor.Figures{Embedded: p.monitor, Regional: p.regional}
 	p.lead = &leading{log: p.log, deps: termDeps{store: p.st, providers: p.providers, targets: p.targets,
 		inTerm: []func(context.Context) error{
-			func(ctx context.Context) error { return p.regional.Run(ctx, p.st) },
-			func(ctx context.Context) error { return p.door.Run(ctx, p.st) },
+			func(ctx context.Context) error { return p.regional.Run(ctx, p.cache) },
+			func(ctx context.Context) error { return p.door.Run(ctx, p.cache) },
 			p.chaos.Run,
 		},
 		ctrl: controller.Options{Informer: p.cache, Logger: p.log, ResolveImage: p.resolveImage, Targets: p.targets, Health: p.monitor,

@@ -3,7 +3,6 @@ package fleetwatch_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/fleetwatch"
+	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -42,9 +42,11 @@ func TestRun(t *testing.T) {
 	tick := make(chan time.Time)
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	inf := informer.New(informer.Options{Store: st})
+	go func() { _ = inf.Start(rctx) }()
 	go func() {
 		defer close(done)
-		fleetwatch.Run(rctx, st, slog.New(slog.DiscardHandler), tick, func(v *fleetwatch.View, dirty map[string]bool) {
+		fleetwatch.Run(rctx, inf, tick, func(v *fleetwatch.View, dirty map[string]bool) {
 			calls <- describe(v, dirty)
 		})
 	}()

@@ -1,9 +1,10 @@
 // Package informer is herd's one shared, watch-fed cache of fleets and instances, an informer in
 // client-go's sense on herd's store: it lists both kinds once, then follows their watches, lists
 // again (and tells what changed meanwhile) when a watch ends, and can hand every object to its
-// handlers again on a resync period. The control plane runs one; the controller, the load balancer
-// sync and the route computation read it and register handlers on it instead of each keeping a
-// list/watch copy of their own.
+// handlers again on a resync period. The control plane runs one; the controller, the route
+// computation and the load balancers' configurations (lbsync's Follow, the regional load balancers
+// and the front door, through internal/fleetwatch) read it and register handlers on it instead of
+// each keeping a list/watch copy of their own.
 //
 // Objects handed out (by the reads and to handlers) are shared: read them, never modify them.
 package informer

@@ -10,15 +10,17 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/chaos"
 	"herd.dev/herd/internal/fleetwatch"
+	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/store"
 )
 
 // Follow configures the load balancer from the store until ctx ends: the fleets and their
-// instance records as the leading replica's controller wrote them, with a rollout's weights from
-// the fleet's status. A herd up replica that does not run the controller runs it, so that its
-// load balancer serves what the leader decided, and keeps serving it (its last configuration) when
-// the leader dies or the store cannot answer; the leader's own controller drives the load balancer
-// directly, and Follow must not run at the same time.
+// instance records (from inf, the control plane's cache) as the leading replica's controller
+// wrote them, with a rollout's weights from the fleet's status. A herd up replica that does not
+// run the controller runs it, so that its load balancer serves what the leader decided, and keeps
+// serving it (its last configuration) when the leader dies or the store cannot answer; the
+// leader's own controller drives the load balancer directly, and Follow must not run at the same
+// time.
 //
 // The fleets whose health checks are paused (herd chaos pause-health) come from the store too:
 // the leader's chaos engine tells its own load balancer, and Follow reads the same actions.
@@ -26,14 +28,14 @@ import (
 // What the leader's controller tells its load balancer and what Follow computes from the records
 // agree, because both are Listeners of the same fleet, records and weights: a replica that becomes
 // leader, or stops leading, switches between the two without a change of configuration.
-func (s *Sync) Follow(ctx context.Context, st store.Store) error {
+func (s *Sync) Follow(ctx context.Context, st store.Store, inf *informer.Informer) error {
 	paused := make(chan struct{})
 	go func() {
 		defer close(paused)
 		s.followPaused(ctx, st)
 	}()
 	defer func() { <-paused }()
-	fleetwatch.Run(ctx, st, s.log, nil, func(v *fleetwatch.View, dirty map[string]bool) {
+	fleetwatch.Run(ctx, inf, nil, func(v *fleetwatch.View, dirty map[string]bool) {
 		for _, name := range s.fleetNames() {
 			if !v.Has(name) {
 				dirty[name] = true // a fleet deleted while this replica led, or before it started

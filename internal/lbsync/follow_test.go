@@ -48,7 +48,7 @@ func TestFollow(t *testing.T) {
 	s := New(fl, "127.0.0.1", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Follow(ctx, st) }()
+	go func() { done <- s.Follow(ctx, st, lbsynctest.Informer(t, st)) }()
 	waitConfig(t, s, fl, "127.0.0.1:8080 -> web-1:80:1 web-2:20:1;")
 
 	// The leader records a new instance and ends the rollout: proportional weights again.
@@ -81,7 +81,7 @@ func TestFollow(t *testing.T) {
 	defer st2.Close()
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
-	go func() { _ = s.Follow(ctx2, st2) }()
+	go func() { _ = s.Follow(ctx2, st2, lbsynctest.Informer(t, st2)) }()
 	waitConfig(t, s, fl, "")
 }
 
@@ -110,7 +110,7 @@ func TestFollowPausedHealth(t *testing.T) {
 	s := New(fl, "127.0.0.1", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Follow(ctx, st) }()
+	go func() { done <- s.Follow(ctx, st, lbsynctest.Informer(t, st)) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -55,7 +55,7 @@ func runRegional(t *testing.T, r *Regional, st store.Store, p *lbsynctest.Provid
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = r.Run(ctx, st) }()
+	go func() { defer close(done); _ = r.Run(ctx, lbsynctest.Informer(t, st)) }()
 	t.Cleanup(func() { cancel(); <-done })
 	lbsynctest.WaitRegion(t, p.LBs["eu"], ":8080 -> web-1:1:1; web-eu-1")
 	lbsynctest.WaitRegion(t, p.LBs["us"], ":8080 -> web-1:1:1; web-us-1")

@@ -43,7 +43,7 @@ func TestIntegrationRegionalLB(t *testing.T) {
 		r := regionlb.New(regionlb.Options{Providers: map[string]provider.Provider{local.Name: p}})
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); _ = r.Run(rctx, st) }()
+		go func() { defer close(done); _ = r.Run(rctx, lbsynctest.Informer(t, st)) }()
 		return r, func() { cancel(); <-done }
 	}
 	r, stop := run()

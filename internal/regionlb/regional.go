@@ -23,11 +23,11 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/fleetwatch"
 	"herd.dev/herd/internal/global/rtt"
+	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/provider"
-	"herd.dev/herd/internal/store"
 )
 
 // DefaultResync is how often Regional checks that each regional load balancer runs the
@@ -118,12 +118,13 @@ func New(opts Options) *Regional {
 	return &Regional{opts: opts, log: log, listeners: lbsync.New(nil, "", log), lbs: map[string]*regionLB{}}
 }
 
-// Run configures the regional load balancers from st until ctx ends. They keep their last
+// Run configures the regional load balancers from the fleets and instances of inf, the control
+// plane's cache, until ctx ends. They keep their last
 // configuration when it ends (and while the store cannot answer).
-func (r *Regional) Run(ctx context.Context, st store.Store) error {
+func (r *Regional) Run(ctx context.Context, inf *informer.Informer) error {
 	tick := time.NewTicker(r.opts.Resync)
 	defer tick.Stop()
-	fleetwatch.Run(ctx, st, r.log, tick.C, func(v *fleetwatch.View, _ map[string]bool) { r.apply(ctx, v) })
+	fleetwatch.Run(ctx, inf, tick.C, func(v *fleetwatch.View, _ map[string]bool) { r.apply(ctx, v) })
 	return nil
 }
 

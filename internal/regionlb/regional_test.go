@@ -42,7 +42,7 @@ func TestRegional(t *testing.T) {
 		r := New(Options{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { defer close(done); _ = r.Run(ctx, st) }()
+		go func() { defer close(done); _ = r.Run(ctx, lbsynctest.Informer(t, st)) }()
 		return r, cancel, done
 	}
 	r, cancel, done := run()

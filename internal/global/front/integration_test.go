@@ -56,8 +56,9 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 	rtts := rtt.New(rtt.Options{Sources: regional.RTTSources, Interval: 500 * time.Millisecond})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go regional.Run(rctx, st)
-	go door.Run(rctx, st)
+	inf := lbsynctest.Informer(t, st)
+	go regional.Run(rctx, inf)
+	go door.Run(rctx, inf)
 	go rtts.Run(rctx)
 
 	// The front door serves the fleet's listener on its own address, from the near region.

@@ -19,10 +19,10 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/fleetwatch"
+	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionlb"
-	"herd.dev/herd/internal/store"
 )
 
 // SyncOptions configure a Sync.
@@ -124,9 +124,9 @@ func (f *Sync) Kick() {
 	}
 }
 
-// Run configures the front door from st until ctx ends. It keeps its last configuration when it
-// ends (and while the store cannot answer).
-func (f *Sync) Run(ctx context.Context, st store.Store) error {
+// Run configures the front door from the fleets of inf, the control plane's cache, until ctx
+// ends. It keeps its last configuration when it ends (and while the store cannot answer).
+func (f *Sync) Run(ctx context.Context, inf *informer.Informer) error {
 	if f.prov == nil {
 		<-ctx.Done()
 		return nil
@@ -151,7 +151,7 @@ func (f *Sync) Run(ctx context.Context, st store.Store) error {
 			}
 		}
 	}()
-	fleetwatch.Run(ctx, st, f.log, tick, func(v *fleetwatch.View, dirty map[string]bool) { f.apply(ctx, v, len(dirty) == 0) })
+	fleetwatch.Run(ctx, inf, tick, func(v *fleetwatch.View, dirty map[string]bool) { f.apply(ctx, v, len(dirty) == 0) })
 	return nil
 }
 

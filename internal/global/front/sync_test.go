@@ -87,8 +87,9 @@ func TestFront(t *testing.T) {
 		f.opts.Regions = r.Balancers
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		go func() { _ = r.Run(ctx, st) }()
-		go func() { defer close(done); _ = f.Run(ctx, st) }()
+		inf := lbsynctest.Informer(t, st)
+		go func() { _ = r.Run(ctx, inf) }()
+		go func() { defer close(done); _ = f.Run(ctx, inf) }()
 		return f, cancel, done
 	}
 	// waitPasses waits until f has derived its configuration n more times: what must not happen

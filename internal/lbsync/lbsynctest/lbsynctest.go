@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
@@ -134,6 +135,17 @@ func (p *Provider) Ensured(region string) map[string]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ensured[region]
+}
+
+// Informer is a cache of st's fleets and instances, filled until the test ends: what the load
+// balancers' configurers follow.
+func Informer(t *testing.T, st store.Store) *informer.Informer {
+	inf := informer.New(informer.Options{Store: st})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = inf.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return inf
 }
 
 // Put writes obj (created when it has no resource version) and sets its new version.
