@@ -253,12 +253,18 @@ func slogTo(w io.Writer) *slog.Logger {
 // writeCert writes a self-signed certificate for 127.0.0.1 and returns its files and a pool trusting it.
 func writeCert(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	return writeCertSerial(t, 1)
+}
+
+// writeCertSerial is writeCert with the certificate's serial number.
+func writeCertSerial(t testing.TB, serial int64) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
+		SerialNumber: big.NewInt(serial),
 		Subject:      pkix.Name{CommonName: "herd-lb-test"},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(time.Hour),

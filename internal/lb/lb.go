@@ -393,8 +393,11 @@ func (lb *LB) Start(ctx context.Context) error {
 	}
 	lb.mu.Unlock()
 	lb.log.Info("load balancer started")
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	lb.bg.Go(func() { lb.reloadCerts(reloadCtx) })
 
 	<-ctx.Done()
+	stopReload()
 
 	lb.mu.Lock()
 	lb.stopped = true
