@@ -137,6 +137,24 @@ type Listener struct {
 	InstancePort int32 `json:"instancePort"`
 	// Protocol is http or tcp. Default: http.
 	Protocol Protocol `json:"protocol,omitempty"`
+	// TLS, if set, makes an http listener HTTPS: the load balancer terminates TLS (1.2 and 1.3,
+	// HTTP/2 and HTTP/1.1 by ALPN) and forwards cleartext to the instances, with
+	// X-Forwarded-Proto: https. Default: none (cleartext).
+	TLS *ListenerTLS `json:"tls,omitempty"`
+}
+
+// ListenerTLS is a listener's certificate: a certificate and key from files, or one that herd up
+// issues from its local certificate authority.
+type ListenerTLS struct {
+	// CertFile is the absolute path of a PEM certificate chain on the host herd up runs on. It is
+	// re-read when it changes, so a renewal needs no apply. Required with keyFile.
+	CertFile string `json:"certFile,omitempty"`
+	// KeyFile is the absolute path of the certificate's PEM private key. Required with certFile.
+	KeyFile string `json:"keyFile,omitempty"`
+	// LocalCA, instead of files, has herd up issue the certificate from its own certificate
+	// authority (<data-dir>/tls/ca.crt, which clients trust with curl --cacert), for localhost,
+	// 127.0.0.1, the load balancer's address and spec.global.hostname: for tests and development.
+	LocalCA bool `json:"localCA,omitempty"`
 }
 
 // HealthCheck is an active HTTP check the load balancer runs against every instance.

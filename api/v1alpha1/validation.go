@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -117,6 +118,7 @@ func ValidateFleet(f *Fleet) ErrorList {
 			errs.add(p+".name", "duplicates spec.listeners[%d].name (%q)", j, l.Name)
 		}
 		names[l.Name] = i
+		validateListenerTLS(&errs, p, l)
 	}
 
 	h := s.HealthCheck
@@ -280,4 +282,33 @@ func ValidateNodeImage(n *NodeImage) ErrorList {
 		}
 	}
 	return errs
+}
+
+// validateListenerTLS checks a listener's tls: files or the local CA, on an http listener.
+func validateListenerTLS(errs *ErrorList, p string, l Listener) {
+	t := l.TLS
+	if t == nil {
+		return
+	}
+	p += ".tls"
+	if l.Protocol == ProtocolTCP {
+		errs.add(p, "is for protocol http listeners: a tcp listener forwards bytes as they come (remove tls, or set protocol: http)")
+	}
+	files := t.CertFile != "" || t.KeyFile != ""
+	switch {
+	case files && t.LocalCA:
+		errs.add(p+".localCA", "cannot be set with certFile and keyFile: choose files or the local CA")
+	case !files && !t.LocalCA:
+		errs.add(p, "needs certFile and keyFile, or localCA: true")
+	case files:
+		for _, f := range []struct{ name, path, what string }{
+			{"certFile", t.CertFile, "the PEM certificate chain"}, {"keyFile", t.KeyFile, "the PEM private key"},
+		} {
+			if f.path == "" {
+				errs.add(p+"."+f.name, "required with the other file: the path of %s", f.what)
+			} else if !filepath.IsAbs(f.path) {
+				errs.add(p+"."+f.name, "must be an absolute path on the host herd up runs on (got %q)", f.path)
+			}
+		}
+	}
 }

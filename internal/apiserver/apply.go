@@ -2,10 +2,12 @@ package apiserver
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -118,6 +120,7 @@ func (s *Server) validateApply(fleets []v1alpha1.Fleet) []FieldProblem {
 				errs = append(errs, fieldErrors(v.ValidateOptions(field.NewPath("spec", "regions").Index(j).Child("options"), rg.Options))...)
 			}
 		}
+		errs = append(errs, listenerCertificates(f)...)
 		if seen[f.Metadata.Name] {
 			errs = append(errs, v1alpha1.FieldError{Field: "metadata.name", Message: fmt.Sprintf("fleet %q appears twice in one apply", f.Metadata.Name)})
 		}
@@ -340,4 +343,21 @@ func keepAutoscaledRegionDesired(f, cur *v1alpha1.Fleet) []string {
 		rg.Replicas.Desired = &keep
 	}
 	return warnings
+}
+
+// listenerCertificates refuses a listener whose certificate and key files do not load as a pair
+// here, on the host the load balancer reads them on: otherwise the load balancer would refuse the
+// listener at run time, where only the log would say so.
+func listenerCertificates(f *v1alpha1.Fleet) []v1alpha1.FieldError {
+	var errs []v1alpha1.FieldError
+	for i, l := range f.Spec.Listeners {
+		if l.TLS == nil || l.TLS.CertFile == "" || l.TLS.KeyFile == "" || !filepath.IsAbs(l.TLS.CertFile) || !filepath.IsAbs(l.TLS.KeyFile) {
+			continue // none, or ValidateFleet said what is missing
+		}
+		if _, err := tls.LoadX509KeyPair(l.TLS.CertFile, l.TLS.KeyFile); err != nil {
+			errs = append(errs, v1alpha1.FieldError{Field: fmt.Sprintf("spec.listeners[%d].tls", i),
+				Message: fmt.Sprintf("certFile and keyFile do not load as a PEM certificate and its key on the host herd up runs on: %v", err)})
+		}
+	}
+	return errs
 }

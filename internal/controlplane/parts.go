@@ -24,6 +24,7 @@ import (
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/localca"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionlb"
 	"herd.dev/herd/internal/store"
@@ -45,6 +46,8 @@ type parts struct {
 	images    *image.Store
 	// cache is the one cache of fleets and instances that the controller and the routes follow.
 	cache *informer.Informer
+	// localCA issues the certificates of listeners with tls.localCA, for every load balancer.
+	localCA *localca.CA
 
 	// The embedded load balancer and what keeps it configured and watched.
 	balancer *lb.LB
@@ -85,7 +88,9 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 	p.providers = map[string]provider.Provider{p.prov.Name(): p.prov}
 	p.images = image.NewStore(image.StoreDir(p.opts.DataDir))
 	p.cache = informer.New(informer.Options{Store: p.st, Logger: p.log})
-	p.buildDataPlane()
+	if err := p.buildDataPlane(); err != nil {
+		return err
+	}
 	if err := p.buildGlobal(); err != nil {
 		return err
 	}
@@ -125,16 +130,23 @@ func (p *parts) close() {
 }
 
 // buildDataPlane builds the embedded load balancer, its configurer (the controller's target
-// sink) and its monitor, and the event writer.
-func (p *parts) buildDataPlane() {
+// sink) and its monitor, the local CA of HTTPS listeners, and the event writer.
+func (p *parts) buildDataPlane() error {
 	p.balancer = lb.New(lb.Options{Logger: p.log})
 	p.targets = lbsync.New(p.balancer, p.opts.LBAddress, p.log)
+	ca, err := localca.Open(localca.Dir(p.opts.DataDir))
+	if err != nil {
+		return err
+	}
+	p.localCA = ca
+	p.targets.UseLocalCA(ca)
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
 	p.monitor = lbmonitor.New(p.balancer, lbmonitor.Options{RegionOf: p.targets.RegionOf})
 	p.decisions = cpmetrics.NewDecisions()
 	p.recorder = events.New(events.Options{Store: p.st, Logger: p.log, Recorded: p.decisions.Event})
 	p.queueMetrics = cpmetrics.NewQueueMetrics()
+	return nil
 }
 
 // buildGlobal builds the parts of global routing and the chaos engine.
@@ -144,7 +156,7 @@ func (p *parts) buildGlobal() error {
 	// probe what the regional configurer last saw (nothing on a replica that never led).
 	// The front door (where a provider runs one) serves the fleets served regionally, from the
 	// regional load balancers the regional configurer reached; it follows each pass of it.
-	p.regional = regionlb.New(regionlb.Options{Providers: p.providers, Logger: p.log, Applied: p.regionalApplied})
+	p.regional = regionlb.New(regionlb.Options{Providers: p.providers, Logger: p.log, LocalCA: p.localCA, Applied: p.regionalApplied})
 	p.door = front.NewSync(front.SyncOptions{Providers: p.providers, Regions: p.regional.Balancers, Logger: p.log})
 	// The round trip from each client network to each region, as the regions' load balancers
 	// measure it: what a latency-based answer ranks regions by.

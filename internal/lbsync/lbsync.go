@@ -19,6 +19,7 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/localca"
 )
 
 var _ controller.TargetSink = (*Sync)(nil)
@@ -43,6 +44,7 @@ type Sync struct {
 	fleets map[string][]lb.Listener
 	// refused holds, per fleet, why the load balancer refused its latest listeners.
 	refused map[string]error
+	localCA *localca.CA // issues the certificates of listeners with tls.localCA
 
 	regionsMu sync.Mutex
 	regionOf  map[string]string   // instance -> region
@@ -102,6 +104,14 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 			// A fleet with no serving instance (scaled to zero, first instance booting) holds requests
 			// until one serves; the held count reaches the autoscaler, which scales from zero at once.
 			Hold: &lb.Hold{},
+		}
+		if l.TLS != nil {
+			t, err := s.listenerTLS(f, l)
+			if err != nil {
+				s.log.Warn("listener left out: no certificate", "fleet", f.Metadata.Name, "listener", l.Name, "error", err)
+				continue
+			}
+			ln.TLS = t
 		}
 		if hc.Interval != nil {
 			ln.HealthCheck.Interval = lb.Duration(hc.Interval.Duration)

@@ -1,7 +1,10 @@
 package lbsync
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
+	"herd.dev/herd/internal/localca"
 )
 
 type fakeLB struct {
@@ -172,5 +176,49 @@ func TestSyncRegionOf(t *testing.T) {
 	s.RemoveFleet("web")
 	if s.RegionOf("web-a") != "" {
 		t.Errorf("the fleet was removed but web-a is still in region %q", s.RegionOf("web-a"))
+	}
+}
+
+func TestListenersTLS(t *testing.T) {
+	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{
+			{Name: "files", Port: 8443, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP, TLS: &v1alpha1.ListenerTLS{CertFile: "/etc/herd/tls.crt", KeyFile: "/etc/herd/tls.key"}},
+			{Name: "local", Port: 8444, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP, TLS: &v1alpha1.ListenerTLS{LocalCA: true}},
+		},
+		Global: &v1alpha1.Global{Hostname: "hello.herd.test"},
+	}}
+	instances := []*v1alpha1.Instance{lbsynctest.Inst("web-a", "web-1", v1alpha1.PhaseReady, "10.0.0.1")}
+
+	// Without a local CA the listener that asks for one is left out; the other is served.
+	s := New(&fakeLB{}, "127.0.0.2", nil)
+	ls := s.Listeners(f, instances, nil)
+	if len(ls) != 1 || ls[0].Name != "web/files" || ls[0].TLS == nil || ls[0].TLS.CertFile != "/etc/herd/tls.crt" || ls[0].TLS.KeyFile != "/etc/herd/tls.key" {
+		t.Fatalf("without a local CA: %+v", ls)
+	}
+
+	ca, err := localca.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.UseLocalCA(ca)
+	ls = s.Listeners(f, instances, nil)
+	if len(ls) != 2 || ls[1].TLS == nil {
+		t.Fatalf("with a local CA: %+v", ls)
+	}
+	pair, err := tls.LoadX509KeyPair(ls[1].TLS.CertFile, ls[1].TLS.KeyFile)
+	if err != nil {
+		t.Fatalf("the issued certificate: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ips []string
+	for _, ip := range leaf.IPAddresses {
+		ips = append(ips, ip.String())
+	}
+	if !slices.Contains(leaf.DNSNames, "hello.herd.test") || !slices.Contains(leaf.DNSNames, "localhost") ||
+		!slices.Contains(ips, "127.0.0.2") || !slices.Contains(ips, "127.0.0.1") {
+		t.Errorf("certificate for %v %v, want localhost, 127.0.0.1, the bind address 127.0.0.2 and the global hostname", leaf.DNSNames, ips)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync"
+	"herd.dev/herd/internal/localca"
 	"herd.dev/herd/internal/provider"
 )
 
@@ -59,6 +60,8 @@ type Options struct {
 	// Applied, if set, is called after every pass over the regions: what Balancers returns may
 	// have changed (Front's Kick).
 	Applied func()
+	// LocalCA issues the certificates of listeners with tls.localCA.
+	LocalCA *localca.CA
 	Logger  *slog.Logger
 }
 
@@ -115,7 +118,11 @@ func New(opts Options) *Regional {
 		opts.Resync = DefaultResync
 	}
 	log := opts.Logger.With("component", "regional-lb")
-	return &Regional{opts: opts, log: log, listeners: lbsync.New(nil, "", log), lbs: map[string]*regionLB{}}
+	listeners := lbsync.New(nil, "", log)
+	if opts.LocalCA != nil {
+		listeners.UseLocalCA(opts.LocalCA)
+	}
+	return &Regional{opts: opts, log: log, listeners: listeners, lbs: map[string]*regionLB{}}
 }
 
 // Run configures the regional load balancers from the fleets and instances of inf, the control

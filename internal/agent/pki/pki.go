@@ -59,6 +59,29 @@ func NewCA(cn string) (*CA, error) {
 	return &CA{Cert: cert, Key: key}, nil
 }
 
+// ParseCA reads a CA from its PEM certificate and PEM private key (as CertPEM and KeyPEM write
+// them).
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, errors.New("pki: CA: not a PEM certificate and key")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("pki: CA certificate: %w", err)
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("pki: CA key: %w", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok || !cert.IsCA {
+		return nil, errors.New("pki: CA: the certificate is no CA or the key cannot sign")
+	}
+	return &CA{Cert: cert, Key: signer}, nil
+}
+
 // CertPEM returns the CA's certificate, PEM-encoded.
 func (ca *CA) CertPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw})
