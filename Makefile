@@ -21,7 +21,7 @@ build:
 # name; under CI (CI=true) also when that list names a test that did not report.
 test: deps kubernetes build
 	$(GO) build -o $(BIN)/testreport ./hack/testreport
-	$(BIN)/testreport -go $(GO) -allow hack/testreport/allowed-skips.txt -- -count=1 -timeout 40m ./...
+	$(BIN)/testreport -go $(GO) -allow hack/testreport/allowed-skips.txt -- -count=1 -timeout 55m ./...
 
 # Unit tests only: integration tests skip themselves under -short.
 test-short:

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 )
 
 func main() {
@@ -66,6 +67,9 @@ func run(goTool string, args []string, allowPath string, ci bool, stdout, stderr
 		return "", fmt.Errorf("start %s test: %w", goTool, err)
 	}
 	sum, readErr := report(events, stdout, allow)
+	if slow := sum.slowest(10); len(slow) > 0 {
+		fmt.Fprintf(stdout, "slowest tests: %s\n", strings.Join(slow, ", "))
+	}
 	// The stream may have read through; drain it so that go test is never blocked writing.
 	io.Copy(io.Discard, events)
 	waitErr := cmd.Wait()

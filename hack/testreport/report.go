@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +18,15 @@ type event struct {
 	Package     string
 	Test        string
 	Output      string
-	ImportPath  string // build-output, build-fail
-	FailedBuild string // a package's fail: the build that failed
+	ImportPath  string  // build-output, build-fail
+	FailedBuild string  // a package's fail: the build that failed
+	Elapsed     float64 // seconds, on a test's or package's end
+}
+
+// timed is how long a top-level test took.
+type timed struct {
+	id      testID
+	seconds float64
 }
 
 // summary is what a go test -json stream amounts to. Every test and subtest that ends counts once:
@@ -30,6 +38,19 @@ type summary struct {
 	unallowed                  []string // skips not on the allow-list, with their reasons
 	stale                      []string // allow-list entries that match no test of the stream
 	packages                   int
+	durations                  []timed // top-level tests that ended
+}
+
+// slowest returns the n top-level tests that took longest, longest first: where the run's time
+// went, since packages run in parallel and real-instance tests wait for each other.
+func (s summary) slowest(n int) []string {
+	d := slices.Clone(s.durations)
+	slices.SortStableFunc(d, func(a, b timed) int { return cmp.Compare(b.seconds, a.seconds) })
+	var out []string
+	for _, t := range d[:min(n, len(d))] {
+		out = append(out, fmt.Sprintf("%s %.1fs", t.id, t.seconds))
+	}
+	return out
 }
 
 // line is the last line of make test.
@@ -114,6 +135,9 @@ func (r *reporter) handle(e event) {
 	case e.Action == "output":
 		buf(r.pkgs, e.Package).WriteString(e.Output)
 	case e.Test != "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
+		if !strings.Contains(e.Test, "/") {
+			r.sum.durations = append(r.sum.durations, timed{id, e.Elapsed})
+		}
 		r.testEnded(id, e.Action)
 	case e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
 		r.packageEnded(e)

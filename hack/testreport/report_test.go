@@ -231,3 +231,25 @@ func TestRunExitStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestSlowest(t *testing.T) {
+	events := strings.Join([]string{
+		`{"Action":"pass","Package":"p","Test":"TestQuick","Elapsed":0.5}`,
+		`{"Action":"pass","Package":"p","Test":"TestSlow/sub","Elapsed":90}`,
+		`{"Action":"pass","Package":"p","Test":"TestSlow","Elapsed":91.25}`,
+		`{"Action":"fail","Package":"q","Test":"TestMiddle","Elapsed":12}`,
+		`{"Action":"fail","Package":"q","Elapsed":12.1}`,
+		`{"Action":"pass","Package":"p","Elapsed":92}`,
+	}, "\n") + "\n"
+	sum, err := report(strings.NewReader(events), &bytes.Buffer{}, allowList{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(sum.slowest(2), ", ")
+	if want := "p TestSlow 91.2s, q TestMiddle 12.0s"; got != want {
+		t.Errorf("slowest(2) = %q, want %q (top-level tests only, longest first)", got, want)
+	}
+	if n := len(sum.slowest(10)); n != 3 {
+		t.Errorf("slowest(10) lists %d tests, want the 3 there are", n)
+	}
+}
