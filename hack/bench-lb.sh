@@ -12,9 +12,14 @@
 #      from /proc), which stays comparable when the load side, not the proxy, is what saturates.
 #   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
+#   3. TLS: herd, HAProxy and nginx terminate TLS with the same ECDSA P-256 certificate (ALPN h2 and
+#      http/1.1; wrk speaks HTTP/1.1): wrk with "Connection: close" makes every request a new full
+#      handshake (handshakes/s), and wrk with keep-alive measures requests/s over TLS; medians of the
+#      same rounds.
 # The last line is:
 #   lb: herd_rps=<int> haproxy_rps=<int> nginx_rps=<int> rps_vs_haproxy=<f> rps_vs_nginx=<f> p99_vs_haproxy=<f>
 #       herd_nethttp_rps=<int> fast_vs_nethttp_rps=<f> fast_vs_nethttp_p99=<f>
+#       tls_handshakes_vs_haproxy=<f> tls_rps_vs_haproxy=<f>
 # Every process it starts runs at nice $BENCH_NICE (default -15), so other work on the machine
 # disturbs the figures less. Everything it starts is stopped on exit.
 # Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE.
@@ -28,6 +33,8 @@ LOAD_CPU=${LOAD_CPU:-1}
 BENCH_NICE=${BENCH_NICE:--15}
 BACKEND_PORTS=(18081 18082 18083)
 declare -A PORT=([herd]=18090 [haproxy]=18091 [nginx]=18092 [herd-nethttp]=18093)
+declare -A TLS_PORT=([herd]=18190 [haproxy]=18191 [nginx]=18192)
+TLS_PROXIES=(herd haproxy nginx)
 declare -A PID
 PROXIES=(herd herd-nethttp haproxy nginx)
 
@@ -54,7 +61,7 @@ log() { echo "bench-lb: $*" >&2; }
 # if a package is not found.
 install_missing() {
 	local missing=() cmd pkg
-	for pair in haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux; do
+	for pair in haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux openssl:openssl; do
 		cmd=${pair%%:*} pkg=${pair##*:}
 		command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
 	done
@@ -128,6 +135,17 @@ listeners:
 $targets_herd
 EOF
 	done
+	cat >>"$WORK/herd.yaml" <<EOF
+  - name: bench/https
+    fleet: bench
+    address: 127.0.0.1:${TLS_PORT[herd]}
+    tls: {certFile: $WORK/cert.pem, keyFile: $WORK/key.pem}
+    healthCheck: {path: /healthz, interval: 1s}
+    groups:
+      - name: r1
+        targets:
+$targets_herd
+EOF
 	cat >"$WORK/haproxy.cfg" <<EOF
 global
     nbthread 1
@@ -145,6 +163,10 @@ defaults
 frontend fe
     bind 127.0.0.1:${PORT[haproxy]}
     http-request set-header X-Forwarded-Proto http
+    default_backend be
+frontend fe_tls
+    bind 127.0.0.1:${TLS_PORT[haproxy]} ssl crt $WORK/cert-key.pem alpn h2,http/1.1
+    http-request set-header X-Forwarded-Proto https
     default_backend be
 backend be
     balance leastconn
@@ -168,6 +190,9 @@ $servers_nginx
     }
     server {
         listen 127.0.0.1:${PORT[nginx]};
+        listen 127.0.0.1:${TLS_PORT[nginx]} ssl http2;
+        ssl_certificate $WORK/cert.pem;
+        ssl_certificate_key $WORK/key.pem;
         location / {
             proxy_pass http://be;
             proxy_http_version 1.1;
@@ -182,6 +207,10 @@ EOF
 }
 
 install_missing
+# One ECDSA P-256 certificate for every proxy's TLS listener (HAProxy wants it beside its key).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=localhost \
+	-addext subjectAltName=IP:127.0.0.1 -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
+cat "$WORK/cert.pem" "$WORK/key.pem" >"$WORK/cert-key.pem"
 log "building"
 go build -o "$WORK/backend" ./hack/bench/lb/backend
 go build -o "$WORK/loadgen" ./hack/bench/lb/loadgen
@@ -203,7 +232,7 @@ start "$PROXY_CPU" "$HAPROXY" -db -f "$WORK/haproxy.cfg"
 PID[haproxy]=$!
 start "$PROXY_CPU" "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g "daemon off;"
 PID[nginx]=$!
-for port in "${BACKEND_PORTS[@]}" "${PORT[@]}"; do
+for port in "${BACKEND_PORTS[@]}" "${PORT[@]}" "${TLS_PORT[@]}"; do
 	wait_port "$port"
 done
 sleep 2 # first health checks
@@ -255,9 +284,33 @@ for p in "${PROXIES[@]}"; do
 	P99_MED[$p]=$(tr ' ' '\n' <<<"${P99[$p]}" | grep . | median)
 	log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request; median p99 ${P99_MED[$p]} us at $RATE req/s"
 done
+# TLS: new handshakes per second, then keep-alive requests per second over TLS.
+declare -A HS RPS_TLS
+for round in $(seq 1 "$ROUNDS"); do
+	order=("${TLS_PROXIES[@]:$(((round - 1) % ${#TLS_PROXIES[@]}))}" "${TLS_PROXIES[@]:0:$(((round - 1) % ${#TLS_PROXIES[@]}))}")
+	for p in "${order[@]}"; do
+		url="https://127.0.0.1:${TLS_PORT[$p]}/"
+		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "Connection: close" "$url")
+		hs=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url")
+		rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
+		log "tls round $round $p: ${hs} handshakes/s, ${rps} req/s over keep-alive ${errs}"
+		HS[$p]+="$hs "
+		RPS_TLS[$p]+="$rps "
+	done
+done
+declare -A HS_MED RPS_TLS_MED
+for p in "${TLS_PROXIES[@]}"; do
+	HS_MED[$p]=$(tr ' ' '\n' <<<"${HS[$p]}" | grep . | median)
+	RPS_TLS_MED[$p]=$(tr ' ' '\n' <<<"${RPS_TLS[$p]}" | grep . | median)
+	log "$p over TLS: median ${HS_MED[$p]} handshakes/s, ${RPS_TLS_MED[$p]} req/s"
+done
 awk -v h="${RPS_MED[herd]}" -v a="${RPS_MED[haproxy]}" -v n="${RPS_MED[nginx]}" \
 	-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" \
-	-v g="${RPS_MED[herd-nethttp]}" -v gp="${P99_MED[herd-nethttp]}" 'BEGIN {
+	-v g="${RPS_MED[herd-nethttp]}" -v gp="${P99_MED[herd-nethttp]}" \
+	-v hs="${HS_MED[herd]}" -v as="${HS_MED[haproxy]}" -v ht="${RPS_TLS_MED[herd]}" -v at="${RPS_TLS_MED[haproxy]}" 'BEGIN {
 	printf "lb: herd_rps=%d haproxy_rps=%d nginx_rps=%d rps_vs_haproxy=%.2f rps_vs_nginx=%.2f p99_vs_haproxy=%.2f",
 		h, a, n, h / a, h / n, hp / ap
-	printf " herd_nethttp_rps=%d fast_vs_nethttp_rps=%.2f fast_vs_nethttp_p99=%.2f\n", g, h / g, hp / gp }'
+	printf " herd_nethttp_rps=%d fast_vs_nethttp_rps=%.2f fast_vs_nethttp_p99=%.2f", g, h / g, hp / gp
+	printf " tls_handshakes_vs_haproxy=%.2f tls_rps_vs_haproxy=%.2f\n", hs / as, ht / at }'
