@@ -8,6 +8,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 )
 
@@ -84,8 +85,8 @@ func (e *Engine) checkOverlap(ctx context.Context, spec v1alpha1.ChaosActionSpec
 	return nil
 }
 
-// regionChaos returns the provider that runs region, if it can do chaos on it.
-func (e *Engine) regionChaos(ctx context.Context, region string) (provider.RegionChaos, error) {
+// regionChaos returns the networks of the provider that runs region, if its regions are networks.
+func (e *Engine) regionChaos(ctx context.Context, region string) (regionnet.Chaos, error) {
 	fleets, _, err := store.ListObjects[v1alpha1.Fleet](ctx, e.opts.Store, store.Fleets)
 	if err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func (e *Engine) regionChaos(ctx context.Context, region string) (provider.Regio
 				}
 				continue
 			}
-			rc, ok := e.opts.Providers[r.Provider].(provider.RegionChaos)
+			rc, ok := e.opts.Networks[r.Provider]
 			if !ok {
 				return nil, refuse("region %s runs on provider %q, whose regions are not networks: only the local provider's regions can be partitioned or degraded", region, r.Provider)
 			}

@@ -1,5 +1,5 @@
 // Package chaos injects faults on purpose, as a fault injection service does: a region cut off
-// or degraded (through the provider's RegionChaos), an instance killed (InstanceKiller), a
+// or degraded (through its provider's regionnet.Chaos), an instance killed (provider.InstanceKiller), a
 // fleet's health checks paused (on every load balancer this control plane configures). Each
 // action is a record of its own kind in the store, written before it is done, so that it is
 // undone when its duration ends, when it is stopped, and when herd up starts again: nothing it
@@ -20,6 +20,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 )
 
@@ -52,6 +53,9 @@ type Options struct {
 	Store store.Store
 	// Providers are the control plane's providers by name.
 	Providers map[string]provider.Provider
+	// Networks are the networks of the providers whose regions are networks, by provider name:
+	// those can partition or degrade a region.
+	Networks map[string]regionnet.Chaos
 	// Pausers are told which fleets' health checks are paused.
 	Pausers []HealthPauser
 	Events  EventRecorder

@@ -15,6 +15,7 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -98,7 +99,7 @@ func newRig(t *testing.T, st store.Store, since time.Time) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{st: st, prov: &netProvider{Provider: fp, links: map[string]string{}}, pauser: &pauser{}, events: &events{}}
-	r.engine, err = New(Options{Store: st, Providers: map[string]provider.Provider{fake.Name: r.prov},
+	r.engine, err = New(Options{Store: st, Providers: map[string]provider.Provider{fake.Name: r.prov}, Networks: map[string]regionnet.Chaos{fake.Name: r.prov},
 		Pausers: []HealthPauser{r.pauser}, Events: r.events, Since: since})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -81,7 +82,7 @@ func TestIntegrationChaosRegion(t *testing.T) {
 	if _, err := st.Txn(ctx, op); err != nil {
 		t.Fatal(err)
 	}
-	e, err := chaos.New(chaos.Options{Store: st, Providers: map[string]provider.Provider{local.Name: p}})
+	e, err := chaos.New(chaos.Options{Store: st, Providers: map[string]provider.Provider{local.Name: p}, Networks: map[string]regionnet.Chaos{local.Name: p}})
 	if err != nil {
 		t.Fatal(err)
 	}

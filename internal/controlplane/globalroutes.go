@@ -10,8 +10,7 @@ import (
 
 	"herd.dev/herd/internal/global/dns"
 	"herd.dev/herd/internal/global/routes"
-	"herd.dev/herd/internal/provider"
-	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/regionnet"
 )
 
 // DNSOptions run herd's authoritative DNS server inside the control plane (herd up --dns-zone).
@@ -26,26 +25,18 @@ type DNSOptions struct {
 	Listener *dns.Listener
 }
 
-// regionNetworks is the local provider's record of its regions' networks: a region's load
-// balancer serves clients on the router's internet (WAN) address.
-type regionNetworks interface {
-	Region(region string) (local.RegionNetwork, error)
-}
-
 // lbAddresses gives each region's load balancer data address: the regional load balancer's for a
 // region with a network of its own, else the address of herd up's embedded load balancer, which
 // serves the regions that have none (a one-region fleet on one machine).
 type lbAddresses struct {
-	providers map[string]provider.Provider
-	embedded  []netip.Addr
+	networks map[string]regionnet.Networks
+	embedded []netip.Addr
 }
 
-func (a lbAddresses) RegionLBAddresses(_ context.Context, region string) ([]netip.Addr, error) {
-	for _, p := range a.providers {
-		if nets, ok := p.(regionNetworks); ok {
-			if rn, err := nets.Region(region); err == nil && rn.WANAddress.IsValid() {
-				return []netip.Addr{rn.WANAddress}, nil
-			}
+func (a lbAddresses) RegionLBAddresses(ctx context.Context, region string) ([]netip.Addr, error) {
+	for _, n := range a.networks {
+		if addr, ok := n.DataAddress(ctx, region); ok {
+			return []netip.Addr{addr}, nil
 		}
 	}
 	return a.embedded, nil

@@ -27,6 +27,7 @@ import (
 	"herd.dev/herd/internal/localca"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionlb"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/etcd"
 	"herd.dev/herd/internal/usage"
@@ -43,7 +44,9 @@ type parts struct {
 	token     string
 	prov      provider.Provider
 	providers map[string]provider.Provider
-	images    *image.Store
+	// networks are the providers' regions' networks (regionNetworks), asked for once.
+	networks map[string]regionnet.Networks
+	images   *image.Store
 	// cache is the one cache of fleets and instances that the controller and the routes follow.
 	cache *informer.Informer
 	// localCA issues the certificates of listeners with tls.localCA, for every load balancer.
@@ -86,6 +89,7 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 		return fmt.Errorf("provider %s: %w", p.opts.Provider, err)
 	}
 	p.providers = map[string]provider.Provider{p.prov.Name(): p.prov}
+	p.networks = regionNetworks(p.providers)
 	p.images = image.NewStore(image.StoreDir(p.opts.DataDir))
 	p.cache = informer.New(informer.Options{Store: p.st, Logger: p.log})
 	if err := p.buildDataPlane(); err != nil {
@@ -101,7 +105,7 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 	// herd's DNS answers from the store, the regions' reachability from the clients' side and
 	// the round trips each regional load balancer measures to its client networks.
 	p.routes = routes.NewLive(routes.LiveOptions{Informer: p.cache, Reach: p.regions, RTT: p.rtts,
-		LB: lbAddresses{providers: p.providers, embedded: embeddedLBAddresses(p.opts.LBAddress)}})
+		LB: lbAddresses{networks: p.networks, embedded: embeddedLBAddresses(p.opts.LBAddress)}})
 	if p.api, err = listenAPI(p.opts); err != nil {
 		return err
 	}
@@ -156,16 +160,16 @@ func (p *parts) buildGlobal() error {
 	// probe what the regional configurer last saw (nothing on a replica that never led).
 	// The front door (where a provider runs one) serves the fleets served regionally, from the
 	// regional load balancers the regional configurer reached; it follows each pass of it.
-	p.regional = regionlb.New(regionlb.Options{Providers: p.providers, Logger: p.log, LocalCA: p.localCA, Applied: p.regionalApplied})
-	p.door = front.NewSync(front.SyncOptions{Providers: p.providers, Regions: p.regional.Balancers, Logger: p.log})
+	p.regional = regionlb.New(regionlb.Options{Networks: p.networks, Logger: p.log, LocalCA: p.localCA, Applied: p.regionalApplied})
+	p.door = front.NewSync(front.SyncOptions{Networks: p.networks, Regions: p.regional.Balancers, Logger: p.log})
 	// The round trip from each client network to each region, as the regions' load balancers
 	// measure it: what a latency-based answer ranks regions by.
 	p.rtts = rtt.New(rtt.Options{Sources: p.regional.RTTSources, Logger: p.log})
 	var err error
-	if p.regions, err = newRegionChecker(p.regional, p.providers, p.log, p.regionChanged); err != nil {
+	if p.regions, err = newRegionChecker(p.regional, p.networks, p.log, p.regionChanged); err != nil {
 		return err
 	}
-	p.chaos, err = chaos.New(chaos.Options{Store: p.st, Providers: p.providers, Events: p.recorder, Logger: p.log,
+	p.chaos, err = chaos.New(chaos.Options{Store: p.st, Providers: p.providers, Networks: regionChaos(p.networks), Events: p.recorder, Logger: p.log,
 		Pausers: []chaos.HealthPauser{p.targets, p.regional}})
 	return err
 }

@@ -13,17 +13,34 @@ import (
 	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionlb"
+	"herd.dev/herd/internal/regionnet"
 )
 
-// newRegionChecker probes the regions whose load balancers regional configures, from the
-// clients' side of the first provider that can dial from there (provider.ClientDialer); with
-// none, it probes nothing. onChange hears of every region whose verdict changed.
-func newRegionChecker(regional *regionlb.Regional, providers map[string]provider.Provider, log *slog.Logger, onChange func(region string)) (*health.Checker, error) {
-	var dialer provider.ClientDialer
-	for _, d := range providersAs[provider.ClientDialer](providers) {
-		dialer = d
-		break
+// regionNetworks asks each provider whose regions are networks of their own for them, once:
+// the regional load balancers, the front door, the regions' probes, the global routes and chaos
+// reach the regions' networks through what it returns, by provider name.
+func regionNetworks(providers map[string]provider.Provider) map[string]regionnet.Networks {
+	out := map[string]regionnet.Networks{}
+	for name, p := range providersAs[provider.RegionNetworks](providers) {
+		out[name] = p.RegionNetworks()
 	}
+	return out
+}
+
+// regionChaos is the chaos engine's view of networks.
+func regionChaos(networks map[string]regionnet.Networks) map[string]regionnet.Chaos {
+	out := make(map[string]regionnet.Chaos, len(networks))
+	for name, n := range networks {
+		out[name] = n
+	}
+	return out
+}
+
+// newRegionChecker probes the regions whose load balancers regional configures, from the
+// clients' side of the first provider's networks (regionnet.First); with none, it probes
+// nothing. onChange hears of every region whose verdict changed.
+func newRegionChecker(regional *regionlb.Regional, networks map[string]regionnet.Networks, log *slog.Logger, onChange func(region string)) (*health.Checker, error) {
+	dialer := regionnet.First(networks)
 	return health.New(health.Options{
 		Logger:   log,
 		OnChange: onChange,

@@ -11,8 +11,8 @@ import (
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -66,7 +66,7 @@ func runRegional(t *testing.T, r *Regional, st store.Store, p *lbsynctest.Provid
 // whose load balancer does not answer has no figures rather than zero ones.
 func TestFigures(t *testing.T) {
 	p, st, _ := twoRegions(t)
-	r := New(Options{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
+	r := New(Options{Networks: map[string]regionnet.Networks{fake.Name: p}, Resync: 50 * time.Millisecond})
 	runRegional(t, r, st, p)
 
 	regional := func(n uint64) lb.Snapshot {
@@ -140,7 +140,7 @@ func TestServingHealth(t *testing.T) {
 	embedded := &lbsynctest.Observed{TargetHealth: []lb.TargetHealth{
 		{ID: "web-eu-1", State: lb.StateHealthy}, {ID: "web-us-1", State: lb.StateHealthy}, {ID: "quick-1", State: lb.StateHealthy},
 	}}
-	r := New(Options{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
+	r := New(Options{Networks: map[string]regionnet.Networks{fake.Name: p}, Resync: 50 * time.Millisecond})
 	f := lbmonitor.Figures{Embedded: lbmonitor.New(embedded, lbmonitor.Options{}), Regional: r}
 	check := func(fl *v1alpha1.Fleet, in *v1alpha1.Instance, want string) {
 		t.Helper()

@@ -10,10 +10,10 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
 	"herd.dev/herd/internal/regionlb"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -40,7 +40,7 @@ func TestIntegrationRegionalLB(t *testing.T) {
 	lbsynctest.PutReadyInstances(t, st, addrs)
 
 	run := func() (*regionlb.Regional, func()) {
-		r := regionlb.New(regionlb.Options{Providers: map[string]provider.Provider{local.Name: p}})
+		r := regionlb.New(regionlb.Options{Networks: map[string]regionnet.Networks{local.Name: p.RegionNetworks()}})
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = r.Run(rctx, lbsynctest.Informer(t, st)) }()

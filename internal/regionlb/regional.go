@@ -28,7 +28,7 @@ import (
 	"herd.dev/herd/internal/lbmonitor"
 	"herd.dev/herd/internal/lbsync"
 	"herd.dev/herd/internal/localca"
-	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionnet"
 )
 
 // DefaultResync is how often Regional checks that each regional load balancer runs the
@@ -37,7 +37,7 @@ import (
 const DefaultResync = 5 * time.Second
 
 // ServedRegionally reports whether a fleet is served by its regions' own load balancers (where
-// the regions' providers run them, provider.RegionalBalancers): a fleet in more than one region,
+// the regions' providers' regions are networks, regionnet.Networks): a fleet in more than one region,
 // or in a region given provider options (a network of its own, e.g. `latency: 40ms`). A fleet in
 // one region without options, the quick start's, is served by herd up's embedded load balancer
 // only. herd up's embedded load balancer serves every fleet in any case: it is the control
@@ -51,9 +51,9 @@ func ServedRegionally(f *v1alpha1.Fleet) bool {
 
 // Options configure a Regional.
 type Options struct {
-	// Providers are the control plane's providers by name; those implementing
-	// provider.RegionalBalancers run the regional load balancers.
-	Providers map[string]provider.Provider
+	// Networks are the networks of the providers whose regions are networks, by provider name:
+	// they run the regional load balancers.
+	Networks map[string]regionnet.Networks
 	// Resync is how often every regional load balancer's configuration is checked. Default:
 	// DefaultResync.
 	Resync time.Duration
@@ -67,7 +67,7 @@ type Options struct {
 
 // Regional keeps the load balancer of every region in step with the store: for each region
 // where a fleet served regionally (ServedRegionally) runs, it makes the region's load balancer
-// (provider.RegionalBalancers) and gives it, over its admin API, the listeners of those fleets
+// (regionnet.Networks.EnsureRegion) and gives it, over its admin API, the listeners of those fleets
 // with the region's instances only as targets. Like lbsync's Follow it is level-based: each
 // configuration is derived whole from the records, never patched, so a load balancer found in
 // any state (adopted from an earlier herd up, restarted empty) ends up with the right one. Only
@@ -87,7 +87,7 @@ type Regional struct {
 
 // regionLB is what Regional knows of one region's load balancer.
 type regionLB struct {
-	info    provider.RegionBalancer
+	info    regionnet.Region
 	admin   *lb.AdminClient
 	applied []byte // the JSON of the config last applied, nil until one was
 	ports   []int
@@ -157,7 +157,7 @@ func (r *Regional) Balancers() []Status {
 
 // regionWant is what a region's load balancer should run.
 type regionWant struct {
-	prov    provider.RegionalBalancers
+	prov    regionnet.Networks
 	options map[string]string
 	cfg     lb.Config
 }
@@ -173,7 +173,7 @@ func (r *Regional) apply(ctx context.Context, v *fleetwatch.View) {
 			continue
 		}
 		for _, reg := range fl.Spec.Regions {
-			prov, ok := r.opts.Providers[reg.Provider].(provider.RegionalBalancers)
+			prov, ok := r.opts.Networks[reg.Provider]
 			if !ok {
 				continue
 			}
@@ -271,7 +271,7 @@ func (r *Regional) sync(ctx context.Context, region string, w *regionWant) {
 
 // ensure starts or adopts the region's load balancer and reads its token.
 func (r *Regional) ensure(ctx context.Context, region string, rl *regionLB, w *regionWant) error {
-	info, err := w.prov.EnsureRegionBalancer(ctx, region, w.options)
+	info, err := w.prov.EnsureRegion(ctx, region, w.options)
 	if err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (r *Regional) ServingMonitor(f *v1alpha1.Fleet, region string) (m *lbmonito
 	if i < 0 {
 		return nil, false
 	}
-	if _, ok := r.opts.Providers[f.Spec.Regions[i].Provider].(provider.RegionalBalancers); !ok {
+	if _, ok := r.opts.Networks[f.Spec.Regions[i].Provider]; !ok {
 		return nil, false
 	}
 	r.mu.Lock()

@@ -7,8 +7,8 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -39,7 +39,7 @@ func TestRegional(t *testing.T) {
 	lbsynctest.Put(t, st, store.Instances, q)
 
 	run := func() (*Regional, context.CancelFunc, chan struct{}) {
-		r := New(Options{Providers: map[string]provider.Provider{fake.Name: p}, Resync: 50 * time.Millisecond})
+		r := New(Options{Networks: map[string]regionnet.Networks{fake.Name: p}, Resync: 50 * time.Millisecond})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = r.Run(ctx, lbsynctest.Informer(t, st)) }()

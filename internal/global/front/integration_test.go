@@ -12,10 +12,10 @@ import (
 	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
 	"herd.dev/herd/internal/regionlb"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -49,10 +49,10 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 	}})
 	lbsynctest.PutReadyInstances(t, st, addrs)
 
-	providers := map[string]provider.Provider{local.Name: p}
+	networks := map[string]regionnet.Networks{local.Name: p.RegionNetworks()}
 	var door *front.Sync
-	regional := regionlb.New(regionlb.Options{Providers: providers, Applied: func() { door.Kick() }})
-	door = front.NewSync(front.SyncOptions{Providers: providers, Regions: regional.Balancers})
+	regional := regionlb.New(regionlb.Options{Networks: networks, Applied: func() { door.Kick() }})
+	door = front.NewSync(front.SyncOptions{Networks: networks, Regions: regional.Balancers})
 	rtts := rtt.New(rtt.Options{Sources: regional.RTTSources, Interval: 500 * time.Millisecond})
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -21,15 +21,15 @@ import (
 	"herd.dev/herd/internal/fleetwatch"
 	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/lb"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionlb"
+	"herd.dev/herd/internal/regionnet"
 )
 
 // SyncOptions configure a Sync.
 type SyncOptions struct {
-	// Providers are the control plane's providers by name; the first, by name, implementing
-	// provider.FrontDoors runs the front door. With none, Sync does nothing.
-	Providers map[string]provider.Provider
+	// Networks are the networks of the providers whose regions are networks, by provider name;
+	// the first, by name (regionnet.First), runs the front door. With none, Sync does nothing.
+	Networks map[string]regionnet.Networks
 	// Regions returns the regional load balancers and their data addresses: *regionlb.Regional's
 	// Balancers. Required.
 	Regions func() []regionlb.Status
@@ -50,7 +50,7 @@ type SyncOptions struct {
 type Sync struct {
 	opts SyncOptions
 	log  *slog.Logger
-	prov provider.FrontDoors // nil: no provider runs a front door
+	prov regionnet.Networks // nil: no provider's regions are networks
 	kick chan struct{}
 	// regionsKnown is set by the first Kick: until Regional has passed over every region once, it
 	// knows only some regions' addresses, and a front door adopted by a new herd up would be given
@@ -61,7 +61,7 @@ type Sync struct {
 	passes atomic.Int64
 
 	mu        sync.Mutex
-	door      provider.FrontDoor
+	door      regionnet.FrontDoor
 	admin     *lb.AdminClient // nil until the front door was ensured
 	applied   []byte          // the JSON of the config last applied or found, nil until one was
 	listeners []ListenerStatus
@@ -100,17 +100,7 @@ func NewSync(opts SyncOptions) *Sync {
 		opts.Resync = regionlb.DefaultResync
 	}
 	f := &Sync{opts: opts, log: opts.Logger.With("component", "front-sync"), kick: make(chan struct{}, 1)}
-	names := make([]string, 0, len(opts.Providers))
-	for n := range opts.Providers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if fd, ok := opts.Providers[n].(provider.FrontDoors); ok {
-			f.prov = fd
-			break
-		}
-	}
+	f.prov = regionnet.First(opts.Networks)
 	return f
 }
 
@@ -298,7 +288,7 @@ func (f *Sync) remove(ctx context.Context, running bool) {
 		f.log.Info("front door removed: no fleet is served regionally")
 	}
 	f.mu.Lock()
-	f.door, f.admin, f.applied, f.listeners, f.err, f.removed = provider.FrontDoor{}, nil, nil, nil, nil, true
+	f.door, f.admin, f.applied, f.listeners, f.err, f.removed = regionnet.FrontDoor{}, nil, nil, nil, nil, true
 	f.mu.Unlock()
 }
 

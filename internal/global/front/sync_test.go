@@ -13,9 +13,9 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/regionlb"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 	"herd.dev/herd/internal/store/memory"
 )
@@ -31,19 +31,19 @@ type frontProvider struct {
 
 var regionAddr = map[string]string{"eu": "10.216.0.1", "us": "10.216.0.2", "solo": "10.216.0.3"}
 
-func (p *frontProvider) EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (provider.RegionBalancer, error) {
-	b, err := p.Provider.EnsureRegionBalancer(ctx, region, options)
+func (p *frontProvider) EnsureRegion(ctx context.Context, region string, options map[string]string) (regionnet.Region, error) {
+	b, err := p.Provider.EnsureRegion(ctx, region, options)
 	b.DataAddress = netip.MustParseAddr(regionAddr[region])
 	return b, err
 }
 
-func (p *frontProvider) EnsureFrontDoor(ctx context.Context) (provider.FrontDoor, error) {
+func (p *frontProvider) EnsureFrontDoor(ctx context.Context) (regionnet.FrontDoor, error) {
 	p.ensures.Add(1)
 	tok := filepath.Join(p.Dir, "front-token")
 	if err := os.WriteFile(tok, []byte("secret-front\n"), 0o600); err != nil {
-		return provider.FrontDoor{}, err
+		return regionnet.FrontDoor{}, err
 	}
-	return provider.FrontDoor{DataAddress: netip.MustParseAddr("10.216.0.9"), AdminURL: p.front.Srv.URL, TokenFile: tok}, nil
+	return regionnet.FrontDoor{DataAddress: netip.MustParseAddr("10.216.0.9"), AdminURL: p.front.Srv.URL, TokenFile: tok}, nil
 }
 
 func (p *frontProvider) RemoveFrontDoor(ctx context.Context) error {
@@ -81,9 +81,9 @@ func TestFront(t *testing.T) {
 	}})
 
 	run := func() (*Sync, context.CancelFunc, chan struct{}) {
-		providers := map[string]provider.Provider{fake.Name: p}
-		f := NewSync(SyncOptions{Providers: providers, Resync: 50 * time.Millisecond})
-		r := regionlb.New(regionlb.Options{Providers: providers, Resync: time.Hour, Applied: f.Kick})
+		networks := map[string]regionnet.Networks{fake.Name: p}
+		f := NewSync(SyncOptions{Networks: networks, Resync: 50 * time.Millisecond})
+		r := regionlb.New(regionlb.Options{Networks: networks, Resync: time.Hour, Applied: f.Kick})
 		f.opts.Regions = r.Balancers
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})

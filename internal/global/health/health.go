@@ -48,7 +48,7 @@ type Target struct {
 type Options struct {
 	// Targets returns the regions to probe now. Regions it stops returning are forgotten.
 	Targets func() []Target
-	// Dial opens a connection from the clients' side (provider.ClientDialer). Required.
+	// Dial opens a connection from the clients' side (regionnet.Networks.DialFromClients). Required.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// OnChange, when set, is called with a region that became unreachable or reachable again. It
 	// must return at once.

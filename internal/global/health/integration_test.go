@@ -17,14 +17,15 @@ func TestIntegrationRegionUnreachable(t *testing.T) {
 	p := regiontest.Provider(t, []string{"away"}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lb, err := p.EnsureRegionBalancer(ctx, "away", map[string]string{"latency": "20ms"})
+	nets := p.RegionNetworks()
+	lb, err := nets.EnsureRegion(ctx, "away", map[string]string{"latency": "20ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var changes atomic.Int64
 	c, err := health.New(health.Options{
 		Targets:  func() []health.Target { return []health.Target{{Region: "away", Address: lb.DataAddress}} },
-		Dial:     p.DialFromClients,
+		Dial:     nets.DialFromClients,
 		OnChange: func(string) { changes.Add(1) },
 	})
 	if err != nil {
@@ -52,14 +53,14 @@ func TestIntegrationRegionUnreachable(t *testing.T) {
 	})
 
 	for round := range 2 {
-		if err := p.Partition(ctx, "away"); err != nil {
+		if err := nets.Partition(ctx, "away"); err != nil {
 			t.Fatal(err)
 		}
 		took := wait("the partitioned region to read unreachable", 10*time.Second, unreachable)
 		t.Logf("round %d: partition detected after %s", round, took.Round(time.Millisecond))
 		why, _ := c.RegionUnreachable("away")
 		t.Logf("reason: %s", why)
-		if err := p.Restore(ctx, "away"); err != nil {
+		if err := nets.Restore(ctx, "away"); err != nil {
 			t.Fatal(err)
 		}
 		took = wait("the restored region to read reachable", 10*time.Second, func() bool { return !unreachable() })

@@ -6,8 +6,10 @@ package lbsynctest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -20,8 +22,8 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/informer"
 	"herd.dev/herd/internal/lb"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
+	"herd.dev/herd/internal/regionnet"
 	"herd.dev/herd/internal/store"
 )
 
@@ -99,7 +101,8 @@ func (a *AdminLB) SetHealth(h ...lb.TargetHealth) {
 	a.health = h
 }
 
-// Provider is a fake provider that runs a load balancer (an AdminLB) per region.
+// Provider is a fake provider whose regions' networks (regionnet.Networks) run a load balancer
+// (an AdminLB) each.
 type Provider struct {
 	*fake.Provider
 	Dir string
@@ -118,17 +121,51 @@ func NewProvider(t *testing.T, lbs map[string]*AdminLB) *Provider {
 	return &Provider{Provider: fp, Dir: t.TempDir(), LBs: lbs, ensured: map[string]map[string]string{}}
 }
 
-// EnsureRegionBalancer implements provider.RegionalBalancers.
-func (p *Provider) EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (provider.RegionBalancer, error) {
+var _ regionnet.Networks = (*Provider)(nil)
+
+// EnsureRegion implements regionnet.Networks: region's AdminLB, its data address 10.216.0.1.
+func (p *Provider) EnsureRegion(ctx context.Context, region string, options map[string]string) (regionnet.Region, error) {
 	p.mu.Lock()
 	p.ensured[region] = options
 	p.mu.Unlock()
 	tok := filepath.Join(p.Dir, region+"-token")
 	if err := os.WriteFile(tok, []byte("secret-"+region+"\n"), 0o600); err != nil {
-		return provider.RegionBalancer{}, err
+		return regionnet.Region{}, err
 	}
-	return provider.RegionBalancer{Region: region, DataAddress: netip.MustParseAddr("10.216.0.1"), AdminURL: p.LBs[region].Srv.URL, TokenFile: tok}, nil
+	return regionnet.Region{Region: region, DataAddress: netip.MustParseAddr("10.216.0.1"), AdminURL: p.LBs[region].Srv.URL, TokenFile: tok}, nil
 }
+
+// errNoNetwork is what the fake says to what regionlb does not use of regionnet.Networks.
+var errNoNetwork = errors.New("lbsynctest: the fake's regions have no network of their own")
+
+// DataAddress implements regionnet.Networks: none, the regions have no network.
+func (p *Provider) DataAddress(context.Context, string) (netip.Addr, bool) {
+	return netip.Addr{}, false
+}
+
+// EnsureFrontDoor implements regionnet.Networks: the fake runs no front door.
+func (p *Provider) EnsureFrontDoor(context.Context) (regionnet.FrontDoor, error) {
+	return regionnet.FrontDoor{}, errNoNetwork
+}
+
+// RemoveFrontDoor implements regionnet.Networks: there is none to remove.
+func (p *Provider) RemoveFrontDoor(context.Context) error { return nil }
+
+// DialFromClients implements regionnet.Networks: there are no clients' side.
+func (p *Provider) DialFromClients(context.Context, string, string) (net.Conn, error) {
+	return nil, errNoNetwork
+}
+
+// Partition implements regionnet.Chaos: there is no link to cut.
+func (p *Provider) Partition(context.Context, string) error { return errNoNetwork }
+
+// Degrade implements regionnet.Chaos: there is no link to degrade.
+func (p *Provider) Degrade(context.Context, string, time.Duration, float64) error {
+	return errNoNetwork
+}
+
+// Restore implements regionnet.Chaos: there is no link to restore.
+func (p *Provider) Restore(context.Context, string) error { return errNoNetwork }
 
 // Ensured returns the options region's load balancer was last made with.
 func (p *Provider) Ensured(region string) map[string]string {

@@ -8,14 +8,10 @@ import (
 	"fmt"
 	"time"
 
-	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionnet"
 )
 
-// RegionChaos is what a chaos engine needs of a provider whose regions are networks: each
-// action lasts until Restore (or until the provider starts again, which undoes it).
-type RegionChaos = provider.RegionChaos
-
-var _ RegionChaos = (*Provider)(nil)
+var _ regionnet.Chaos = (*Provider)(nil)
 
 // Chaos actions.
 const (
@@ -32,14 +28,14 @@ type Chaos struct {
 	Since time.Time `json:"since"`
 }
 
-// Partition implements RegionChaos. The link relay drops every packet (loss 100%) rather than the
+// Partition implements regionnet.Chaos. The link relay drops every packet (loss 100%) rather than the
 // link going down: the router keeps its addresses and routes, its load balancer keeps its
 // listeners, and Restore brings the region back at once.
 func (p *Provider) Partition(ctx context.Context, region string) error {
 	return p.chaos(ctx, region, &Chaos{Action: ChaosPartition, Shape: Shape{Loss: 1}})
 }
 
-// Degrade implements RegionChaos.
+// Degrade implements regionnet.Chaos.
 func (p *Provider) Degrade(ctx context.Context, region string, latency time.Duration, loss float64) error {
 	if latency < 0 || latency > maxShapeDelay {
 		return fmt.Errorf("degrade region %s: latency %s must be between 0 and %s", region, latency, maxShapeDelay)
@@ -50,7 +46,7 @@ func (p *Provider) Degrade(ctx context.Context, region string, latency time.Dura
 	return p.chaos(ctx, region, &Chaos{Action: ChaosDegrade, Shape: Shape{Latency: latency, Loss: loss}})
 }
 
-// Restore implements RegionChaos; restoring a region without a chaos action does nothing.
+// Restore implements regionnet.Chaos; restoring a region without a chaos action does nothing.
 func (p *Provider) Restore(ctx context.Context, region string) error {
 	return p.chaos(ctx, region, nil)
 }

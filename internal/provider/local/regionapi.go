@@ -1,6 +1,6 @@
-// What the control plane uses of the local provider's regions through provider's optional
-// interfaces: the regional load balancers, the front door, dialing from the clients' side, killing an
-// instance.
+// What the control plane uses of the local provider's regions: their networks
+// (regionnet.Networks: the regional load balancers, the front door, dialing from the clients'
+// side, chaos), and killing an instance.
 
 package local
 
@@ -8,50 +8,64 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"time"
 
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/regionnet"
 )
 
 var (
-	_ provider.RegionalBalancers = (*Provider)(nil)
-	_ provider.ClientDialer      = (*Provider)(nil)
-	_ provider.FrontDoors        = (*Provider)(nil)
-	_ provider.InstanceKiller    = (*Provider)(nil)
+	_ provider.RegionNetworks = (*Provider)(nil)
+	_ provider.InstanceKiller = (*Provider)(nil)
+	_ regionnet.Networks      = networks{}
 )
 
-// EnsureRegionBalancer implements provider.RegionalBalancers: EnsureRegion with the region's
-// options, then EnsureRegionLB.
-func (p *Provider) EnsureRegionBalancer(ctx context.Context, region string, options map[string]string) (provider.RegionBalancer, error) {
-	if _, err := p.EnsureRegion(ctx, region, options); err != nil {
-		return provider.RegionBalancer{}, err
+// RegionNetworks implements provider.RegionNetworks: the regions' networks on this host.
+func (p *Provider) RegionNetworks() regionnet.Networks { return networks{p} }
+
+// networks is the provider's regions' networks, as regionnet.Networks: chaos and
+// DialFromClients are the provider's own.
+type networks struct{ *Provider }
+
+// EnsureRegion is the provider's EnsureRegion with the region's options, then EnsureRegionLB.
+func (n networks) EnsureRegion(ctx context.Context, region string, options map[string]string) (regionnet.Region, error) {
+	if _, err := n.Provider.EnsureRegion(ctx, region, options); err != nil {
+		return regionnet.Region{}, err
 	}
-	lb, err := p.EnsureRegionLB(ctx, region)
+	lb, err := n.Provider.EnsureRegionLB(ctx, region)
 	if err != nil {
-		return provider.RegionBalancer{}, err
+		return regionnet.Region{}, err
 	}
-	return provider.RegionBalancer{Region: region, DataAddress: lb.DataAddress, AdminURL: lb.AdminURL, TokenFile: lb.TokenFile}, nil
+	return regionnet.Region{Region: region, DataAddress: lb.DataAddress, AdminURL: lb.AdminURL, TokenFile: lb.TokenFile}, nil
 }
 
-// EnsureFrontDoor implements provider.FrontDoors with EnsureFront: the front door in the internet
-// namespace, its admin API on a Unix socket.
-func (p *Provider) EnsureFrontDoor(ctx context.Context) (provider.FrontDoor, error) {
-	f, err := p.EnsureFront(ctx)
-	if err != nil {
-		return provider.FrontDoor{}, err
-	}
-	return provider.FrontDoor{DataAddress: f.DataAddress, AdminURL: f.AdminURL, HTTP: f.AdminClient(), TokenFile: f.TokenFile}, nil
+// DataAddress is the router's internet (WAN) address, where the region's load balancer serves
+// clients.
+func (n networks) DataAddress(_ context.Context, region string) (netip.Addr, bool) {
+	rn, err := n.Provider.Region(region)
+	return rn.WANAddress, err == nil && rn.WANAddress.IsValid()
 }
 
-// RemoveFrontDoor implements provider.FrontDoors with RemoveFront.
-func (p *Provider) RemoveFrontDoor(ctx context.Context) error { return p.RemoveFront(ctx) }
+// EnsureFrontDoor is EnsureFront: the front door in the internet namespace, its admin API on a
+// Unix socket.
+func (n networks) EnsureFrontDoor(ctx context.Context) (regionnet.FrontDoor, error) {
+	f, err := n.Provider.EnsureFront(ctx)
+	if err != nil {
+		return regionnet.FrontDoor{}, err
+	}
+	return regionnet.FrontDoor{DataAddress: f.DataAddress, AdminURL: f.AdminURL, HTTP: f.AdminClient(), TokenFile: f.TokenFile}, nil
+}
 
-// DialFromClients implements provider.ClientDialer: it dials from the internet namespace, where
-// every region's link and every client network meets, so that a region's partition or
-// degradation applies to the connection as to any client's. The socket is made on a thread that
-// entered the namespace (the kernel binds a socket to its creator's namespace for good); the
-// thread is then thrown away rather than trusted back into the host's namespace.
+// RemoveFrontDoor is RemoveFront.
+func (n networks) RemoveFrontDoor(ctx context.Context) error { return n.Provider.RemoveFront(ctx) }
+
+// DialFromClients dials from the internet namespace, where every region's link and every client
+// network meets, so that a region's partition or degradation applies to the connection as to
+// any client's. The socket is made on a thread that entered the namespace (the kernel binds a
+// socket to its creator's namespace for good); the thread is then thrown away rather than
+// trusted back into the host's namespace.
 func (p *Provider) DialFromClients(ctx context.Context, network, address string) (net.Conn, error) {
 	ns := internetNetns(p.opts.DataDir)
 	if !netnsExists(ns) {
