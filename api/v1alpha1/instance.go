@@ -85,3 +85,29 @@ const (
 	EventNormal  = "Normal"
 	EventWarning = "Warning"
 )
+
+// Orphan is an instance a provider runs that no fleet owns: it has no Instance record and its
+// fleet would not adopt it (no such fleet, no herd.dev/fleet label, or a region the fleet does
+// not run in). herd reports it (`herd get instances --orphans`) and deletes it once its grace
+// period is over, unless herd up runs with --orphans=keep.
+type Orphan struct {
+	// Name is the instance's name on its provider.
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	// Fleet and Region are the instance's herd.dev/fleet and herd.dev/region labels, "" when it
+	// has none.
+	Fleet  string `json:"fleet,omitempty"`
+	Region string `json:"region,omitempty"`
+	Image  string `json:"image,omitempty"`
+	// State is what its provider reports: Booting, Ready, Failed or Deleting.
+	State     string     `json:"state"`
+	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	// Why says what makes it an orphan.
+	Why string `json:"why"`
+	// FoundAt is when the controller first found it.
+	FoundAt time.Time `json:"foundAt"`
+	// DeleteAt is when the controller deletes it; not set when orphans are kept.
+	DeleteAt *time.Time `json:"deleteAt,omitempty"`
+	// LastError is why its last deletion failed.
+	LastError string `json:"lastError,omitempty"`
+}

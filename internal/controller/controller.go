@@ -15,7 +15,9 @@
 // The controller is the only writer of Instance records. It keeps them in memory, loaded at start
 // and updated on every write, and records an instance before asking a provider to create it (with a
 // name chosen in advance), so a crash at any point leaves either a record to finish or a labelled
-// provider instance to adopt: never an orphan or a duplicate. Other loops read the records through
+// provider instance to adopt: never a duplicate. What a provider runs that no fleet owns (left by
+// a harness killed at the wrong moment, or a store restored from an older copy) is deleted by the
+// orphan collector (orphans.go). Other loops read the records through
 // a read-only view (view.go); the autoscaler, which writes spec.replicas.desired, lives in
 // internal/autoscaler.
 package controller
@@ -105,6 +107,13 @@ type Options struct {
 	// ProviderCalls, when set, is told of every provider call: the provider, the operation
 	// (create, delete or list), how long it took and its error. herd up counts them in /metrics.
 	ProviderCalls func(provider, op string, took time.Duration, err error)
+	// OrphanGrace is how long an orphan (an instance no fleet owns: orphans.go) is left before the
+	// controller deletes it. Default: 1m.
+	OrphanGrace time.Duration
+	// KeepOrphans, when true, makes the controller only report orphans, never delete them.
+	KeepOrphans bool
+	// Orphans, when set, is told what the orphan collector finds and deletes.
+	Orphans OrphanObserver
 	// QueueMetrics, when set, receives the work queue's metrics (depth, adds, latency, retries)
 	// under the name QueueName; client_golang adapters exist for it. Default: none.
 	QueueMetrics workqueue.MetricsProvider
@@ -146,8 +155,13 @@ type Controller struct {
 	// ownEvents is the recorder the controller runs itself when Options.Events is nil.
 	ownEvents *events.Recorder
 
+	// inf is the cache of fleets the controller follows, set by Start.
+	inf *informer.Informer
+
 	mu        sync.Mutex
 	instances map[string]map[string]*v1alpha1.Instance // fleet -> name -> instance
+
+	orphans orphans
 
 	// statusWrites maps a fleet to the resource version of the controller's own last status write,
 	// so that the watch event it causes does not trigger a reconcile (which would defeat backoff).
@@ -195,6 +209,7 @@ func New(opts Options) (*Controller, error) {
 	orDefault(&opts.HealBackoffBase, 10*time.Second)
 	orDefault(&opts.HealBackoffMax, 5*time.Minute)
 	orDefault(&opts.MaxConcurrentCreates, 100)
+	orDefault(&opts.OrphanGrace, time.Minute)
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -216,6 +231,7 @@ func New(opts Options) (*Controller, error) {
 		events:    opts.Events,
 		ownEvents: own,
 		instances: map[string]map[string]*v1alpha1.Instance{},
+		orphans:   orphans{found: map[orphanKey]*v1alpha1.Orphan{}, kick: make(chan struct{}, 1)},
 	}
 	// Changes are what bring a settled fleet back: the load balancer's (health) and the
 	// providers' (an instance failed or vanished on their side).
@@ -294,8 +310,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 
-	// Every fleet that exists, that has records or that has provider instances is looked at: the
-	// last two catch instances of fleets deleted while the controller was down.
+	// Every fleet that exists or has records is looked at: the records of a fleet deleted while
+	// the controller was down are how its instances are found and deleted. What a provider runs
+	// without a record is the orphan collector's (orphans.go).
 	keys := map[string]bool{}
 	for _, f := range fleets {
 		keys[f.Metadata.Name] = true
@@ -303,22 +320,15 @@ func (c *Controller) Start(ctx context.Context) error {
 	for _, in := range insts {
 		keys[in.Spec.Fleet] = true
 	}
-	for name, p := range c.opts.Providers {
-		start := time.Now()
-		all, err := p.List(ctx, provider.ListOptions{})
-		c.observeCall(name, "list", start, err)
-		if err != nil {
-			return fmt.Errorf("controller: list instances of provider %s: %w", name, err)
-		}
-		for _, in := range all {
-			if f := in.Labels[v1alpha1.LabelFleet]; f != "" {
-				keys[f] = true
-			}
-		}
-	}
 	for k := range keys {
 		c.queue.Add(k)
 	}
+	c.inf = inf
+	var collector sync.WaitGroup
+	defer collector.Wait()
+	cctx, stopCollector := context.WithCancel(ctx)
+	defer stopCollector()
+	collector.Go(func() { c.collectOrphans(cctx) })
 
 	c.log.Info("controller started", "fleets", len(fleets), "instances", len(insts), "workers", c.opts.Workers)
 
@@ -369,6 +379,7 @@ func (c *Controller) Start(ctx context.Context) error {
 			return nil
 		case <-resync.C():
 			c.enqueueAll(inf)
+			c.kickOrphans()
 		}
 	}
 }

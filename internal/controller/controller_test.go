@@ -86,7 +86,7 @@ func (e *env) start() {
 		ResolveImage: e.resolve, Targets: e.targets, Stats: e.stats,
 		Health: e.health, Serving: e.serving, HealthPollInterval: 20 * time.Millisecond,
 		HealBackoffBase: e.healBackoff, HealBackoffMax: 8 * e.healBackoff, Events: e.recorder,
-		Reachability: e.reach,
+		Reachability: e.reach, OrphanGrace: 20 * time.Millisecond,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -323,7 +323,7 @@ func TestRollingUpdateKeepsCapacity(t *testing.T) {
 }
 
 // A restarted controller adopts provider instances it has no record of, deletes those beyond the
-// desired count and those of fleets that no longer exist, and creates recorded instances that the
+// desired count and, as orphans, those of fleets that no longer exist, and creates recorded instances that the
 // provider never made: the states a crash can leave.
 func TestRestartAdoptsAndCleansUp(t *testing.T) {
 	st := memory.New()
