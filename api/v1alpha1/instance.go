@@ -94,9 +94,9 @@ type Orphan struct {
 	// Name is the instance's name on its provider.
 	Name     string `json:"name"`
 	Provider string `json:"provider"`
-	// Fleet and Region are the instance's herd.dev/fleet and herd.dev/region labels, "" when it
-	// has none.
-	Fleet  string `json:"fleet,omitempty"`
+	// Fleet is the instance's herd.dev/fleet label, "" when it has none.
+	Fleet string `json:"fleet,omitempty"`
+	// Region is the region its provider runs it in.
 	Region string `json:"region,omitempty"`
 	Image  string `json:"image,omitempty"`
 	// State is what its provider reports: Booting, Ready, Failed or Deleting.

@@ -78,6 +78,8 @@ type Options struct {
 	ClientRTTs func() []ClientRTT
 	// Front, if set, reports the global front door for GET /v1/front.
 	Front func() FrontDoor
+	// Orphans, if set, reports the instances no fleet owns for GET /v1/orphans (orphans.go).
+	Orphans func() ([]v1alpha1.Orphan, error)
 }
 
 // RegionLB is a region's own load balancer, as the control plane last saw it.
@@ -148,6 +150,7 @@ func New(opts Options) *Server {
 		writeJSON(w, http.StatusOK, out)
 	})
 	s.mux.HandleFunc("GET /v1/routes", s.getRoutes)
+	s.mux.HandleFunc("GET /v1/orphans", s.listOrphans)
 	s.routeGlobal()
 	s.routeImages()
 	if opts.Metrics != nil {

@@ -14,6 +14,7 @@ import (
 func newGetCmd(g *globals) *cobra.Command {
 	var output string
 	var fleet string
+	var orphans bool
 	cmd := &cobra.Command{
 		Use:   "get fleets|instances|regions|routes|rtt [NAME]",
 		Short: "List fleets, instances, the regions of fleets, global routes or the round trips to regions",
@@ -25,9 +26,14 @@ region's part in its DNS answers and why; NAME is a hostname or a fleet.
 
 get rtt lists the round trip from each client network (/24, /48 for IPv6) to each region, as the
 region's own load balancer measures it on the connections it serves (the kernel's smoothed RTT,
-averaged): what a latency-based answer ranks regions by. For rtt, NAME is a client network.`,
+averaged): what a latency-based answer ranks regions by. For rtt, NAME is a client network.
+
+get instances --orphans lists the instances the providers run that no fleet owns (no record, and
+no fleet that would adopt them: left by a process killed at the wrong moment or a store restored
+from an older copy), why, and when herd up deletes each ("kept" under herd up --orphans=keep).`,
 		Example: `  herd get fleets
   herd get instances --fleet hello -o wide
+  herd get instances --orphans        # instances no fleet owns, and when herd deletes each
   herd get fleet hello -o yaml
   herd get regions
   herd get regions hello -o wide
@@ -48,6 +54,9 @@ averaged): what a latency-based answer ranks regions by. For rtt, NAME is a clie
 			format, kind, name, err := resourceArgs(args, output)
 			if err != nil {
 				return err
+			}
+			if orphans && kind != "instance" {
+				return fmt.Errorf("--orphans lists instances: herd get instances --orphans")
 			}
 			c, err := g.client()
 			if err != nil {
@@ -73,6 +82,9 @@ averaged): what a latency-based answer ranks regions by. For rtt, NAME is a clie
 				}
 				return printFleets(g, fleets, format == "wide")
 			case "instance":
+				if orphans {
+					return getOrphans(cmd.Context(), g, format, fleet, name)
+				}
 				insts, err := c.ListInstances(cmd.Context(), fleet)
 				if err != nil {
 					return err
@@ -97,6 +109,7 @@ averaged): what a latency-based answer ranks regions by. For rtt, NAME is a clie
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: wide, yaml or json")
 	cmd.Flags().StringVar(&fleet, "fleet", "", "only instances of this fleet")
+	cmd.Flags().BoolVar(&orphans, "orphans", false, "list the instances the providers run that no fleet owns, and when herd deletes each (with instances)")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +16,7 @@ import (
 
 func newUpCmd(g *globals) *cobra.Command {
 	opts := controlplane.Options{}
-	var etcdPasswordFile string
+	var etcdPasswordFile, orphans string
 	var dns dnsFlags
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -28,6 +29,11 @@ metrics (the load balancer's and the controller's) at /metrics, behind the same 
 On first start it generates an API token and writes the client config (server address and token,
 mode 0600) that the other commands read. Instances keep running when the control plane stops; the
 next 'herd up' adopts them.
+
+An instance a provider runs that no fleet owns (no record, and no fleet that would adopt it: left
+by a process killed at the wrong moment, or a store restored from an older copy) is an orphan:
+herd up reports it (an OrphanFound event; herd get instances --orphans) and deletes it once
+--orphan-grace has passed, or only reports it with --orphans=keep.
 
 With --store etcd, several 'herd up' replicas can share one etcd: every replica serves the API and
 its own load balancer, and one at a time, elected through etcd, runs the controller. When the
@@ -50,6 +56,12 @@ and each adds its address to the client config, whose client tries the others wh
 				return err
 			}
 			var err error
+			if opts.KeepOrphans, err = keepOrphans(orphans); err != nil {
+				return err
+			}
+			if opts.OrphanGrace <= 0 {
+				return fmt.Errorf("--orphan-grace %s: give a duration above 0, such as 1m", opts.OrphanGrace)
+			}
 			if opts.DNS, err = dns.options(); err != nil {
 				return err
 			}
@@ -81,6 +93,8 @@ and each adds its address to the client config, whose client tries the others wh
 	cmd.Flags().StringVar(&etcdPasswordFile, "etcd-password-file", "", "file holding the etcd user's password (with --etcd-username)")
 	cmd.Flags().DurationVar(&opts.Etcd.RequestTimeout, "etcd-request-timeout", etcd.DefaultRequestTimeout, "how long a read or write waits for etcd before the API answers 503 \"etcd has no quorum\"")
 	cmd.Flags().IntVar(&opts.LeaderLeaseTTL, "leader-lease-ttl", leader.DefaultTTL, "seconds a dead leader keeps the controller before another replica takes over (with --store etcd); etcd raises it to 1.5x its election timeout, so 1 needs etcd's --election-timeout at most 500")
+	cmd.Flags().StringVar(&orphans, "orphans", orphansDelete, "what to do with instances no fleet owns: "+orphansDelete+" (once --orphan-grace has passed) or "+orphansKeep+" (only report them: herd get instances --orphans)")
+	cmd.Flags().DurationVar(&opts.OrphanGrace, "orphan-grace", time.Minute, "how long an instance no fleet owns is left before herd deletes it")
 	dns.register(cmd, "dns-", "serve this zone with herd's authoritative DNS (e.g. herd.test.): each fleet's spec.global hostname answered with its healthy regions' load balancers; default: no DNS")
 	return cmd
 }

@@ -403,6 +403,14 @@ func (c *Client) RegionLBs(ctx context.Context) ([]apiserver.RegionLB, error) {
 	return out, err
 }
 
+// Orphans returns the instances the providers run that no fleet owns, as the controller's
+// orphan collector last found them.
+func (c *Client) Orphans(ctx context.Context) ([]v1alpha1.Orphan, error) {
+	var out []v1alpha1.Orphan
+	err := c.do(ctx, http.MethodGet, "/v1/orphans", nil, &out)
+	return out, err
+}
+
 // ClientRTTs returns the round trip from each client network to each region, as the regions' load
 // balancers measured it (none from a control plane that predates it).
 func (c *Client) ClientRTTs(ctx context.Context) ([]apiserver.ClientRTT, error) {

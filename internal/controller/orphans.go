@@ -166,8 +166,11 @@ func (c *Controller) orphanPass(ctx context.Context) time.Duration {
 // foundOrphan makes the collector's entry of an orphan found now, and says so once.
 func (c *Controller) foundOrphan(prov string, in provider.Instance, why string, now time.Time) *v1alpha1.Orphan {
 	o := &v1alpha1.Orphan{
-		Name: in.Name, Provider: prov, Fleet: in.Labels[v1alpha1.LabelFleet], Region: in.Labels[v1alpha1.LabelRegion],
+		Name: in.Name, Provider: prov, Fleet: in.Labels[v1alpha1.LabelFleet], Region: in.Region,
 		Image: in.Image, State: string(in.State), Why: why, FoundAt: now,
+	}
+	if o.Region == "" {
+		o.Region = in.Labels[v1alpha1.LabelRegion]
 	}
 	if !in.CreatedAt.IsZero() {
 		t := in.CreatedAt.UTC()

@@ -79,6 +79,25 @@ func (c *Controller) orphanPasses() int64 {
 	return c.orphans.passes
 }
 
+// runController starts a controller made of opts, stopped when the test ends.
+func runController(t *testing.T, opts Options) *Controller {
+	t.Helper()
+	c, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller stopped with %v", err)
+		}
+	})
+	return c
+}
+
 // seedOwned makes, on p and in st, fleets of perFleet Ready instances each, every one recorded as
 // a controller that ran them would have, and returns their names.
 func seedOwned(t *testing.T, st store.Store, p *fake.Provider, fleets, perFleet int) map[string]bool {
@@ -157,27 +176,16 @@ func TestOrphansCollectedAtScale(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	rec := &eventstest.Recorder{}
 	counts := &orphanCounts{found: map[string]int{}, deleted: map[string]int{}}
-	c, err := New(Options{
+	c := runController(t, Options{
 		Store: st, Providers: map[string]provider.Provider{fake.Name: p}, Clock: clk, Events: rec,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		ResyncPeriod: time.Hour, OrphanGrace: grace, Orphans: counts,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Start(cctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller stopped with %v", err)
-		}
-	}()
-	defer close(p.release) // first: a create held would hold the controller's stop
+	t.Cleanup(func() { close(p.release) }) // first: a create held would hold the controller's stop
 
-	// The pass at start reports each orphan once, with when it goes, and deletes nothing.
-	waitFor(t, time.Minute, func() string {
+	// The pass at start reports each orphan once, with when it goes, and deletes nothing. (The
+	// deadlines are generous: a busy machine reconciles 50 fleets of 1,000 slowly.)
+	waitFor(t, 5*time.Minute, func() string {
 		if found, _ := counts.get(fake.Name); !c.Synced() || found != 100 {
 			return fmt.Sprintf("synced %v, %d orphans found, %d passes", c.Synced(), found, c.orphanPasses())
 		}
@@ -214,7 +222,7 @@ func TestOrphansCollectedAtScale(t *testing.T) {
 	var inFlight string
 	select {
 	case inFlight = <-p.held:
-	case <-time.After(time.Minute):
+	case <-time.After(5 * time.Minute):
 		t.Fatal("the scale-out's create never reached the provider")
 	}
 	if _, err := st.Get(ctx, store.Instances, inFlight); err != nil {
@@ -225,7 +233,7 @@ func TestOrphansCollectedAtScale(t *testing.T) {
 	passes, lists := c.orphanPasses(), p.unfiltered.Load()
 	start := time.Now()
 	clk.Step(grace)
-	waitFor(t, time.Minute, func() string {
+	waitFor(t, 5*time.Minute, func() string {
 		if _, deleted := counts.get(fake.Name); deleted != 100 || c.orphanPasses() < passes+1 {
 			return fmt.Sprintf("%d orphans deleted, %d passes since", deleted, c.orphanPasses()-passes)
 		}
@@ -233,7 +241,7 @@ func TestOrphansCollectedAtScale(t *testing.T) {
 	})
 	took := time.Since(start)
 	clk.Step(time.Hour)
-	waitFor(t, time.Minute, func() string {
+	waitFor(t, 5*time.Minute, func() string {
 		if n := c.orphanPasses(); n < passes+2 {
 			return fmt.Sprintf("%d passes since the grace period ended, want 2", n-passes)
 		}
@@ -281,5 +289,51 @@ func TestOrphansCollectedAtScale(t *testing.T) {
 	if got := len(c.Orphans()); got != 0 {
 		t.Fatalf("Orphans() still lists %d", got)
 	}
-	t.Logf("%d owned instances; the 100 orphans among them deleted in %s after their grace period ended", len(owned), took.Round(time.Millisecond))
+	passStart := time.Now()
+	c.orphanPass(ctx)
+	t.Logf("%d owned instances; the 100 orphans among them deleted %s after their grace period ended; a pass that finds none takes %s",
+		len(owned), took.Round(time.Millisecond), time.Since(passStart).Round(time.Millisecond))
+}
+
+// TestOrphansKept: with KeepOrphans, an orphan is reported once, listed without a time to go,
+// and left running through passes long after any grace period.
+func TestOrphansKept(t *testing.T) {
+	ctx := context.Background()
+	p, err := fake.New(fake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Create(ctx, provider.InstanceSpec{Name: "bench-1-0", Image: "img", Region: "bench"}); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Now())
+	rec := &eventstest.Recorder{}
+	c := runController(t, Options{Store: memory.New(), Providers: map[string]provider.Provider{fake.Name: p}, Clock: clk, Events: rec,
+		ResyncPeriod: time.Hour, OrphanGrace: time.Second, KeepOrphans: true})
+	waitFor(t, 10*time.Second, func() string {
+		if n := c.orphanPasses(); n < 1 {
+			return "no pass yet"
+		}
+		return ""
+	})
+	for pass := int64(2); pass <= 3; pass++ {
+		clk.Step(time.Hour) // the resync's pass
+		waitFor(t, 10*time.Second, func() string {
+			if n := c.orphanPasses(); n < pass {
+				return fmt.Sprintf("%d passes, want %d", n, pass)
+			}
+			return ""
+		})
+	}
+	if n := p.Calls("Delete"); n != 0 {
+		t.Fatalf("%d deletes of an orphan that is to be kept", n)
+	}
+	list := c.Orphans()
+	if len(list) != 1 || list[0].Name != "bench-1-0" || list[0].DeleteAt != nil || list[0].Why != "it has no herd.dev/fleet label" {
+		t.Fatalf("Orphans() = %+v, want bench-1-0, kept, with why", list)
+	}
+	evs := rec.Events()
+	if len(evs) != 1 || evs[0].Reason != "OrphanFound" || !strings.Contains(evs[0].Message, "--orphans=keep") {
+		t.Fatalf("events %+v, want one OrphanFound saying it is kept", evs)
+	}
 }

@@ -115,6 +115,7 @@ func (p *parts) handler() *web.Handler {
 		Routes:     p.routes.Table,
 		ClientRTTs: func() []apiserver.ClientRTT { return clientRTTs(p.rtts) },
 		Front:      func() apiserver.FrontDoor { return frontDoor(p.door) },
+		Orphans:    p.lead.Orphans,
 		Status:     p.status,
 	})
 	return web.New(web.Options{Store: p.st, Token: p.token, API: api, LBHealth: p.targets.Health, Usage: p.usage, Logger: p.log,

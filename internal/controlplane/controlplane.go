@@ -54,6 +54,11 @@ type Options struct {
 	Ready func(url string)
 	// DNS runs herd's authoritative DNS server for a zone. Default: none.
 	DNS DNSOptions
+	// OrphanGrace is how long an instance no fleet owns is left before the controller deletes it.
+	// Default: controller.Options' (1m).
+	OrphanGrace time.Duration
+	// KeepOrphans makes the controller only report instances no fleet owns, never delete them.
+	KeepOrphans bool
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/herd, or ~/.local/share/herd.

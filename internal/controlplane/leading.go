@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/lbsync"
@@ -208,6 +211,14 @@ func (l *leading) ServingInstances() []controller.ServingInstance {
 		return c.ServingInstances()
 	}
 	return nil
+}
+
+// Orphans are the controller's, or apiserver.ErrNotLeading on a replica that does not lead.
+func (l *leading) Orphans() ([]v1alpha1.Orphan, error) {
+	if c := l.current(); c != nil {
+		return c.Orphans(), nil
+	}
+	return nil, apiserver.ErrNotLeading
 }
 
 // Reconciles counts the reconciles of every term of this process.

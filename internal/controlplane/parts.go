@@ -223,7 +223,7 @@ func (p *parts) buildLeading() {
 		},
 		ctrl: controller.Options{Informer: p.cache, Logger: p.log, ResolveImage: p.resolveImage, Targets: p.targets, Health: p.monitor,
 			Serving: figures, Stats: figures, Reachability: p.regions, Events: p.recorder, QueueMetrics: p.queueMetrics,
-			ProviderCalls: p.decisions.ProviderCall},
+			ProviderCalls: p.decisions.ProviderCall, OrphanGrace: p.opts.OrphanGrace, KeepOrphans: p.opts.KeepOrphans, Orphans: p.decisions},
 		scaler: autoscaler.LoopOptions{Events: p.recorder, Load: figures, CPU: p.agents, Logger: p.log, Observer: p.decisions},
 	}}
 }

@@ -6,11 +6,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"herd.dev/herd/internal/autoscaler"
+	"herd.dev/herd/internal/controller"
 )
 
 // Decisions counts what the control plane asked of its providers and what it decided: provider
 // calls with their latency and errors, events by type and reason (healing replacements and
-// backoffs, rollout steps, scale-outs and scale-ins), and each autoscaled fleet's last inputs.
+// backoffs, rollout steps, scale-outs and scale-ins), each autoscaled fleet's last inputs, and
+// the orphans found and deleted.
 // herd up wires its methods into the controller, the event recorder and the autoscaler, and
 // registers it in /metrics.
 type Decisions struct {
@@ -20,9 +22,14 @@ type Decisions struct {
 	input       *prometheus.GaugeVec
 	target      *prometheus.GaugeVec
 	recommended *prometheus.GaugeVec
+	orphans     *prometheus.GaugeVec
+	orphansGone *prometheus.CounterVec
 }
 
-var _ autoscaler.Observer = (*Decisions)(nil)
+var (
+	_ autoscaler.Observer       = (*Decisions)(nil)
+	_ controller.OrphanObserver = (*Decisions)(nil)
+)
 
 // NewDecisions returns the collector, with nothing counted.
 func NewDecisions() *Decisions {
@@ -52,6 +59,14 @@ func NewDecisions() *Decisions {
 			Name: "herd_autoscaler_recommended_replicas",
 			Help: "The desired count the autoscaler's last decision recommended for a fleet.",
 		}, []string{"fleet"}),
+		orphans: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "herd_orphans",
+			Help: "Instances a provider runs that no fleet owns, as the orphan collector's last pass found them (herd get instances --orphans).",
+		}, []string{"provider"}),
+		orphansGone: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "herd_orphans_deleted_total",
+			Help: "Orphans (instances no fleet owns) the controller deleted, by provider.",
+		}, []string{"provider"}),
 	}
 }
 
@@ -80,6 +95,14 @@ func (d *Decisions) Forgotten(fleet string) {
 	}
 }
 
+// OrphansFound implements controller.OrphanObserver.
+func (d *Decisions) OrphansFound(provider string, n int) {
+	d.orphans.WithLabelValues(provider).Set(float64(n))
+}
+
+// OrphanDeleted implements controller.OrphanObserver.
+func (d *Decisions) OrphanDeleted(provider string) { d.orphansGone.WithLabelValues(provider).Inc() }
+
 // Describe implements prometheus.Collector.
 func (d *Decisions) Describe(ch chan<- *prometheus.Desc) { d.collectors().Describe(ch) }
 
@@ -87,5 +110,5 @@ func (d *Decisions) Describe(ch chan<- *prometheus.Desc) { d.collectors().Descri
 func (d *Decisions) Collect(ch chan<- prometheus.Metric) { d.collectors().Collect(ch) }
 
 func (d *Decisions) collectors() collectorSet {
-	return collectorSet{d.calls, d.callErrors, d.events, d.input, d.target, d.recommended}
+	return collectorSet{d.calls, d.callErrors, d.events, d.input, d.target, d.recommended, d.orphans, d.orphansGone}
 }

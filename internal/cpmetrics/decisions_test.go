@@ -41,3 +41,18 @@ func TestDecisions(t *testing.T) {
 	}
 	promtest.Want(t, got, map[string]map[string]float64{"herd_autoscaler_recommended_replicas": {"fleet=api": 1}})
 }
+
+// The orphan collector's findings are a gauge per provider, set by each pass; its deletions a
+// counter.
+func TestOrphanMetrics(t *testing.T) {
+	d := NewDecisions()
+	d.OrphansFound("local", 3)
+	d.OrphansFound("fake", 0)
+	d.OrphanDeleted("local")
+	d.OrphanDeleted("local")
+	d.OrphansFound("local", 1)
+	promtest.Want(t, promtest.Gather(t, d), map[string]map[string]float64{
+		"herd_orphans":               {"provider=local": 1, "provider=fake": 0},
+		"herd_orphans_deleted_total": {"provider=local": 2},
+	})
+}
