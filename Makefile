@@ -44,9 +44,12 @@ bench-lb: build
 	./hack/bench-lb.sh
 
 # Boot time, idle memory and idle CPU of one real local instance of examples/hello (needs root).
-# Installs what is missing first; its last line is the figure.
+# Installs what is missing first; its last line is the figure. It runs as make's own child, not
+# under go run (which dies on SIGTERM without passing it on), so that SIGTERM or Ctrl-C reaches it
+# and it deletes what it created before it exits. BENCH_INSTANCE_FLAGS adds flags (-runs, -idle).
 bench-instance: build deps kubernetes
-	$(GO) run ./hack/bench/instance -herd $(BIN)/herd
+	$(GO) build -o $(BIN)/bench-instance ./hack/bench/instance
+	$(BIN)/bench-instance -herd $(BIN)/herd $(BENCH_INSTANCE_FLAGS)
 
 # Kills -9 one of three real local instances of examples/hello under load through herd's load
 # balancer (the end-to-end test TestIntegrationFailover, which builds its own herd; needs root). Its

@@ -9,7 +9,7 @@
 //   - idle_cpu_cores: the CPU time its cgroup used over the next -window (cpuacct), per second.
 //
 // It runs as root on a data directory of its own, and removes every instance it created and the
-// data directory on exit, also on Ctrl-C. The last line is:
+// data directory on exit, also on Ctrl-C and SIGTERM. The last line is:
 //
 //	instance: boot_to_ready_s=<float> idle_rss_mb=<int> idle_cpu_cores=<float>
 package main
@@ -47,6 +47,9 @@ func main() {
 	idle := flag.Duration("idle", 30*time.Second, "how long the last instance idles before its memory is measured")
 	window := flag.Duration("window", 30*time.Second, "window over which idle CPU is measured")
 	flag.Parse()
+	// Interrupted, it deletes what it created before it exits. Its output may go nowhere by then
+	// (Ctrl-C on make bench-instance | tee stops tee too): SIGPIPE would kill it mid-cleanup.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	line, err := run(ctx, *herd, *nodeImage, *runs, *idle, *window)
