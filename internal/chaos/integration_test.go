@@ -9,6 +9,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/chaos"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
@@ -25,7 +26,7 @@ func TestIntegrationChaosRegion(t *testing.T) {
 	p := regiontest.Provider(t, []string{"eu"}, []string{"home"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/netlab"
 )
 
 func newChaosCmd(g *globals) *cobra.Command {
@@ -68,12 +68,12 @@ func newChaosStartCmd(g *globals, action, arg, short, example string) *cobra.Com
 				}
 				opts := map[string]string{}
 				if latency != "" {
-					opts[local.OptionLatency] = latency
+					opts[netlab.OptionLatency] = latency
 				}
 				if loss != "" {
-					opts[local.OptionLoss] = loss
+					opts[netlab.OptionLoss] = loss
 				}
-				shape, errs := local.ParseShape(field.NewPath("flags"), opts)
+				shape, errs := netlab.ParseShape(field.NewPath("flags"), opts)
 				if len(errs) > 0 {
 					e := errs[0]
 					return fmt.Errorf("--%s %v: %s", strings.TrimPrefix(e.Field, "flags."), e.BadValue, e.Detail)

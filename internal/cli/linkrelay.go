@@ -2,8 +2,7 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
-
-	"herd.dev/herd/internal/provider/local"
+	"herd.dev/herd/internal/netlab"
 )
 
 // newLinkRelayCmd is `herd link-relay`: the process the local provider starts for every shaped
@@ -24,7 +23,7 @@ it; see docs/regions.md.`,
 			if err != nil {
 				return err
 			}
-			return local.RunLinkRelay(cmd.Context(), configFile, log)
+			return netlab.RunLinkRelay(cmd.Context(), configFile, log)
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "link-config", "", "the link's config file, written by the local provider (required)")

@@ -10,6 +10,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
 	"herd.dev/herd/internal/regionlb"
@@ -25,7 +26,7 @@ import (
 func TestIntegrationRegionalLB(t *testing.T) {
 	p := regiontest.Provider(t, []string{"eu", "us"}, []string{"home"})
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

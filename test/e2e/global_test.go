@@ -19,6 +19,7 @@ import (
 
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
 	"herd.dev/herd/internal/provider/local/regiontest"
@@ -90,7 +91,7 @@ spec:
 		eastNet: {nearRegion: 100 * time.Millisecond},
 	}
 	for _, name := range e.clientNets {
-		c, err := p.AddClient(context.Background(), name, local.Shape{}, far[name])
+		c, err := p.AddClient(context.Background(), name, netlab.Shape{}, far[name])
 		if err != nil {
 			t.Fatal(err)
 		}

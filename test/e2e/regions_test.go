@@ -17,6 +17,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
 	"herd.dev/herd/internal/provider/local/regiontest"
@@ -173,7 +174,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := p.AddClient(context.Background(), usersNet, local.Shape{}, nil)
+	c, err := p.AddClient(context.Background(), usersNet, netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
 	"herd.dev/herd/internal/regionlb"
@@ -28,11 +29,11 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 	p := regiontest.Provider(t, []string{"near", "far"}, []string{"home", "remote"})
 	ctx := context.Background()
 	latency := map[string]time.Duration{"near": 10 * time.Millisecond, "far": 60 * time.Millisecond}
-	home, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	home, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote, err := p.AddClient(ctx, "remote", local.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	remote, err := p.AddClient(ctx, "remote", netlab.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"herd.dev/herd/internal/statefile"
 )
 
 // Addresses inside a region's /24: the bridge has .1; instances get .10 to .254.
@@ -96,7 +98,7 @@ func writeRegion(dir string, r *regionRecord) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, r.Region+".json"), append(data, '\n'))
+	return statefile.WriteAtomic(filepath.Join(dir, r.Region+".json"), append(data, '\n'))
 }
 
 // pickSubnet returns the first /24 of pool that no other region of this data directory has and

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/regionnet"
 )
 
@@ -24,26 +25,26 @@ type Chaos struct {
 	// Action is ChaosPartition or ChaosDegrade.
 	Action string `json:"action"`
 	// Shape is the link's shape while the action lasts.
-	Shape Shape     `json:"shape"`
-	Since time.Time `json:"since"`
+	Shape netlab.Shape `json:"shape"`
+	Since time.Time    `json:"since"`
 }
 
 // Partition implements regionnet.Chaos. The link relay drops every packet (loss 100%) rather than the
 // link going down: the router keeps its addresses and routes, its load balancer keeps its
 // listeners, and Restore brings the region back at once.
 func (p *Provider) Partition(ctx context.Context, region string) error {
-	return p.chaos(ctx, region, &Chaos{Action: ChaosPartition, Shape: Shape{Loss: 1}})
+	return p.chaos(ctx, region, &Chaos{Action: ChaosPartition, Shape: netlab.Shape{Loss: 1}})
 }
 
 // Degrade implements regionnet.Chaos.
 func (p *Provider) Degrade(ctx context.Context, region string, latency time.Duration, loss float64) error {
-	if latency < 0 || latency > maxShapeDelay {
-		return fmt.Errorf("degrade region %s: latency %s must be between 0 and %s", region, latency, maxShapeDelay)
+	if latency < 0 || latency > netlab.MaxShapeDelay {
+		return fmt.Errorf("degrade region %s: latency %s must be between 0 and %s", region, latency, netlab.MaxShapeDelay)
 	}
 	if loss < 0 || loss > 1 || loss != loss {
 		return fmt.Errorf("degrade region %s: loss %v must be between 0 and 1 (0%% to 100%%)", region, loss)
 	}
-	return p.chaos(ctx, region, &Chaos{Action: ChaosDegrade, Shape: Shape{Latency: latency, Loss: loss}})
+	return p.chaos(ctx, region, &Chaos{Action: ChaosDegrade, Shape: netlab.Shape{Latency: latency, Loss: loss}})
 }
 
 // Restore implements regionnet.Chaos; restoring a region without a chaos action does nothing.

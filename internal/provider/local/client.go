@@ -13,6 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/netlab"
+	"herd.dev/herd/internal/statefile"
 )
 
 const clientFile = "client.json"
@@ -30,7 +34,7 @@ type ClientNetwork struct {
 	// client network apart. Other addresses of it can be added in the namespace (on lo).
 	Network string `json:"network"`
 	// Shape is its link's shape: its distance to the internet, added to every region's.
-	Shape Shape `json:"shape"`
+	Shape netlab.Shape `json:"shape"`
 	// RegionLatency adds round-trip time between this client network and some regions, by
 	// region name: clients in different places are not equally far from every region.
 	RegionLatency map[string]time.Duration `json:"regionLatency,omitempty"`
@@ -50,7 +54,7 @@ func (p *Provider) ClientNetns(name string) string { return clientNetns(p.opts.D
 // AddClient makes (or repairs, or reshapes) a client network on the internet: a namespace with
 // one link to the internet namespace, shaped as shape says, with regionLatency (region name ->
 // round trip) more to some regions, and a default route through it.
-func (p *Provider) AddClient(ctx context.Context, name string, shape Shape, regionLatency map[string]time.Duration) (ClientNetwork, error) {
+func (p *Provider) AddClient(ctx context.Context, name string, shape netlab.Shape, regionLatency map[string]time.Duration) (ClientNetwork, error) {
 	if !labelRE.MatchString(name) || len(name) > 63 {
 		return ClientNetwork{}, fmt.Errorf("client network %q: the name must be a DNS label", name)
 	}
@@ -108,10 +112,10 @@ func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
 	sn, _ := netip.ParsePrefix(inet.Subnet)
 	addr, _ := netip.ParseAddr(c.Address)
 	network, _ := netip.ParsePrefix(c.Network)
-	cfg := linkConfig{
+	cfg := netlab.LinkConfig{
 		Name:  "client " + c.Name,
-		A:     linkEnd{Netns: c.Netns, Device: "eth0"},
-		B:     linkEnd{Netns: inet.Netns, Device: hubDevice(p.opts.DataDir, "client/"+c.Name)},
+		A:     netlab.LinkEnd{Netns: c.Netns, Device: "eth0"},
+		B:     netlab.LinkEnd{Netns: inet.Netns, Device: hubDevice(p.opts.DataDir, "client/"+c.Name)},
 		Shape: c.Shape,
 	}
 	for region, d := range c.RegionLatency {
@@ -129,7 +133,7 @@ func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
 // address the internet record held for it, before the link gets its addresses again.
 func (p *Provider) flushClientLink(ctx context.Context, c *ClientNetwork, inet *internetRecord) error {
 	l := p.clientLink(c, inet)
-	for _, end := range []linkEnd{l.cfg.A, l.cfg.B} {
+	for _, end := range []netlab.LinkEnd{l.cfg.A, l.cfg.B} {
 		if nsLinkExists(ctx, end.Netns, end.Device) {
 			if err := run(ctx, "ip", "-n", end.Netns, "addr", "flush", "dev", end.Device); err != nil {
 				return err
@@ -201,7 +205,7 @@ func (p *Provider) removeClient(ctx context.Context, name string) error {
 	ns := clientNetns(p.opts.DataDir, name)
 	errs = append(errs, killNetnsProcesses(ctx, ns), deleteNetns(ctx, ns, ""))
 	inetNs, hub := internetNetns(p.opts.DataDir), hubDevice(p.opts.DataDir, "client/"+name)
-	if netnsExists(inetNs) && nsLinkExists(ctx, inetNs, hub) {
+	if hostnet.NetnsExists(inetNs) && nsLinkExists(ctx, inetNs, hub) {
 		errs = append(errs, run(ctx, "ip", "-n", inetNs, "link", "delete", hub))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -222,7 +226,7 @@ func readClient(dir string) (*ClientNetwork, error) {
 }
 
 func writeClient(dir string, c *ClientNetwork) error {
-	return writeJSONFile(filepath.Join(dir, clientFile), c)
+	return statefile.WriteJSON(filepath.Join(dir, clientFile), c)
 }
 
 // clientNames lists the client networks recorded.

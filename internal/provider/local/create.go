@@ -20,6 +20,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
 )
@@ -155,7 +156,7 @@ func (p *Provider) resolveImage(ref string) (image.Bundle, error) {
 // instance of this name would get: another herd data directory runs an instance of that name.
 func (p *Provider) checkNameFree(name string) error {
 	var used []string
-	if netnsExists(netnsName(name)) {
+	if hostnet.NetnsExists(netnsName(name)) {
 		used = append(used, "network namespace "+netnsName(name))
 	}
 	if linkExists(vethName(name)) {

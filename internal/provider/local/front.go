@@ -16,6 +16,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/statefile"
 )
 
 // Files of the front door, in net/front/.
@@ -91,7 +94,7 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 			rec = &frontRecord{}
 		}
 		rec.Address = addr.String()
-		if err := writeJSONFile(filepath.Join(dir, frontFile), rec); err != nil {
+		if err := statefile.WriteJSON(filepath.Join(dir, frontFile), rec); err != nil {
 			return err
 		}
 		// The address lives on the internet namespace's loopback: every link's routes lead there.
@@ -118,7 +121,7 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 			return fmt.Errorf("start the front door: %w", err)
 		}
 		rec.PID, rec.Start = pid, start
-		if err := writeJSONFile(filepath.Join(dir, frontFile), rec); err != nil {
+		if err := statefile.WriteJSON(filepath.Join(dir, frontFile), rec); err != nil {
 			_ = stopProcess(context.WithoutCancel(ctx), pid, start, lbStopTimeout)
 			return err
 		}
@@ -163,7 +166,7 @@ func (p *Provider) removeFront(ctx context.Context) error {
 		return err
 	}
 	inetNs := internetNetns(p.opts.DataDir)
-	if rec.Address != "" && netnsExists(inetNs) {
+	if rec.Address != "" && hostnet.NetnsExists(inetNs) {
 		_ = run(ctx, "ip", "-n", inetNs, "addr", "del", rec.Address+"/32", "dev", "lo") // gone with a namespace made again
 	}
 	if err := p.releaseInternet(ctx, frontHostKey); err != nil {

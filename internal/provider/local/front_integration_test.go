@@ -17,6 +17,7 @@ import (
 
 	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/lb"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
 )
@@ -98,7 +99,7 @@ func (l *frontLoad) halt() {
 func TestIntegrationFrontDoor(t *testing.T) {
 	p, _ := regionEnv(t, "near", "far")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestIntegrationFrontDoor(t *testing.T) {
 	// Each regional load balancer measures each client network at its own distance: a second
 	// client network, 100 ms farther from the near region only, ranks the regions the other way,
 	// and shows up in the tables as a /24 of its own.
-	remote, err := p.AddClient(ctx, "remote", local.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	remote, err := p.AddClient(ctx, "remote", netlab.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

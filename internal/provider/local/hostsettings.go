@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"herd.dev/herd/internal/statefile"
 )
 
 // The kubelet of every instance sets a few kernel settings when it starts (setupKernelTunables in
@@ -166,7 +168,7 @@ func (p *Provider) recordHostSettings() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(p.dir, hostSettingsFile), append(data, '\n'))
+	return statefile.WriteAtomic(filepath.Join(p.dir, hostSettingsFile), append(data, '\n'))
 }
 
 // restoreHostSettings puts the recorded values back once no instance is left, and then removes

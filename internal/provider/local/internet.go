@@ -1,6 +1,6 @@
 // The internet of a data directory: a network namespace that every region's router and every
 // client network is linked to, and the shaped links themselves (a TUN device at each end and a
-// relay process between them, linkrelay.go).
+// relay process between them, netlab.RunLinkRelay).
 
 package local
 
@@ -19,6 +19,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/netlab"
+	"herd.dev/herd/internal/statefile"
 )
 
 // DefaultInternetPool is where the /24s of a data directory's internet come from: the internet
@@ -86,7 +90,7 @@ func (p *Provider) readInternet() (*internetRecord, error) {
 }
 
 func (p *Provider) writeInternet(r *internetRecord) error {
-	return writeJSONFile(filepath.Join(p.netDir(), internetFile), r)
+	return statefile.WriteJSON(filepath.Join(p.netDir(), internetFile), r)
 }
 
 // ensureInternet returns the internet record, choosing its subnet under the host lock and
@@ -226,8 +230,8 @@ func (p *Provider) pruneNetDir() {
 
 // ensureNetns creates a network namespace with its loopback up, and forwarding on if asked.
 func ensureNetns(ctx context.Context, ns string, forward bool) error {
-	if !netnsExists(ns) {
-		if err := run(ctx, "ip", "netns", "add", ns); err != nil && !netnsExists(ns) {
+	if !hostnet.NetnsExists(ns) {
+		if err := run(ctx, "ip", "netns", "add", ns); err != nil && !hostnet.NetnsExists(ns) {
 			return err
 		}
 	}
@@ -235,7 +239,7 @@ func ensureNetns(ctx context.Context, ns string, forward bool) error {
 		return err
 	}
 	if forward {
-		if err := inNetns(filepath.Join(netnsDir, ns), func() error {
+		if err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, ns), func() error {
 			return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
 		}); err != nil {
 			return fmt.Errorf("enable forwarding in netns %s: %w", ns, err)
@@ -252,7 +256,7 @@ func nsLinkExists(ctx context.Context, ns, dev string) bool {
 // link is a shaped point-to-point link: end A (a router or a client) has address AddrA, end B
 // (the internet) the hub address; each end is a persistent TUN device.
 type link struct {
-	cfg   linkConfig
+	cfg   netlab.LinkConfig
 	addrA netip.Addr
 	hub   netip.Addr
 	// defaultRoute: A routes everything through the link (a router or a client does).
@@ -264,7 +268,7 @@ type link struct {
 // ensureLinkDevices creates the link's TUN devices with their addresses and routes.
 func ensureLinkDevices(ctx context.Context, l link) error {
 	ends := []struct {
-		end         linkEnd
+		end         netlab.LinkEnd
 		local, peer netip.Addr
 	}{{l.cfg.A, l.addrA, l.hub}, {l.cfg.B, l.hub, l.addrA}}
 	for _, e := range ends {
@@ -297,10 +301,10 @@ func ensureLinkDevices(ctx context.Context, l link) error {
 // ensureRelay writes the link's config into dir and makes sure its relay runs with it: a
 // running one (pid and start time as recorded) is told to re-read it, a dead one is started.
 // It returns the relay's pid and start time.
-func (p *Provider) ensureRelay(dir string, cfg linkConfig, pid int, start uint64) (int, uint64, error) {
+func (p *Provider) ensureRelay(dir string, cfg netlab.LinkConfig, pid int, start uint64) (int, uint64, error) {
 	path := filepath.Join(dir, linkConfigFile)
 	cfg.Generation = time.Now().UnixNano()
-	if err := writeJSONFile(path, cfg); err != nil {
+	if err := statefile.WriteJSON(path, cfg); err != nil {
 		return 0, 0, err
 	}
 	if alive(pid, start) {
@@ -322,7 +326,7 @@ func (p *Provider) ensureRelay(dir string, cfg linkConfig, pid int, start uint64
 	var died bool
 	err := waitFor(context.Background(), relayAckTimeout, func() bool {
 		died = !alive(pid, start)
-		return died || readApplied(path) == cfg.Generation
+		return died || netlab.ReadApplied(path) == cfg.Generation
 	}, "the link relay to apply its config")
 	if err == nil && died {
 		err = fmt.Errorf("the link relay exited: %s", logTail(filepath.Join(dir, linkLogFile), 3))
@@ -351,7 +355,7 @@ func (p *Provider) startDetached(logPath, netns string, cloneflags uintptr, args
 		if err != nil {
 			return 0, 0, fmt.Errorf("nsenter: %w (install util-linux)", err)
 		}
-		args = append([]string{nsenter, "--net=" + filepath.Join(netnsDir, netns), "--"}, args...)
+		args = append([]string{nsenter, "--net=" + filepath.Join(hostnet.NetnsDir, netns), "--"}, args...)
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf

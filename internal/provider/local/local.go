@@ -46,7 +46,7 @@
 //
 // Each region is also a network of its own (docs/regions.md): region.go makes and removes a
 // region's router namespace and its link to the internet namespace (internet.go), whose latency,
-// jitter and loss (shape.go) the link relay applies to every packet (linkrelay.go); regionlb.go
+// jitter and loss (netlab.Shape) the link relay applies to every packet (internal/netlab); regionlb.go
 // runs the regional load balancer in the router namespace, chaos.go cuts or degrades a region's
 // link, and client.go attaches client networks to the internet.
 package local

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider"
 )
 
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	// Regions' links are carried by `herd link-relay`: this binary runs the same code.
 	if len(os.Args) == 4 && os.Args[1] == linkRelayCommand && os.Args[2] == "--link-config" {
-		if err := RunLinkRelay(context.Background(), os.Args[3], slog.Default()); err != nil {
+		if err := netlab.RunLinkRelay(context.Background(), os.Args[3], slog.Default()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -8,15 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"herd.dev/herd/internal/hostnet"
 )
-
-// netnsDir is where `ip netns` keeps named network namespaces.
-const netnsDir = "/run/netns"
 
 // run runs a command and returns an error naming the command and its output when it fails.
 func run(ctx context.Context, name string, args ...string) error {
@@ -30,11 +27,6 @@ func run(ctx context.Context, name string, args ...string) error {
 // linkExists reports whether a network interface of the host has this name.
 func linkExists(name string) bool {
 	_, err := net.InterfaceByName(name)
-	return err == nil
-}
-
-func netnsExists(ns string) bool {
-	_, err := os.Stat(filepath.Join(netnsDir, ns))
 	return err == nil
 }
 
@@ -83,7 +75,7 @@ func setupInstanceNetwork(ctx context.Context, r *record) error {
 			return fmt.Errorf("set up the network of %s: %w", r.Spec.Name, err)
 		}
 	}
-	if err := inNetns(filepath.Join(netnsDir, ns), func() error {
+	if err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, ns), func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
 	}); err != nil {
 		return fmt.Errorf("set up the network of %s: enable forwarding in netns %s: %w", r.Spec.Name, ns, err)
@@ -91,32 +83,11 @@ func setupInstanceNetwork(ctx context.Context, r *record) error {
 	return nil
 }
 
-// inNetns runs fn on an OS thread that has joined the network namespace at path. The thread is
-// never given back to the Go scheduler: it ends with the goroutine.
-func inNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // no unlock: the thread's namespace is changed for good
-		f, err := os.Open(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // deleteNetns deletes the instance's network namespace (with eth0, cni0, pod veths and every
 // iptables rule inside), then its host veth if the kernel has not removed it yet.
 func deleteNetns(ctx context.Context, ns, hostVeth string) error {
-	if netnsExists(ns) {
-		if err := run(ctx, "ip", "netns", "delete", ns); err != nil && netnsExists(ns) {
+	if hostnet.NetnsExists(ns) {
+		if err := run(ctx, "ip", "netns", "delete", ns); err != nil && hostnet.NetnsExists(ns) {
 			return fmt.Errorf("delete netns: %w", err)
 		}
 	}
@@ -130,14 +101,14 @@ func deleteNetns(ctx context.Context, ns, hostVeth string) error {
 // netnsInode returns the inode of the network namespace bound at /run/netns/<ns>, 0 if none.
 func netnsInode(ns string) uint64 {
 	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(netnsDir, ns), &st); err != nil {
+	if err := unix.Stat(filepath.Join(hostnet.NetnsDir, ns), &st); err != nil {
 		return 0
 	}
 	if st.Dev == 0 {
 		return 0
 	}
 	var fsst unix.Statfs_t
-	if err := unix.Statfs(filepath.Join(netnsDir, ns), &fsst); err != nil || fsst.Type != unix.NSFS_MAGIC {
+	if err := unix.Statfs(filepath.Join(hostnet.NetnsDir, ns), &fsst); err != nil || fsst.Type != unix.NSFS_MAGIC {
 		return 0 // a stale file, not a bound namespace
 	}
 	return st.Ino

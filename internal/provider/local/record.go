@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/statefile"
 )
 
 // Phases of the provider's own record of an instance (not the agent's phase).
@@ -87,83 +88,16 @@ func writeRecord(dir string, r *record) error {
 	if err != nil {
 		return fmt.Errorf("encode instance record: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, recordFile), append(data, '\n'))
-}
-
-// readJSONFile decodes the JSON file at path into v; found is false (and err nil) when there is
-// no such file.
-func readJSONFile(path string, v any) (found bool, err error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read %s: %w", path, err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
-	}
-	return true, nil
+	return statefile.WriteAtomic(filepath.Join(dir, recordFile), append(data, '\n'))
 }
 
 // readJSONRecord reads the JSON file at path into a new T: nil, and no error, when there is none.
 func readJSONRecord[T any](path string) (*T, error) {
 	var v T
-	if found, err := readJSONFile(path, &v); err != nil || !found {
+	if found, err := statefile.ReadJSON(path, &v); err != nil || !found {
 		return nil, err
 	}
 	return &v, nil
-}
-
-// writeJSONFile writes v as indented JSON to path atomically (mode 0600), making its directory
-// (0700) if needed.
-func writeJSONFile(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	return writeFileAtomic(path, append(data, '\n'))
-}
-
-// writeFileAtomic replaces path with data (mode 0600) so that readers and crashes see the old or
-// the new content, never a mix; the directory is synced too, so that the new content survives a
-// power loss once it returns.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync its directory: %w", path, err)
-	}
-	return nil
 }
 
 // fileLock is an exclusive flock(2) on a file. flock locks belong to an open file, so two

@@ -16,6 +16,10 @@ import (
 	"sort"
 	"time"
 
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/netlab"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/statefile"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -55,8 +59,8 @@ type regionNet struct {
 	// HubDevice is the internet's end of the link.
 	HubDevice string `json:"hubDevice"`
 	// Shape is the link's shape from the region's options; Chaos, when set, replaces it.
-	Shape Shape  `json:"shape"`
-	Chaos *Chaos `json:"chaos,omitempty"`
+	Shape netlab.Shape `json:"shape"`
+	Chaos *Chaos       `json:"chaos,omitempty"`
 	// The link relay's and the load balancer's pid and start time (/proc/<pid>/stat field 22).
 	RelayPID   int    `json:"relayPid,omitempty"`
 	RelayStart uint64 `json:"relayStart,omitempty"`
@@ -78,7 +82,7 @@ type RegionNetwork struct {
 	// WANAddress is the router's address on the internet: clients reach it through the link.
 	WANAddress netip.Addr
 	// Shape is the link's shape now (the options', or a chaos action's while one is active).
-	Shape Shape
+	Shape netlab.Shape
 	// Chaos is the chaos action in force on the link, nil if none.
 	Chaos *Chaos
 }
@@ -108,7 +112,7 @@ func readRegionNet(dir string) (*regionNet, error) {
 }
 
 func writeRegionNet(dir string, r *regionNet) error {
-	return writeJSONFile(filepath.Join(dir, regionFile), r)
+	return statefile.WriteJSON(filepath.Join(dir, regionFile), r)
 }
 
 // regionNets lists the region networks recorded, by region name.
@@ -149,7 +153,7 @@ func (p *Provider) EnsureRegion(ctx context.Context, region string, options map[
 	if !labelRE.MatchString(region) || len(region) > 63 {
 		return RegionNetwork{}, fmt.Errorf("region %q must be a DNS label", region)
 	}
-	shape, errs := ParseShape(field.NewPath("options"), options)
+	shape, errs := netlab.ParseShape(field.NewPath("options"), options)
 	if len(errs) > 0 {
 		return RegionNetwork{}, fmt.Errorf("region %s: %w", region, errs.ToAggregate())
 	}
@@ -209,7 +213,7 @@ func (p *Provider) ensureRegionBridge(ctx context.Context, region string) (*regi
 
 // ensureRegionNet makes the region's router, link and relay, recording first. The caller holds
 // the provider lock and has made the bridge.
-func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape Shape) (*regionNet, error) {
+func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape netlab.Shape) (*regionNet, error) {
 	dir := p.regionNetDir(reg.Region)
 	rn, err := readRegionNet(dir)
 	if err != nil {
@@ -282,10 +286,10 @@ func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape
 func (p *Provider) regionLink(rn *regionNet, inet *internetRecord) link {
 	sn, _ := netip.ParsePrefix(inet.Subnet)
 	return link{
-		cfg: linkConfig{
+		cfg: netlab.LinkConfig{
 			Name:  "region " + rn.Region,
-			A:     linkEnd{Netns: rn.RouterNetns, Device: routerWAN},
-			B:     linkEnd{Netns: inet.Netns, Device: rn.HubDevice},
+			A:     netlab.LinkEnd{Netns: rn.RouterNetns, Device: routerWAN},
+			B:     netlab.LinkEnd{Netns: inet.Netns, Device: rn.HubDevice},
 			Shape: rn.effectiveShape(),
 		},
 		addrA:        netip.MustParseAddr(rn.WANAddress),
@@ -294,7 +298,7 @@ func (p *Provider) regionLink(rn *regionNet, inet *internetRecord) link {
 	}
 }
 
-func (rn *regionNet) effectiveShape() Shape {
+func (rn *regionNet) effectiveShape() netlab.Shape {
 	if rn.Chaos != nil {
 		return rn.Chaos.Shape
 	}
@@ -335,7 +339,7 @@ func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
 		return err
 	}
 	if rn == nil {
-		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !netnsExists(routerNetns(p.opts.DataDir, region)) {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !hostnet.NetnsExists(routerNetns(p.opts.DataDir, region)) {
 			return nil
 		}
 		rn = &regionNet{Region: region}
@@ -362,7 +366,7 @@ func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
 	}
 	inetNs := internetNetns(p.opts.DataDir)
 	hub := hubDevice(p.opts.DataDir, "region/"+region)
-	if netnsExists(inetNs) && nsLinkExists(ctx, inetNs, hub) {
+	if hostnet.NetnsExists(inetNs) && nsLinkExists(ctx, inetNs, hub) {
 		if err := run(ctx, "ip", "-n", inetNs, "link", "delete", hub); err != nil {
 			errs = append(errs, fmt.Errorf("remove the internet's end of the link: %w", err))
 		}
@@ -430,7 +434,7 @@ func (p *Provider) reconcileNetworks(ctx context.Context) error {
 			case rn.Chaos != nil:
 				p.log.Warn("undoing a chaos action left from before this start", "region", rn.Region, "action", rn.Chaos.Action, "since", rn.Chaos.Since)
 				errs = append(errs, p.setChaos(ctx, rn, nil))
-			case !alive(rn.RelayPID, rn.RelayStart) && netnsExists(rn.RouterNetns):
+			case !alive(rn.RelayPID, rn.RelayStart) && hostnet.NetnsExists(rn.RouterNetns):
 				// Without its relay the region is cut off: start it again.
 				p.log.Warn("restarting the link relay of a region", "region", rn.Region)
 				errs = append(errs, p.syncRelay(rn))
@@ -438,4 +442,12 @@ func (p *Provider) reconcileNetworks(ctx context.Context) error {
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// ValidateOptions implements provider.OptionsValidator: latency, jitter and loss shape the
+// region's link to the internet (docs/regions.md).
+func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList {
+	errs := provider.UnknownOptions(path, opts, Name, netlab.OptionLatency, netlab.OptionJitter, netlab.OptionLoss)
+	_, shapeErrs := netlab.ParseShape(path, opts)
+	return append(errs, shapeErrs...)
 }

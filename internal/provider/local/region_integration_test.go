@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
 )
@@ -93,7 +94,7 @@ func serveHTTP(t *testing.T, ln net.Listener, body string) {
 func TestIntegrationRegionLatency(t *testing.T) {
 	p, _ := regionEnv(t, "near", "far")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestIntegrationRegionLatency(t *testing.T) {
 	}
 	// A client network 30 ms from the internet is 30 ms further from every region, and 100 ms
 	// more from the near region than from the far one.
-	remote, err := p.AddClient(ctx, "remote", local.Shape{Latency: 30 * time.Millisecond}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	remote, err := p.AddClient(ctx, "remote", netlab.Shape{Latency: 30 * time.Millisecond}, map[string]time.Duration{"near": 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func getFrom(t *testing.T, ns, url string, timeout time.Duration) string {
 func TestIntegrationRegionLB(t *testing.T) {
 	p, opts := regionEnv(t, "web")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +342,7 @@ func TestIntegrationRegionLB(t *testing.T) {
 func TestIntegrationRegionPartition(t *testing.T) {
 	p, opts := regionEnv(t, "cut")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", local.Shape{}, nil)
+	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := p2.Region("cut"); got.Chaos != nil || got.Shape != (local.Shape{}) {
+	if got, _ := p2.Region("cut"); got.Chaos != nil || got.Shape != (netlab.Shape{}) {
 		t.Errorf("after a restart the region's chaos is %+v and shape %s, want none", got.Chaos, got.Shape)
 	}
 	if err := reachable(); err != nil {

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local/localtest"
 )
 
@@ -55,49 +56,9 @@ func TestValidateOptionsNamesTheFieldAndTheFix(t *testing.T) {
 			}
 		}
 	}
-	s, errs := ParseShape(path, map[string]string{"latency": "40ms", "jitter": "4ms", "loss": "20%"})
-	if len(errs) > 0 || s != (Shape{Latency: 40 * time.Millisecond, Jitter: 4 * time.Millisecond, Loss: 0.2}) {
+	s, errs := netlab.ParseShape(path, map[string]string{"latency": "40ms", "jitter": "4ms", "loss": "20%"})
+	if len(errs) > 0 || s != (netlab.Shape{Latency: 40 * time.Millisecond, Jitter: 4 * time.Millisecond, Loss: 0.2}) {
 		t.Errorf("ParseShape = %+v, %v", s, errs)
-	}
-}
-
-func FuzzParseShape(f *testing.F) {
-	for _, s := range []string{"40ms", "-1s", "1%", "0.5", "100%", "1e309", "NaN", "%", ""} {
-		f.Add(s, s, s)
-	}
-	f.Fuzz(func(t *testing.T, latency, jitter, loss string) {
-		s, errs := ParseShape(field.NewPath("options"), map[string]string{"latency": latency, "jitter": jitter, "loss": loss})
-		if len(errs) > 0 {
-			return
-		}
-		if s.Latency < 0 || s.Latency > maxShapeDelay || s.Jitter < 0 || s.Jitter > maxShapeDelay || !(s.Loss >= 0 && s.Loss <= 1) {
-			t.Fatalf("accepted an out-of-range shape %+v", s)
-		}
-	})
-}
-
-func TestShapeDelaysAndDrops(t *testing.T) {
-	rnd := rand.New(rand.NewPCG(1, 2))
-	s := Shape{Latency: 40 * time.Millisecond, Jitter: 10 * time.Millisecond}
-	for range 1000 {
-		if d := s.oneWayDelay(rnd); d < 15*time.Millisecond || d > 25*time.Millisecond {
-			t.Fatalf("one-way delay %s outside 20ms ± 5ms", d)
-		}
-	}
-	if d := (Shape{Latency: time.Millisecond, Jitter: time.Second}).oneWayDelay(rnd); d < 0 {
-		t.Fatalf("negative delay %s", d)
-	}
-	dropped := 0
-	for range 10000 {
-		if (Shape{Loss: 0.2}).drops(rnd) {
-			dropped++
-		}
-	}
-	if dropped < 1500 || dropped > 2500 {
-		t.Errorf("loss 20%% dropped %d of 10000", dropped)
-	}
-	if (Shape{}).drops(rnd) || !(Shape{Loss: 1}).drops(rnd) {
-		t.Error("loss 0 drops, or loss 1 passes")
 	}
 }
 
@@ -179,7 +140,7 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 	}
 	p = restart()
 	router, _, veth := p.RegionHostNames("r1")
-	if netnsExists(router) || linkExists(veth) || alive(rn3.RelayPID, rn3.RelayStart) {
+	if hostnet.NetnsExists(router) || linkExists(veth) || alive(rn3.RelayPID, rn3.RelayStart) {
 		t.Fatalf("after a restart the half-removed region is still there")
 	}
 	if _, err := os.Stat(p.regionNetDir("r1")); !os.IsNotExist(err) {
@@ -195,7 +156,7 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
 	p = restart()
-	if netnsExists(router2) {
+	if hostnet.NetnsExists(router2) {
 		t.Fatal("after a restart the half-made region's router namespace is still there")
 	}
 }

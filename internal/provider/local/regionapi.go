@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/regionnet"
 )
@@ -68,11 +69,11 @@ func (n networks) RemoveFrontDoor(ctx context.Context) error { return n.Provider
 // trusted back into the host's namespace.
 func (p *Provider) DialFromClients(ctx context.Context, network, address string) (net.Conn, error) {
 	ns := internetNetns(p.opts.DataDir)
-	if !netnsExists(ns) {
+	if !hostnet.NetnsExists(ns) {
 		return nil, fmt.Errorf("dial %s from the clients' side: the internet namespace %s does not exist (no region network yet)", address, ns)
 	}
 	var conn net.Conn
-	err := inNetns(filepath.Join(netnsDir, ns), func() error {
+	err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, ns), func() error {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, address)
 		conn = c

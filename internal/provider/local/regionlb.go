@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"herd.dev/herd/internal/statefile"
 )
 
 // Files and ports of a region's load balancer, in net/regions/<region>/.
@@ -135,5 +137,5 @@ func ensureToken(path string) error {
 	if _, err := rand.Read(b); err != nil {
 		return err
 	}
-	return writeFileAtomic(path, []byte(hex.EncodeToString(b)+"\n"))
+	return statefile.WriteAtomic(path, []byte(hex.EncodeToString(b)+"\n"))
 }

@@ -7,7 +7,7 @@
 // has no sch_netem and no modules); the relay needs only TUN, which every kernel herd runs on
 // has. A relay that is not running carries nothing: the link is cut, never unshaped.
 
-package local
+package netlab
 
 import (
 	"cmp"
@@ -28,20 +28,22 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/statefile"
 )
 
-// linkEnd is one end of a link: a persistent TUN device in a network namespace.
-type linkEnd struct {
+// LinkEnd is one end of a link: a persistent TUN device in a network namespace.
+type LinkEnd struct {
 	Netns  string `json:"netns"`
 	Device string `json:"device"`
 }
 
-// linkConfig is the relay's config file (written atomically, 0600; re-read on SIGHUP).
-type linkConfig struct {
+// LinkConfig is the relay's config file (written atomically, 0600; re-read on SIGHUP).
+type LinkConfig struct {
 	// Name names the link in logs ("region eu", "client home").
 	Name string  `json:"name"`
-	A    linkEnd `json:"a"`
-	B    linkEnd `json:"b"`
+	A    LinkEnd `json:"a"`
+	B    LinkEnd `json:"b"`
 	// Shape is applied to packets in both directions.
 	Shape Shape `json:"shape"`
 	// PeerLatency adds round-trip time to the packets between end A and some addresses beyond
@@ -55,7 +57,8 @@ type linkConfig struct {
 // appliedPath is where the relay acknowledges the config generation it applies.
 func appliedPath(configPath string) string { return configPath + ".applied" }
 
-func readApplied(configPath string) int64 {
+// ReadApplied returns the config generation the relay of configPath last acknowledged, 0 if none.
+func ReadApplied(configPath string) int64 {
 	data, err := os.ReadFile(appliedPath(configPath))
 	if err != nil {
 		return 0
@@ -68,9 +71,9 @@ func readApplied(configPath string) int64 {
 // queue drops them (at 1,500 bytes, 4,096 packets hold 6 MB: 1 Gbit/s for 50 ms).
 const relayQueue = 4096
 
-func readLinkConfig(path string) (linkConfig, error) {
-	var c linkConfig
-	if found, err := readJSONFile(path, &c); err != nil || !found {
+func readLinkConfig(path string) (LinkConfig, error) {
+	var c LinkConfig
+	if found, err := statefile.ReadJSON(path, &c); err != nil || !found {
 		return c, fmt.Errorf("link config %s: %w", path, cmp.Or(err, fs.ErrNotExist))
 	}
 	if c.A.Netns == "" || c.A.Device == "" || c.B.Netns == "" || c.B.Device == "" {
@@ -100,11 +103,11 @@ func RunLinkRelay(ctx context.Context, configPath string, log *slog.Logger) erro
 	defer b.Close()
 
 	ack := func(gen int64) {
-		if err := writeFileAtomic(appliedPath(configPath), []byte(strconv.FormatInt(gen, 10)+"\n")); err != nil {
+		if err := statefile.WriteAtomic(appliedPath(configPath), []byte(strconv.FormatInt(gen, 10)+"\n")); err != nil {
 			log.Error("acknowledge the config", "err", err)
 		}
 	}
-	var shape atomic.Pointer[linkConfig]
+	var shape atomic.Pointer[LinkConfig]
 	shape.Store(&cfg)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -143,9 +146,9 @@ func RunLinkRelay(ctx context.Context, configPath string, log *slog.Logger) erro
 }
 
 // openTun attaches to the persistent TUN device of end, from inside its namespace.
-func openTun(end linkEnd) (*os.File, error) {
+func openTun(end LinkEnd) (*os.File, error) {
 	var f *os.File
-	err := inNetns(filepath.Join(netnsDir, end.Netns), func() error {
+	err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, end.Netns), func() error {
 		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			return fmt.Errorf("open /dev/net/tun: %w", err)
@@ -178,7 +181,7 @@ const (
 // relay copies packets from one device to the other, each after its delay, dropping those the
 // shape loses (the delay line says in which order they leave). peerAt is the offset in the IPv4
 // header of the address beyond end B (the destination from A to B, the source from B to A).
-func relay(ctx context.Context, from, to *os.File, cfg *atomic.Pointer[linkConfig], peerAt int) error {
+func relay(ctx context.Context, from, to *os.File, cfg *atomic.Pointer[LinkConfig], peerAt int) error {
 	q := make(chan delayed, relayQueue)
 	werr := make(chan error, 1)
 	go func() {

@@ -1,4 +1,4 @@
-package local
+package netlab
 
 import (
 	"container/heap"

@@ -1,7 +1,7 @@
 // Shape: the latency, jitter and loss of a region's link to the internet, from the region's
 // options, and how each packet is delayed or dropped by the link relay (linkrelay.go).
 
-package local
+package netlab
 
 import (
 	"fmt"
@@ -11,11 +11,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"herd.dev/herd/internal/provider"
 )
 
-// Region options of the local provider.
+// Region options of the network lab: the shape of a region's link.
 const (
 	// OptionLatency is the round-trip time a region's link adds, as a Go duration ("40ms").
 	OptionLatency = "latency"
@@ -25,8 +23,9 @@ const (
 	OptionLoss = "loss"
 )
 
-// Bounds of the options: a minute of latency or jitter is already far beyond any real distance.
-const maxShapeDelay = time.Minute
+// MaxShapeDelay bounds the delays of the options: a minute of latency or jitter is already far
+// beyond any real distance.
+const MaxShapeDelay = time.Minute
 
 // Shape is how a link between a region (or a client network) and the internet treats packets.
 // The zero Shape passes every packet at once.
@@ -84,8 +83,8 @@ func parseShapeDelay(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("must be a duration such as 40ms or 1.5s")
 	case d < 0:
 		return 0, fmt.Errorf("must not be negative: use 0 for none")
-	case d > maxShapeDelay:
-		return 0, fmt.Errorf("must be at most %s", maxShapeDelay)
+	case d > MaxShapeDelay:
+		return 0, fmt.Errorf("must be at most %s", MaxShapeDelay)
 	}
 	return d, nil
 }
@@ -109,14 +108,6 @@ func ParseLoss(v string) (float64, error) {
 		return 0, fmt.Errorf("must be at most 100%%")
 	}
 	return f, nil
-}
-
-// ValidateOptions implements provider.OptionsValidator: latency, jitter and loss shape the
-// region's link to the internet (docs/regions.md).
-func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList {
-	errs := provider.UnknownOptions(path, opts, Name, OptionLatency, OptionJitter, OptionLoss)
-	_, shapeErrs := ParseShape(path, opts)
-	return append(errs, shapeErrs...)
 }
 
 // oneWayDelay returns the delay of one packet in one direction: half the round-trip latency,
