@@ -20,12 +20,22 @@ func NetnsExists(ns string) bool {
 	return err == nil
 }
 
-// InNetns runs fn on an OS thread that has joined the network namespace at path. The thread is
-// never given back to the Go scheduler: it ends with the goroutine.
+// InNetns runs fn on an OS thread that has joined the network namespace at path, then takes the
+// thread back to the namespace it came from. A thread that cannot be taken back is never given
+// back to the Go scheduler. Taking it back matters even then: when the goroutine happens to run on
+// the process's main thread, that thread is kept (parked, not ended) in the namespace it was left
+// in, and /proc/<pid>/ns/net, which reads the main thread's, would then name the instance's
+// namespace: a teardown that kills every process in it would kill this one.
 func InNetns(path string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // no unlock: the thread's namespace is changed for good
+		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			errc <- fmt.Errorf("this thread's network namespace: %w", err)
+			return
+		}
+		defer home.Close()
 		f, err := os.Open(path)
 		if err != nil {
 			errc <- err
@@ -33,10 +43,15 @@ func InNetns(path string, fn func() error) error {
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread() // still in its own namespace
 			errc <- fmt.Errorf("setns: %w", err)
 			return
 		}
-		errc <- fn()
+		err = fn()
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else: the thread stays locked and ends with the goroutine
+		errc <- err
 	}()
 	return <-errc
 }
