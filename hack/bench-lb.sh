@@ -111,6 +111,18 @@ cpu_ticks() {
 	echo "$total"
 }
 
+# rotated prints its arguments after the first, one a line, rotated by round-1: each round another
+# proxy goes first.
+rotated() {
+	local round=$1
+	shift
+	local n=$# i
+	local names=("$@")
+	for ((i = 0; i < n; i++)); do
+		echo "${names[$(((round - 1 + i) % n))]}"
+	done
+}
+
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 write_configs() {
@@ -248,7 +260,7 @@ declare -A RPS P99 CPU
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 for round in $(seq 1 "$ROUNDS"); do
 	# Rotate the order each round so no proxy always goes first.
-	order=("${PROXIES[@]:$(((round - 1) % ${#PROXIES[@]}))}" "${PROXIES[@]:0:$(((round - 1) % ${#PROXIES[@]}))}")
+	mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
 	for p in "${order[@]}"; do
 		t0=$(cpu_ticks "${PID[$p]}")
 		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:${PORT[$p]}/")
@@ -270,7 +282,7 @@ done
 RATE=$(awk -v r="${RPS_MED[haproxy]}" 'BEGIN {printf "%d", r / 2}')
 log "fixed-rate latency at $RATE req/s (half of HAProxy's saturation)"
 for round in $(seq 1 "$ROUNDS"); do
-	order=("${PROXIES[@]:$(((round - 1) % ${#PROXIES[@]}))}" "${PROXIES[@]:0:$(((round - 1) % ${#PROXIES[@]}))}")
+	mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
 	for p in "${order[@]}"; do
 		out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -rate "$RATE" \
 			-duration "${DURATION}s" -warmup 2s -conns "$CONNS")
@@ -287,7 +299,7 @@ done
 # TLS: new handshakes per second, then keep-alive requests per second over TLS.
 declare -A HS RPS_TLS
 for round in $(seq 1 "$ROUNDS"); do
-	order=("${TLS_PROXIES[@]:$(((round - 1) % ${#TLS_PROXIES[@]}))}" "${TLS_PROXIES[@]:0:$(((round - 1) % ${#TLS_PROXIES[@]}))}")
+	mapfile -t order < <(rotated "$round" "${TLS_PROXIES[@]}")
 	for p in "${order[@]}"; do
 		url="https://127.0.0.1:${TLS_PORT[$p]}/"
 		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "Connection: close" "$url")
