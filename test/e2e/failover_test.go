@@ -71,25 +71,16 @@ func newEnv(t *testing.T) *env {
 	if os.Geteuid() != 0 {
 		t.Skip("real instances need root (network namespaces, bridges, cgroups)")
 	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
 	// Short: containerd's sockets live under the data directory, and a unix socket path has at
 	// most 104 usable bytes (t.TempDir() is too long for that).
 	dir, err := os.MkdirTemp("", "hf-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, root: root, dir: dir, data: filepath.Join(dir, "d"), bin: filepath.Join(dir, "herd"),
+	e := &env{t: t, dir: dir, data: filepath.Join(dir, "d"), bin: filepath.Join(dir, "herd"),
 		upLog: filepath.Join(dir, "up.log"), created: map[string]bool{}}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/herd", "./cmd/herd-agent")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/herd ./cmd/herd-agent: %v\n%s", err, out)
-	}
+	e.root = localtest.BuildHerd(t, dir)
 	if err := local.CheckHost(e.bin); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)
 	}

@@ -27,17 +27,8 @@ func TestIntegrationBenchInstanceNoOrphanOnSIGTERM(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("real instances need root (network namespaces, bridges, cgroups)")
 	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/herd", "./cmd/herd-agent")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	root := localtest.BuildHerd(t, dir)
 	herd := filepath.Join(dir, "herd")
 	if err := local.CheckHost(herd); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)

@@ -1,0 +1,27 @@
+package localtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// BuildHerd builds herd and herd-agent (the agent sits beside herd, where the local provider
+// looks for it) into dir and returns the module's root.
+func BuildHerd(t testing.TB, dir string) (root string) {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		t.Fatalf("go env GOMOD: %q %v: not inside the herd module", mod, err)
+	}
+	root = filepath.Dir(mod)
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/herd", "./cmd/herd-agent")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/herd ./cmd/herd-agent: %v\n%s", err, out)
+	}
+	return root
+}
