@@ -18,7 +18,8 @@ build:
 # without -v, and last the line
 #   tests: run=<int> skipped=<int> allowed_skips=<int>
 # It fails when a test fails and when a test skips that hack/testreport/allowed-skips.txt does not
-# name; under CI (CI=true) also when that list names a test that did not report.
+# name; under CI (CI=true) also when that list names a test that did not report. It also fails when
+# the run leaves a process (it is killed), a network namespace or a mount behind.
 test: deps kubernetes build
 	$(GO) build -o $(BIN)/testreport ./hack/testreport
 	$(BIN)/testreport -go $(GO) -allow hack/testreport/allowed-skips.txt -- -count=1 -timeout 55m ./...

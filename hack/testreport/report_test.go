@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The streams in testdata are go test -json's own, recorded by testdata/record.sh from the
@@ -207,10 +208,12 @@ func TestAllowListErrors(t *testing.T) {
 	}
 }
 
-// run fails when go test fails even if its stream looks clean, and passes the counts line on.
-func TestRunExitStatus(t *testing.T) {
-	dir := t.TempDir()
-	allow := filepath.Join(dir, "allow")
+// fakeGoDir returns a directory for a fake go command, an empty allow-list in it, and the
+// stream of a passing run, for tests of run.
+func fakeGoDir(t *testing.T) (dir, allow, passing string) {
+	t.Helper()
+	dir = t.TempDir()
+	allow = filepath.Join(dir, "allow")
 	if err := os.WriteFile(allow, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +221,12 @@ func TestRunExitStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, allow, passing
+}
+
+// run fails when go test fails even if its stream looks clean, and passes the counts line on.
+func TestRunExitStatus(t *testing.T) {
+	dir, allow, passing := fakeGoDir(t)
 	for status, wantErr := range map[string]bool{"0": false, "2": true} {
 		fakeGo := filepath.Join(dir, "go"+status)
 		script := "#!/bin/sh\n[ \"$1 $2\" = 'test -json' ] || exit 9\ncat " + passing + "\nexit " + status + "\n"
@@ -225,7 +234,7 @@ func TestRunExitStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		var stdout, stderr bytes.Buffer
-		line, err := run(fakeGo, []string{"./..."}, allow, true, &stdout, &stderr)
+		line, err := run(fakeGo, []string{"./..."}, allow, true, leakCheck{processes: true, grace: time.Second}, &stdout, &stderr)
 		if line != "tests: run=4 skipped=0 allowed_skips=0" || (err != nil) != wantErr {
 			t.Errorf("go test exiting %s: %q, %v; want an error: %v", status, line, err, wantErr)
 		}
@@ -251,5 +260,33 @@ func TestSlowest(t *testing.T) {
 	}
 	if n := len(sum.slowest(10)); n != 3 {
 		t.Errorf("slowest(10) lists %d tests, want the 3 there are", n)
+	}
+}
+
+// A process the tests leave running fails the run, is named, and is killed, even when it left
+// its parent behind (reparented to testreport rather than to init).
+func TestRunLeftoverProcess(t *testing.T) {
+	dir, allow, passing := fakeGoDir(t)
+	pidFile := filepath.Join(dir, "pid")
+	fakeGo := filepath.Join(dir, "go")
+	// The subshell exits at once, so the sleep is an orphan of a process that is gone.
+	script := "#!/bin/sh\n(setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! >" + pidFile + ")\ncat " + passing + "\n"
+	if err := os.WriteFile(fakeGo, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	line, err := run(fakeGo, []string{"./..."}, allow, true, leakCheck{processes: true, grace: time.Second}, &stdout, &stderr)
+	t.Logf("output:\n%s", stdout.String())
+	if line != "tests: run=4 skipped=0 allowed_skips=0" || err == nil {
+		t.Fatalf("run = %q, %v; want the counts and an error for the process left", line, err)
+	}
+	b, rerr := os.ReadFile(pidFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	pid := strings.TrimSpace(string(b))
+	contains(t, "the output", stdout.String(), "left behind by the tests: process "+pid+" sleep (sleep 300): killed")
+	if _, serr := os.Stat("/proc/" + pid); serr == nil {
+		t.Errorf("process %s is still there after the run", pid)
 	}
 }
