@@ -7,8 +7,8 @@
 // adopts what runs, and two installations in one account never see, adopt or delete each other's
 // instances. Create is one RunInstances whose ClientToken is derived from the instance's name, so
 // that asking again never launches again; the instance types and subnets of a region's options are
-// tried in order when EC2 has no capacity. List and Get are DescribeInstances calls filtered by
-// tags and paginated; an instance this provider launched a moment ago and DescribeInstances does
+// tried in order when EC2 has no capacity. List and Get read snapshots of each EC2 region, one
+// paginated DescribeInstances filtered by tags shared by every fleet's list; an instance this provider launched a moment ago and DescribeInstances does
 // not show yet (EC2 is eventually consistent) is reported from RunInstances' answer, never as
 // missing. Delete tags the instance as deleted, terminates it and returns once EC2 says it is
 // terminated. Every call passes a client-side rate limit per region beside the SDK's retries, so
@@ -73,6 +73,12 @@ type Options struct {
 	MaxBackoff time.Duration
 	// PollInterval is how often Delete looks whether its instances terminated. Default: 2s.
 	PollInterval time.Duration
+	// ListMaxAge is how long a snapshot of an EC2 region's instances (snapshot.go) serves List,
+	// Get and Delete while nothing in it moves. Default: 1m.
+	ListMaxAge time.Duration
+	// ListMaxAgeChanging is how long it serves them while instances boot or terminate, or after
+	// this provider launched or deleted one. Default: 2s.
+	ListMaxAgeChanging time.Duration
 	// ConsistencyGrace is how long an instance this provider launched is reported from
 	// RunInstances' answer while DescribeInstances does not show it. Default: 5 minutes.
 	ConsistencyGrace time.Duration
@@ -105,6 +111,7 @@ type Provider struct {
 	targets  map[target][]string // the herd regions each target serves
 	launched map[string]launched // by instance name
 	amis     map[string]string   // target region + "/" + image digest -> AMI
+	snaps    map[target]*snapshots
 }
 
 // New returns a provider.
@@ -124,6 +131,12 @@ func New(opts Options) (*Provider, error) {
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 2 * time.Second
 	}
+	if opts.ListMaxAge == 0 {
+		opts.ListMaxAge = time.Minute
+	}
+	if opts.ListMaxAgeChanging == 0 {
+		opts.ListMaxAgeChanging = 2 * time.Second
+	}
 	if opts.ConsistencyGrace == 0 {
 		opts.ConsistencyGrace = 5 * time.Minute
 	}
@@ -136,7 +149,7 @@ func New(opts Options) (*Provider, error) {
 	p := &Provider{
 		opts: opts, log: opts.Logger.With("component", "aws-provider"),
 		clients: map[target]ec2API{}, targets: map[target][]string{},
-		launched: map[string]launched{}, amis: map[string]string{},
+		launched: map[string]launched{}, amis: map[string]string{}, snaps: map[target]*snapshots{},
 	}
 	if err := p.loadTargets(); err != nil {
 		return nil, err

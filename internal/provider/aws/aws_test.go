@@ -364,7 +364,7 @@ func TestRateLimitCountsRetries(t *testing.T) {
 	}
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := p.List(short, provider.ListOptions{}); err == nil || !strings.Contains(err.Error(), "rate limit") {
+	if _, err := p.Create(short, spec("r-2", "r", opts)); err == nil || !strings.Contains(err.Error(), "rate limit") {
 		t.Fatalf("a fourth call within a burst of 3 an hour: %v, want the rate limit's refusal", err)
 	}
 	if got := tw.Calls()["DescribeInstances"]; got != 2 {

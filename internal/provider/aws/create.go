@@ -201,6 +201,7 @@ func (p *Provider) launchedNow(t target, ec2in types.Instance) (provider.Instanc
 	p.mu.Lock()
 	p.launched[in.Name] = launched{target: t, instance: in, id: aws.ToString(ec2in.InstanceId), at: p.opts.Now()}
 	p.mu.Unlock()
+	p.changed(t)
 	return in, nil
 }
 

@@ -23,15 +23,12 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	}
 	ids := map[target][]string{}
 	for _, t := range p.targetsFor("") {
-		api, err := p.client(ctx, t)
+		// A snapshot at most ListMaxAgeChanging old, shared by the deletes of a scale-down.
+		snap, err := p.takenAfter(ctx, t, p.opts.Now().Add(-p.opts.ListMaxAgeChanging))
 		if err != nil {
-			return err
+			return fmt.Errorf("aws: delete %s: %w", name, err)
 		}
-		found, err := p.liveIDs(ctx, api, name)
-		if err != nil {
-			return fmt.Errorf("aws: delete %s: %w", name, explain(err))
-		}
-		ids[t] = append(ids[t], found...)
+		ids[t] = liveIDs(snap, name)
 	}
 	p.mu.Lock()
 	l, recent := p.launched[name]
@@ -48,7 +45,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if err := p.terminate(ctx, api, name, list); err != nil {
+		if err := p.terminate(ctx, api, t, name, list); err != nil {
 			return err
 		}
 	}
@@ -58,30 +55,31 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-// liveIDs are the IDs of this installation's instances named name that are not terminated.
-func (p *Provider) liveIDs(ctx context.Context, api ec2API, name string) ([]string, error) {
+// liveIDs are the IDs of the instances named name in snap that are not terminated.
+func liveIDs(snap *snapshot, name string) []string {
 	var ids []string
-	pages := ec2.NewDescribeInstancesPaginator(api, &ec2.DescribeInstancesInput{Filters: []types.Filter{
-		{Name: aws.String("tag:" + tagInstallation), Values: []string{p.opts.Installation}},
-		{Name: aws.String("tag:" + tagInstance), Values: []string{name}},
-		{Name: aws.String("instance-state-name"), Values: []string{"pending", "running", "shutting-down", "stopping", "stopped"}},
-	}})
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range page.Reservations {
-			for _, in := range r.Instances {
-				ids = append(ids, aws.ToString(in.InstanceId))
-			}
+	for _, in := range snap.instances {
+		if tag(in, tagInstance) == name && (in.State == nil || in.State.Name != types.InstanceStateNameTerminated) {
+			ids = append(ids, aws.ToString(in.InstanceId))
 		}
 	}
-	return ids, nil
+	return ids
 }
 
-// terminate tags ids as deleted, terminates them and waits until EC2 says they are terminated.
-func (p *Provider) terminate(ctx context.Context, api ec2API, name string, ids []string) error {
+// tag is the value of the instance's tag key, or "".
+func tag(in types.Instance, key string) string {
+	for _, t := range in.Tags {
+		if aws.ToString(t.Key) == key {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// terminate tags ids as deleted, terminates them and waits until EC2 says they are terminated,
+// in snapshots taken after the termination (shared by the deletes of a scale-down, at most one
+// every PollInterval), not in calls of its own.
+func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name string, ids []string) error {
 	fail := func(step string, err error) error {
 		if isAny(err, codeNotFound) {
 			return fmt.Errorf("aws: delete %s: EC2 does not show instance %v yet (it was launched a moment ago): ask again shortly: %w", name, ids, err)
@@ -94,25 +92,34 @@ func (p *Provider) terminate(ctx context.Context, api ec2API, name string, ids [
 	if _, err := api.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids}); err != nil {
 		return fail("terminate", err)
 	}
+	terminated := p.opts.Now()
+	p.changed(t)
 	p.log.Info("terminating", "instance", name, "ids", ids)
-	for {
-		out, err := api.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: ids})
+	for since := terminated; ; {
+		snap, err := p.takenAfter(ctx, t, since)
 		if err != nil {
-			return fail("wait for termination", err)
+			return fmt.Errorf("aws: delete %s: wait for termination: %w", name, err)
 		}
-		done := true
-		for _, r := range out.Reservations {
-			for _, in := range r.Instances {
-				done = done && in.State != nil && in.State.Name == types.InstanceStateNameTerminated
-			}
-		}
-		if done {
+		if allTerminated(snap, ids) {
 			return nil
 		}
+		since = snap.at.Add(time.Nanosecond) // the next look needs a newer snapshot
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("aws: delete %s: EC2 has not terminated %v yet: %w", name, ids, ctx.Err())
 		case <-time.After(p.opts.PollInterval):
 		}
 	}
+}
+
+// allTerminated reports whether snap shows every instance of ids terminated. One it does not
+// show is not: EC2 showed it to TerminateInstances, so a later snapshot will.
+func allTerminated(snap *snapshot, ids []string) bool {
+	left := len(ids)
+	for _, in := range snap.instances {
+		if slices.Contains(ids, aws.ToString(in.InstanceId)) && in.State != nil && in.State.Name == types.InstanceStateNameTerminated {
+			left--
+		}
+	}
+	return left == 0
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -33,8 +32,9 @@ func (p *Provider) Get(ctx context.Context, name string) (provider.Instance, err
 	return provider.Instance{}, fmt.Errorf("%w: %s", provider.ErrNotFound, name)
 }
 
-// List implements provider.Provider: one paginated DescribeInstances per EC2 region the herd
-// region runs in, filtered by this installation and the fleet's tags on EC2's side.
+// List implements provider.Provider: the instances of a snapshot of every EC2 region the herd
+// region runs in (one paginated DescribeInstances filtered by this installation on EC2's side,
+// shared by the lists of every fleet), filtered by fleet, region and labels here.
 func (p *Provider) List(ctx context.Context, opts provider.ListOptions) ([]provider.Instance, error) {
 	key, value := "", ""
 	if opts.Fleet != "" {
@@ -55,42 +55,37 @@ func (p *Provider) List(ctx context.Context, opts provider.ListOptions) ([]provi
 
 // describe lists this installation's instances in the targets of herd region ("" for all) whose
 // tag key is value (no filter for key ""), and adds the ones this provider launched that EC2 does
-// not show yet. Instances deleted and terminated are left out: they are gone.
+// not show yet. Instances deleted and terminated are left out: they are gone. It reads one
+// snapshot per target (snapshot.go), shared by every call of a resync, and filters here.
 func (p *Provider) describe(ctx context.Context, region, key, value string) ([]provider.Instance, error) {
-	filters := []types.Filter{{Name: aws.String("tag:" + tagInstallation), Values: []string{p.opts.Installation}}}
-	if key != "" {
-		filters = append(filters, types.Filter{Name: aws.String("tag:" + key), Values: []string{value}})
-	}
-	if region != "" {
-		filters = append(filters, types.Filter{Name: aws.String("tag:" + v1alpha1.LabelRegion), Values: []string{region}})
-	}
 	var out []provider.Instance
 	seen := map[string]bool{}
 	for _, t := range p.targetsFor(region) {
-		api, err := p.client(ctx, t)
+		snap, err := p.fresh(ctx, t)
 		if err != nil {
 			return nil, err
 		}
-		pages := ec2.NewDescribeInstancesPaginator(api, &ec2.DescribeInstancesInput{Filters: filters, MaxResults: aws.Int32(pageSize)})
-		for pages.HasMorePages() {
-			page, err := pages.NextPage(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("aws: list instances in %s: %w", t.Region, explain(err))
-			}
-			for _, r := range page.Reservations {
-				for _, ec2in := range r.Instances {
-					in, hidden := p.instance(ec2in)
-					seen[in.Name] = true
-					if !hidden {
-						out = append(out, in)
-					}
-				}
+		for _, ec2in := range snap.instances {
+			in, hidden := p.instance(ec2in)
+			seen[in.Name] = true
+			if !hidden && matches(in, region, key, value) {
+				out = append(out, in)
 			}
 		}
 	}
 	out = append(out, p.unseen(region, key, value, seen)...)
 	slices.SortFunc(out, func(a, b provider.Instance) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// matches reports whether in is in herd region ("" for any) and has tag key set to value (any
+// for key "").
+func matches(in provider.Instance, region, key, value string) bool {
+	has := in.Labels[key]
+	if key == tagInstance {
+		has = in.Name
+	}
+	return (region == "" || in.Region == region) && (key == "" || has == value)
 }
 
 // unseen are the instances launched by this provider value that a describe did not show (EC2's
@@ -100,18 +95,13 @@ func (p *Provider) unseen(region, key, value string, seen map[string]bool) []pro
 	defer p.mu.Unlock()
 	var out []provider.Instance
 	for name, l := range p.launched {
-		has := l.instance.Labels[key]
-		if key == tagInstance {
-			has = name
-		}
-		if region != "" && l.instance.Region != region || key != "" && has != value {
-			continue
-		}
 		if seen[name] || p.opts.Now().Sub(l.at) > p.opts.ConsistencyGrace {
 			delete(p.launched, name)
 			continue
 		}
-		out = append(out, l.instance)
+		if matches(l.instance, region, key, value) {
+			out = append(out, l.instance)
+		}
 	}
 	return out
 }
