@@ -124,6 +124,7 @@ func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error 
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	var nodeReadySeen bool
+	availableSeen := map[string]bool{}
 	var terminalSince, readySince time.Time
 	var last readiness
 	for i := 0; ; i++ {
@@ -138,6 +139,12 @@ func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error 
 		if r.nodeReady && !nodeReadySeen {
 			nodeReadySeen = true
 			a.step("node Ready")
+		}
+		for _, w := range r.available {
+			if !availableSeen[w] {
+				availableSeen[w] = true
+				a.step(w + " available")
+			}
 		}
 		switch {
 		case r.ready && settled && withPods:

@@ -47,6 +47,9 @@ func (a *agent) monitor(ctx context.Context, node distro.Node) error {
 type readiness struct {
 	ready     bool
 	nodeReady bool
+	// available names the workloads whose controllers count them available (kind/namespace/name),
+	// whatever their pods look like: the boot's timeline records when each first is.
+	available []string
 	reason    string // when not ready: everything not ready, "; "-separated
 	terminal  bool   // a workload can never become available
 }
@@ -73,6 +76,9 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 	}
 	for _, w := range works {
 		v, selector := a.workloadVerdict(ctx, dyn, w)
+		if v.ready {
+			r.available = append(r.available, w.String())
+		}
 		var pods []corev1.Pod
 		var podsErr error = errNoPodLook
 		if withPods && selector != "" {

@@ -285,6 +285,17 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		steps = append(steps, fmt.Sprintf("%s %.2fs", s.Name, s.Seconds))
 	}
 	t.Logf("boot steps: %s", strings.Join(steps, ", "))
+	// The steps are a boot timeline: each process's start (the Kubernetes components may run in
+	// one kube-combined process), the API server's and the node's readiness, and each workload's
+	// availability (the hello deployment's, and its add-ons').
+	for _, want := range []string{"containerd started", "etcd started", "kube-apiserver ready", "node Ready", "Deployment default/hello available", "Deployment kube-system/coredns available"} {
+		if !slices.ContainsFunc(st.Steps, func(s Step) bool { return s.Name == want }) {
+			t.Errorf("the boot steps lack %q", want)
+		}
+	}
+	if st.StartedAt.IsZero() || st.StartedAt.After(time.Now()) {
+		t.Errorf("startedAt = %v, want when the agent started", st.StartedAt)
+	}
 
 	// The app answers on the instance address, from the host.
 	app := fmt.Sprintf("http://%s:30080/", in.ip)

@@ -35,6 +35,9 @@ type Status struct {
 	Reason string `json:"reason"`
 	// UpdatedAt is when the status last changed.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// StartedAt is when the agent started: what the steps' seconds count from, and what puts
+	// them on a timeline beside the instance's creation (make bench-instance).
+	StartedAt time.Time `json:"startedAt"`
 	// Steps are the boot steps reached, in order, with the seconds since the agent started.
 	Steps []Step `json:"steps"`
 }
@@ -69,7 +72,7 @@ type statusWriter struct {
 }
 
 func newStatusWriter(path string, start time.Time) *statusWriter {
-	return &statusWriter{path: path, start: start, now: time.Now, st: Status{Phase: PhaseBooting, Steps: []Step{}}}
+	return &statusWriter{path: path, start: start, now: time.Now, st: Status{Phase: PhaseBooting, StartedAt: start.UTC(), Steps: []Step{}}}
 }
 
 // step records a boot step and writes the file.

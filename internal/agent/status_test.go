@@ -30,6 +30,9 @@ func TestStatusWriter(t *testing.T) {
 	if !st.UpdatedAt.Equal(clock) {
 		t.Errorf("updatedAt = %v, want %v", st.UpdatedAt, clock)
 	}
+	if !st.StartedAt.Equal(start) {
+		t.Errorf("startedAt = %v, want the agent's start %v", st.StartedAt, start)
+	}
 
 	clock = start.Add(6 * time.Second)
 	if err := s.set(PhaseReady, ""); err != nil {
@@ -61,7 +64,7 @@ func TestStatusWriter(t *testing.T) {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"phase", "reason", "updatedAt", "steps"} {
+	for _, k := range []string{"phase", "reason", "updatedAt", "startedAt", "steps"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("status.json lacks %q: %s", k, data)
 		}

@@ -17,7 +17,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
@@ -118,10 +118,17 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 		if err := waitApp(ctx, p, in, 3*time.Minute); err != nil {
 			return "", err
 		}
-		boot := time.Since(start).Seconds()
+		answered := time.Since(start)
+		boot := answered.Seconds()
 		boots = append(boots, boot)
-		fmt.Printf("run %d: %s at %s: Create returned in %.3f s, app answered after %.2f s%s\n",
-			i+1, name, in.Address, createTook.Seconds(), boot, agentSteps(p.InstanceDir(name)))
+		fmt.Printf("run %d: %s at %s: Create returned in %.3f s, app answered after %.2f s\n",
+			i+1, name, in.Address, createTook.Seconds(), boot)
+		if st, err := agent.ReadStatus(filepath.Join(p.InstanceDir(name), "agent", agent.StatusFile)); err == nil {
+			fmt.Println(timeline(st, start, []event{
+				{at: createTook, name: "Create returned"},
+				{at: answered, name: "app answered from the host"},
+			}))
+		}
 		last = in
 		if i < runs-1 {
 			t := time.Now()
@@ -222,28 +229,6 @@ func pause(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// agentSteps summarises the agent's boot steps from its status.json, if it wrote any.
-func agentSteps(dir string) string {
-	data, err := os.ReadFile(filepath.Join(dir, "agent", "status.json"))
-	if err != nil {
-		return ""
-	}
-	var st struct {
-		Steps []struct {
-			Name    string  `json:"name"`
-			Seconds float64 `json:"seconds"`
-		} `json:"steps"`
-	}
-	if json.Unmarshal(data, &st) != nil || len(st.Steps) == 0 {
-		return ""
-	}
-	parts := make([]string, len(st.Steps))
-	for i, s := range st.Steps {
-		parts[i] = fmt.Sprintf("%s %.2f", s.Name, s.Seconds)
-	}
-	return "\n  agent steps (s after agent start): " + strings.Join(parts, ", ")
 }
 
 type procRSS struct {

@@ -234,6 +234,7 @@ func (n *node) start(s proc.Spec) error {
 	}
 	n.procs[s.Name] = p
 	n.log.Debug("started", "process", s.Name, "pid", p.Pid())
+	n.spec.Step(s.Name + " started")
 	go func() {
 		<-p.Done()
 		if ee, ok := p.Unexpected(); ok {
