@@ -1,6 +1,6 @@
 // Package statefile reads and writes the small JSON files that herd's local state is made of
 // (instance records, region networks, link configs), atomically: a reader or a crash sees the old
-// content or the new one, never a mix.
+// content or the new one, never a mix; and the lock files that serialise their writers.
 package statefile
 
 import (
@@ -26,6 +26,15 @@ func ReadJSON(path string, v any) (found bool, err error) {
 		return false, fmt.Errorf("%s: %w", path, err)
 	}
 	return true, nil
+}
+
+// Load reads the JSON file at path into a new T: nil, and no error, when there is none.
+func Load[T any](path string) (*T, error) {
+	var v T
+	if found, err := ReadJSON(path, &v); err != nil || !found {
+		return nil, err
+	}
+	return &v, nil
 }
 
 // WriteJSON writes v as indented JSON to path atomically (mode 0600), making its directory

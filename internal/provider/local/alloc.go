@@ -2,19 +2,16 @@ package local
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
+	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/statefile"
 )
 
@@ -23,7 +20,6 @@ const (
 	gatewayHost   = 1
 	firstHost     = 10
 	lastHost      = 254
-	subnetBits    = 24
 	regionsSubdir = "regions"
 )
 
@@ -49,18 +45,13 @@ func cgroupRootOf(name string) string { return "/herd-" + name }
 
 // vethName is the host end of the instance's veth pair: interface names have at most 15 bytes,
 // so it is a hash of the name.
-func vethName(name string) string { return "hv" + shortHash(name, 12) }
+func vethName(name string) string { return "hv" + hostnet.ShortHash(name, 12) }
 
 // bridgeName is the host bridge of a region of this data directory. The data directory is part
 // of the hash so that two herd data directories (a user's and a test's) never share a bridge,
 // whose life each ties to its own instances.
 func bridgeName(dataDir, region string) string {
-	return "herdbr-" + shortHash(dataDir+"\x00"+region, 8)
-}
-
-func shortHash(s string, n int) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])[:n]
+	return "herdbr-" + hostnet.ShortHash(dataDir+"\x00"+region, 8)
 }
 
 // readRegions returns every region record of the provider directory, by region name.
@@ -101,37 +92,6 @@ func writeRegion(dir string, r *regionRecord) error {
 	return statefile.WriteAtomic(filepath.Join(dir, r.Region+".json"), append(data, '\n'))
 }
 
-// pickSubnet returns the first /24 of pool that no other region of this data directory has and
-// that overlaps no address in use on the host (another data directory's bridge, a LAN).
-func pickSubnet(pool netip.Prefix, taken []netip.Prefix, hostAddrs []netip.Prefix) (netip.Prefix, error) {
-	pool = pool.Masked()
-	if !pool.Addr().Is4() || pool.Bits() > subnetBits {
-		return netip.Prefix{}, fmt.Errorf("subnet pool %s must be an IPv4 prefix of /%d or shorter", pool, subnetBits)
-	}
-	n := 1 << (subnetBits - pool.Bits())
-	base := pool.Addr().As4()
-	for i := range n {
-		a := base
-		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-		v += uint32(i) << (32 - subnetBits)
-		cand := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), subnetBits)
-		if overlapsAny(cand, taken) || overlapsAny(cand, hostAddrs) {
-			continue
-		}
-		return cand, nil
-	}
-	return netip.Prefix{}, fmt.Errorf("no free /%d left in the subnet pool %s (every one is used by a region or by an address on this host)", subnetBits, pool)
-}
-
-func overlapsAny(p netip.Prefix, list []netip.Prefix) bool {
-	for _, q := range list {
-		if p.Overlaps(q) {
-			return true
-		}
-	}
-	return false
-}
-
 // pickHost returns the next free host number of a /24 after last (wrapping), skipping used ones:
 // addresses are reused as late as possible.
 func pickHost(last int, used map[int]bool) (int, error) {
@@ -148,62 +108,22 @@ func pickHost(last int, used map[int]bool) (int, error) {
 	return 0, fmt.Errorf("no free address left: the region already has %d instances", span)
 }
 
-// hostAddr returns address number host of the /24 subnet.
-func hostAddr(subnet netip.Prefix, host int) netip.Addr {
-	a := subnet.Masked().Addr().As4()
-	a[3] = byte(host)
-	return netip.AddrFrom4(a)
-}
-
-// hostPrefixes returns every IPv4 address prefix configured on this host's interfaces, except
-// the bridges listed in ignore (the data directory's own).
-func hostPrefixes(ignore map[string]bool) ([]netip.Prefix, error) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("list host interfaces: %w", err)
-	}
-	var out []netip.Prefix
-	for _, ifc := range ifs {
-		if ignore[ifc.Name] {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			return nil, fmt.Errorf("addresses of %s: %w", ifc.Name, err)
-		}
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok || ipn.IP.To4() == nil {
-				continue
-			}
-			addr, _ := netip.AddrFromSlice(ipn.IP.To4())
-			ones, _ := ipn.Mask.Size()
-			if ones == 0 {
-				continue
-			}
-			out = append(out, netip.PrefixFrom(addr, ones).Masked())
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	return out, nil
-}
-
 // allocate gives a new record its region subnet and address and writes it, then makes sure the
 // region's bridge exists; all under the provider lock, so that addresses never collide and a
 // bridge is never removed while an instance of its region is being made.
 func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error {
-	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
+	lk, err := statefile.Lock(filepath.Join(p.dir, lockFileName))
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	// Subnets are chosen from what the host shows. Two data directories choosing at once would
 	// both see the same /24 free, so the choice and the bridge creation also hold a host-wide lock.
-	hostLk, err := lockFile(hostLockPath)
+	hostLk, err := statefile.Lock(hostnet.LockPath)
 	if err != nil {
 		return err
 	}
-	defer hostLk.unlock()
+	defer hostLk.Unlock()
 	regions, err := readRegions(p.regionsDir())
 	if err != nil {
 		return err
@@ -237,9 +157,9 @@ func (p *Provider) allocate(ctx context.Context, dir string, rec *record) error 
 		if err := writeRegion(p.regionsDir(), reg); err != nil {
 			return err
 		}
-		rec.Address = hostAddr(subnet, h).String()
+		rec.Address = hostnet.HostAddr(subnet, h).String()
 		rec.PrefixLen = subnet.Bits()
-		rec.Gateway = hostAddr(subnet, gatewayHost).String()
+		rec.Gateway = hostnet.HostAddr(subnet, gatewayHost).String()
 		rec.Bridge = reg.Bridge
 		// From here on the address is taken, whatever happens to this process.
 		if err := writeRecord(dir, rec); err != nil {
@@ -262,14 +182,14 @@ func (p *Provider) regionSubnet(regions map[string]*regionRecord, region string,
 	for _, r := range regions {
 		own[r.Bridge] = true
 	}
-	host, err := hostPrefixes(own)
+	host, err := hostnet.HostPrefixes(own)
 	if err != nil {
 		return nil, netip.Prefix{}, err
 	}
-	if reg != nil && others == 0 && !linkExists(reg.Bridge) {
+	if reg != nil && others == 0 && !hostnet.LinkExists(reg.Bridge) {
 		// The bridge went with the region's last instance: the subnet may have been taken
 		// on the host since.
-		if sn, err := netip.ParsePrefix(reg.Subnet); err != nil || overlapsAny(sn, host) {
+		if sn, err := netip.ParsePrefix(reg.Subnet); err != nil || hostnet.Overlaps(sn, host) {
 			p.log.Warn("the region's subnet is now used on the host; choosing another", "region", reg.Region, "subnet", reg.Subnet)
 			reg.Subnet = ""
 		}
@@ -289,7 +209,7 @@ func (p *Provider) regionSubnet(regions map[string]*regionRecord, region string,
 		if inet, err := p.readInternet(); err == nil && inet != nil {
 			taken = append(taken, inet.subnets()...)
 		}
-		sn, err := pickSubnet(p.opts.SubnetPool, taken, host)
+		sn, err := hostnet.PickSubnet(p.opts.SubnetPool, taken, host)
 		if err != nil {
 			return nil, netip.Prefix{}, err
 		}
@@ -324,7 +244,7 @@ func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) err
 		if err := p.removeRegionNet(ctx, region); err != nil {
 			return err
 		}
-		if err := deleteLink(context.WithoutCancel(ctx), bridge); err != nil {
+		if err := hostnet.DeleteLink(context.WithoutCancel(ctx), bridge); err != nil {
 			return fmt.Errorf("remove the bridge of region %s: %w", region, err)
 		}
 		return nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/statefile"
 )
@@ -44,7 +45,9 @@ type ClientNetwork struct {
 }
 
 // clientNetns is the namespace of the client network name of a data directory.
-func clientNetns(dataDir, name string) string { return "herdcl-" + shortHash(dataDir+"\x00"+name, 8) }
+func clientNetns(dataDir, name string) string {
+	return "herdcl-" + hostnet.ShortHash(dataDir+"\x00"+name, 8)
+}
 
 func (p *Provider) clientDir(name string) string { return filepath.Join(p.netDir(), "clients", name) }
 
@@ -76,13 +79,13 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape netlab.Shap
 		if c == nil {
 			c = &ClientNetwork{Name: name}
 		}
-		addr := hostAddr(network, clientHost).String()
+		addr := hostnet.HostAddr(network, clientHost).String()
 		moved := c.Address != "" && c.Address != addr
 		c.Netns, c.Address, c.Network, c.Shape, c.RegionLatency = clientNetns(p.opts.DataDir, name), addr, network.String(), shape, regionLatency
 		if err := writeClient(dir, c); err != nil {
 			return err
 		}
-		if err := ensureNetns(ctx, c.Netns, false); err != nil {
+		if err := hostnet.EnsureNetns(ctx, c.Netns, false); err != nil {
 			return err
 		}
 		if moved {
@@ -123,10 +126,10 @@ func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
 			if cfg.PeerLatency == nil {
 				cfg.PeerLatency = map[netip.Addr]time.Duration{}
 			}
-			cfg.PeerLatency[hostAddr(sn, h)] = d
+			cfg.PeerLatency[hostnet.HostAddr(sn, h)] = d
 		}
 	}
-	return link{cfg: cfg, addrA: addr, hub: hostAddr(sn, hubHost), defaultRoute: true, networkA: network}
+	return link{cfg: cfg, addrA: addr, hub: hostnet.HostAddr(sn, hubHost), defaultRoute: true, networkA: network}
 }
 
 // flushClientLink removes every address of the client network's link, at both ends, and the
@@ -134,8 +137,8 @@ func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
 func (p *Provider) flushClientLink(ctx context.Context, c *ClientNetwork, inet *internetRecord) error {
 	l := p.clientLink(c, inet)
 	for _, end := range []netlab.LinkEnd{l.cfg.A, l.cfg.B} {
-		if nsLinkExists(ctx, end.Netns, end.Device) {
-			if err := run(ctx, "ip", "-n", end.Netns, "addr", "flush", "dev", end.Device); err != nil {
+		if hostnet.NsLinkExists(ctx, end.Netns, end.Device) {
+			if err := hostnet.IP(ctx, "-n", end.Netns, "addr", "flush", "dev", end.Device); err != nil {
 				return err
 			}
 		}
@@ -200,13 +203,13 @@ func (p *Provider) removeClient(ctx context.Context, name string) error {
 	}
 	var errs []error
 	if c != nil {
-		errs = append(errs, stopProcess(ctx, c.RelayPID, c.RelayStart, 5*time.Second))
+		errs = append(errs, hostproc.Stop(ctx, c.RelayPID, c.RelayStart, 5*time.Second))
 	}
 	ns := clientNetns(p.opts.DataDir, name)
-	errs = append(errs, killNetnsProcesses(ctx, ns), deleteNetns(ctx, ns, ""))
+	errs = append(errs, hostnet.KillNetns(ctx, ns), hostnet.DeleteNetns(ctx, ns, ""))
 	inetNs, hub := internetNetns(p.opts.DataDir), hubDevice(p.opts.DataDir, "client/"+name)
-	if hostnet.NetnsExists(inetNs) && nsLinkExists(ctx, inetNs, hub) {
-		errs = append(errs, run(ctx, "ip", "-n", inetNs, "link", "delete", hub))
+	if hostnet.NetnsExists(inetNs) && hostnet.NsLinkExists(ctx, inetNs, hub) {
+		errs = append(errs, hostnet.IP(ctx, "-n", inetNs, "link", "delete", hub))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove client network %s: %w", name, err)
@@ -222,7 +225,7 @@ func (p *Provider) removeClient(ctx context.Context, name string) error {
 }
 
 func readClient(dir string) (*ClientNetwork, error) {
-	return readJSONRecord[ClientNetwork](filepath.Join(dir, clientFile))
+	return statefile.Load[ClientNetwork](filepath.Join(dir, clientFile))
 }
 
 func writeClient(dir string, c *ClientNetwork) error {

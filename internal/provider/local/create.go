@@ -21,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/statefile"
 )
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -61,11 +63,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
 	}
-	lk, err := lockFile(filepath.Join(dir, lockFileName))
+	lk, err := statefile.Lock(filepath.Join(dir, lockFileName))
 	if err != nil {
 		return provider.Instance{}, fmt.Errorf("instance %s: %w", spec.Name, err)
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 
 	rec, err := readRecord(dir)
 	if err != nil {
@@ -159,7 +161,7 @@ func (p *Provider) checkNameFree(name string) error {
 	if hostnet.NetnsExists(netnsName(name)) {
 		used = append(used, "network namespace "+netnsName(name))
 	}
-	if linkExists(vethName(name)) {
+	if hostnet.LinkExists(vethName(name)) {
 		used = append(used, "link "+vethName(name))
 	}
 	if hier, err := cgroupHierarchies(); err == nil {
@@ -183,7 +185,7 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return 0, 0, err
 	}
-	return p.startDetached(filepath.Join(dir, agentLogName), rec.Netns, syscall.CLONE_NEWNS,
+	return hostproc.StartDetached(filepath.Join(dir, agentLogName), filepath.Join(hostnet.NetnsDir, rec.Netns), syscall.CLONE_NEWNS,
 		AgentBinary(p.opts.HerdBinary),
 		"--name", rec.Spec.Name,
 		"--bundle", rec.BundleDir,

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/statefile"
 )
 
 // Delete implements provider.Provider, as the contract says: SIGTERM the agent and wait for it,
@@ -26,11 +27,11 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	lk, err := lockFile(filepath.Join(dir, lockFileName))
+	lk, err := statefile.Lock(filepath.Join(dir, lockFileName))
 	if err != nil {
 		return fmt.Errorf("delete instance %s: %w", name, err)
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	rec, err := readRecord(dir)
 	if err != nil {
 		return fmt.Errorf("delete instance %s: %w", name, err)

@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local/localtest"
 	"herd.dev/herd/internal/provider/providertest"
@@ -143,7 +145,7 @@ func fakeAgent(mode string, args []string) int {
 // waitStatus waits until the agent in dir reports phase.
 func waitStatus(t *testing.T, dir, phase string) {
 	t.Helper()
-	err := waitFor(context.Background(), 10*time.Second, func() bool {
+	err := hostproc.WaitFor(context.Background(), 10*time.Second, func() bool {
 		return readStatus(dir).Phase == phase
 	}, "agent status "+phase)
 	if err != nil {
@@ -303,7 +305,7 @@ func TestFakeAgentLifecycle(t *testing.T) {
 	if err := p.Delete(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if !linkExists(p.BridgeName(testRegion)) {
+	if !hostnet.LinkExists(p.BridgeName(testRegion)) {
 		t.Error("the bridge went while an instance of its region remains")
 	}
 	assertSysctls(t, p.opts.SysctlRoot, map[string]string{"kernel.panic": "10"})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/statefile"
 )
 
@@ -86,7 +87,7 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
-		rec, err := readJSONRecord[frontRecord](filepath.Join(dir, frontFile))
+		rec, err := statefile.Load[frontRecord](filepath.Join(dir, frontFile))
 		if err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 			return err
 		}
 		// The address lives on the internet namespace's loopback: every link's routes lead there.
-		if err := run(ctx, "ip", "-n", inet.Netns, "addr", "replace", addr.String()+"/32", "dev", "lo"); err != nil {
+		if err := hostnet.IP(ctx, "-n", inet.Netns, "addr", "replace", addr.String()+"/32", "dev", "lo"); err != nil {
 			return fmt.Errorf("the front door's address: %w", err)
 		}
 		tokenPath := filepath.Join(dir, frontTokenFile)
@@ -107,22 +108,22 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 		}
 		sock := filepath.Join(dir, frontSocket)
 		out = Front{DataAddress: addr, AdminSocket: sock, AdminURL: "http://" + frontAdminHost, TokenFile: tokenPath}
-		if alive(rec.PID, rec.Start) {
+		if hostproc.Alive(rec.PID, rec.Start) {
 			out.PID = rec.PID
 			return nil
 		}
 		// A front door started by a process that crashed before recording it holds the socket.
-		if err := killStrays(ctx, tokenPath); err != nil {
+		if err := hostproc.KillStrays(ctx, tokenPath); err != nil {
 			return err
 		}
-		pid, start, err := p.startDetached(filepath.Join(dir, frontLogFile), inet.Netns, 0,
+		pid, start, err := hostproc.StartDetached(filepath.Join(dir, frontLogFile), filepath.Join(hostnet.NetnsDir, inet.Netns), 0,
 			p.opts.HerdBinary, "front", "--admin-addr", "unix:"+sock, "--token-file", tokenPath)
 		if err != nil {
 			return fmt.Errorf("start the front door: %w", err)
 		}
 		rec.PID, rec.Start = pid, start
 		if err := statefile.WriteJSON(filepath.Join(dir, frontFile), rec); err != nil {
-			_ = stopProcess(context.WithoutCancel(ctx), pid, start, lbStopTimeout)
+			_ = hostproc.Stop(context.WithoutCancel(ctx), pid, start, lbStopTimeout)
 			return err
 		}
 		if err := waitAdmin(ctx, pid, start, "unix", sock, filepath.Join(dir, frontLogFile)); err != nil {
@@ -148,7 +149,7 @@ func (p *Provider) RemoveFront(ctx context.Context) error {
 func (p *Provider) removeFront(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	dir := p.frontDir()
-	rec, err := readJSONRecord[frontRecord](filepath.Join(dir, frontFile))
+	rec, err := statefile.Load[frontRecord](filepath.Join(dir, frontFile))
 	if err != nil {
 		return err
 	}
@@ -158,16 +159,16 @@ func (p *Provider) removeFront(ctx context.Context) error {
 		}
 		rec = &frontRecord{}
 	}
-	if err := stopProcess(ctx, rec.PID, rec.Start, lbStopTimeout); err != nil {
+	if err := hostproc.Stop(ctx, rec.PID, rec.Start, lbStopTimeout); err != nil {
 		return fmt.Errorf("stop the front door: %w", err)
 	}
 	// One started by a process that crashed before recording it.
-	if err := killStrays(ctx, filepath.Join(dir, frontTokenFile)); err != nil {
+	if err := hostproc.KillStrays(ctx, filepath.Join(dir, frontTokenFile)); err != nil {
 		return err
 	}
 	inetNs := internetNetns(p.opts.DataDir)
 	if rec.Address != "" && hostnet.NetnsExists(inetNs) {
-		_ = run(ctx, "ip", "-n", inetNs, "addr", "del", rec.Address+"/32", "dev", "lo") // gone with a namespace made again
+		_ = hostnet.IP(ctx, "-n", inetNs, "addr", "del", rec.Address+"/32", "dev", "lo") // gone with a namespace made again
 	}
 	if err := p.releaseInternet(ctx, frontHostKey); err != nil {
 		return err

@@ -218,10 +218,10 @@ func (p *Provider) restoreHostSettings() error {
 
 // withProviderLock runs f under the provider lock.
 func (p *Provider) withProviderLock(f func() error) error {
-	lk, err := lockFile(filepath.Join(p.dir, lockFileName))
+	lk, err := statefile.Lock(filepath.Join(p.dir, lockFileName))
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	return f()
 }

@@ -8,14 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/statefile"
 )
 
 // Get implements provider.Provider.
@@ -111,14 +111,14 @@ func (p *Provider) view(dir string, r *record) provider.Instance {
 		in.State = provider.StateDeleting
 		return in
 	case phaseCreating:
-		if !isLocked(filepath.Join(dir, lockFileName)) {
+		if !statefile.IsLocked(filepath.Join(dir, lockFileName)) {
 			in.State = provider.StateFailed
 			in.Reason = "creating the instance was interrupted (herd stopped in the middle): delete it, or create it again to complete it"
 		}
 		return in
 	}
 	st := readStatus(dir)
-	running := alive(r.AgentPID, r.AgentStartTime)
+	running := hostproc.Alive(r.AgentPID, r.AgentStartTime)
 	switch {
 	case st.Phase == agentFailed:
 		in.State, in.Reason = provider.StateFailed, st.Reason
@@ -133,36 +133,9 @@ func (p *Provider) view(dir string, r *record) provider.Instance {
 		}
 	case !running:
 		in.State = provider.StateFailed
-		in.Reason = "agent exited unexpectedly; " + logTail(filepath.Join(dir, agentLogName), 5)
+		in.Reason = "agent exited unexpectedly; " + hostproc.LogTail(filepath.Join(dir, agentLogName), 5)
 	case st.Phase == agentReady:
 		in.State = provider.StateReady
 	}
 	return in
-}
-
-// logTail returns the last n non-empty lines of a log file, for a failure reason.
-func logTail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "no agent log (" + path + ")"
-	}
-	defer f.Close()
-	const window = 8 << 10
-	if fi, err := f.Stat(); err == nil && fi.Size() > window {
-		_, _ = f.Seek(fi.Size()-window, io.SeekStart)
-	}
-	data, _ := io.ReadAll(f)
-	var lines []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) == 0 {
-		return path + " is empty"
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "last lines of " + path + ": " + strings.Join(lines, " | ")
 }

@@ -12,15 +12,13 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/statefile"
 )
@@ -75,14 +73,14 @@ func (p *Provider) netDir() string { return filepath.Join(p.dir, netSubdir) }
 
 // internetNetns is the data directory's internet namespace. Instances' namespaces are
 // "herd-<name>", so no instance can take it.
-func internetNetns(dataDir string) string { return "herdinet-" + shortHash(dataDir, 8) }
+func internetNetns(dataDir string) string { return "herdinet-" + hostnet.ShortHash(dataDir, 8) }
 
 // InternetNetns returns the name of the internet network namespace (/run/netns/<name>), where
 // clients' traffic to regions is routed.
 func (p *Provider) InternetNetns() string { return internetNetns(p.opts.DataDir) }
 
 func (p *Provider) readInternet() (*internetRecord, error) {
-	r, err := readJSONRecord[internetRecord](filepath.Join(p.netDir(), internetFile))
+	r, err := statefile.Load[internetRecord](filepath.Join(p.netDir(), internetFile))
 	if r != nil && r.Hosts == nil {
 		r.Hosts = map[string]int{}
 	}
@@ -110,7 +108,7 @@ func (p *Provider) ensureInternet(ctx context.Context) (*internetRecord, error) 
 			return nil, err
 		}
 	}
-	if err := ensureNetns(ctx, inet.Netns, true); err != nil {
+	if err := hostnet.EnsureNetns(ctx, inet.Netns, true); err != nil {
 		return nil, fmt.Errorf("the internet namespace: %w", err)
 	}
 	return inet, nil
@@ -120,11 +118,11 @@ func (p *Provider) ensureInternet(ctx context.Context) (*internetRecord, error) 
 // subnet of this data directory (a router holds both) and no address of the host. The caller
 // holds the provider lock; the choice holds the host-wide lock, as regions' choices do.
 func (p *Provider) freeInternetSubnet(taken []netip.Prefix) (netip.Prefix, error) {
-	hostLk, err := lockFile(hostLockPath)
+	hostLk, err := statefile.Lock(hostnet.LockPath)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	defer hostLk.unlock()
+	defer hostLk.Unlock()
 	regions, err := readRegions(p.regionsDir())
 	if err != nil {
 		return netip.Prefix{}, err
@@ -136,11 +134,11 @@ func (p *Provider) freeInternetSubnet(taken []netip.Prefix) (netip.Prefix, error
 			taken = append(taken, sn)
 		}
 	}
-	host, err := hostPrefixes(own)
+	host, err := hostnet.HostPrefixes(own)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	return pickSubnet(p.opts.InternetPool, taken, host)
+	return hostnet.PickSubnet(p.opts.InternetPool, taken, host)
 }
 
 // internetNetwork gives key ("client/y") a /24 of its own from the internet pool, once.
@@ -173,7 +171,7 @@ func (p *Provider) internetHost(inet *internetRecord, key string) (netip.Addr, e
 		return netip.Addr{}, fmt.Errorf("internet subnet %q: %w", inet.Subnet, err)
 	}
 	if h, ok := inet.Hosts[key]; ok {
-		return hostAddr(sn, h), nil
+		return hostnet.HostAddr(sn, h), nil
 	}
 	used := map[int]bool{}
 	for _, h := range inet.Hosts {
@@ -185,7 +183,7 @@ func (p *Provider) internetHost(inet *internetRecord, key string) (netip.Addr, e
 			if err := p.writeInternet(inet); err != nil {
 				return netip.Addr{}, err
 			}
-			return hostAddr(sn, h), nil
+			return hostnet.HostAddr(sn, h), nil
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("the internet %s has no address left (%d regions and front door)", inet.Subnet, lastNetHost)
@@ -210,7 +208,7 @@ func (p *Provider) releaseInternet(ctx context.Context, key string) error {
 	if len(inet.Hosts)+len(inet.Networks) > 0 {
 		return nil
 	}
-	if err := deleteNetns(ctx, inet.Netns, ""); err != nil {
+	if err := hostnet.DeleteNetns(ctx, inet.Netns, ""); err != nil {
 		return fmt.Errorf("remove the internet namespace: %w", err)
 	}
 	if err := os.Remove(filepath.Join(p.netDir(), internetFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -226,31 +224,6 @@ func (p *Provider) pruneNetDir() {
 	for _, d := range []string{filepath.Join(p.netDir(), "regions"), filepath.Join(p.netDir(), "clients"), p.frontDir(), p.netDir()} {
 		_ = os.Remove(d) // fails, as it should, while something is left in it
 	}
-}
-
-// ensureNetns creates a network namespace with its loopback up, and forwarding on if asked.
-func ensureNetns(ctx context.Context, ns string, forward bool) error {
-	if !hostnet.NetnsExists(ns) {
-		if err := run(ctx, "ip", "netns", "add", ns); err != nil && !hostnet.NetnsExists(ns) {
-			return err
-		}
-	}
-	if err := run(ctx, "ip", "-n", ns, "link", "set", "lo", "up"); err != nil {
-		return err
-	}
-	if forward {
-		if err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, ns), func() error {
-			return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644)
-		}); err != nil {
-			return fmt.Errorf("enable forwarding in netns %s: %w", ns, err)
-		}
-	}
-	return nil
-}
-
-// nsLinkExists reports whether netns ns has an interface dev.
-func nsLinkExists(ctx context.Context, ns, dev string) bool {
-	return exec.CommandContext(ctx, "ip", "-n", ns, "link", "show", "dev", dev).Run() == nil
 }
 
 // link is a shaped point-to-point link: end A (a router or a client) has address AddrA, end B
@@ -273,25 +246,25 @@ func ensureLinkDevices(ctx context.Context, l link) error {
 	}{{l.cfg.A, l.addrA, l.hub}, {l.cfg.B, l.hub, l.addrA}}
 	for _, e := range ends {
 		ns, dev := e.end.Netns, e.end.Device
-		if !nsLinkExists(ctx, ns, dev) {
-			if err := run(ctx, "ip", "-n", ns, "tuntap", "add", "dev", dev, "mode", "tun"); err != nil && !nsLinkExists(ctx, ns, dev) {
+		if !hostnet.NsLinkExists(ctx, ns, dev) {
+			if err := hostnet.IP(ctx, "-n", ns, "tuntap", "add", "dev", dev, "mode", "tun"); err != nil && !hostnet.NsLinkExists(ctx, ns, dev) {
 				return err
 			}
 		}
-		if err := run(ctx, "ip", "-n", ns, "addr", "replace", e.local.String(), "peer", e.peer.String(), "dev", dev); err != nil {
+		if err := hostnet.IP(ctx, "-n", ns, "addr", "replace", e.local.String(), "peer", e.peer.String(), "dev", dev); err != nil {
 			return err
 		}
-		if err := run(ctx, "ip", "-n", ns, "link", "set", dev, "up"); err != nil {
+		if err := hostnet.IP(ctx, "-n", ns, "link", "set", dev, "up"); err != nil {
 			return err
 		}
 	}
 	if l.defaultRoute {
-		if err := run(ctx, "ip", "-n", l.cfg.A.Netns, "route", "replace", "default", "dev", l.cfg.A.Device); err != nil {
+		if err := hostnet.IP(ctx, "-n", l.cfg.A.Netns, "route", "replace", "default", "dev", l.cfg.A.Device); err != nil {
 			return err
 		}
 	}
 	if l.networkA.IsValid() {
-		if err := run(ctx, "ip", "-n", l.cfg.B.Netns, "route", "replace", l.networkA.String(), "dev", l.cfg.B.Device); err != nil {
+		if err := hostnet.IP(ctx, "-n", l.cfg.B.Netns, "route", "replace", l.networkA.String(), "dev", l.cfg.B.Device); err != nil {
 			return err
 		}
 	}
@@ -307,29 +280,29 @@ func (p *Provider) ensureRelay(dir string, cfg netlab.LinkConfig, pid int, start
 	if err := statefile.WriteJSON(path, cfg); err != nil {
 		return 0, 0, err
 	}
-	if alive(pid, start) {
+	if hostproc.Alive(pid, start) {
 		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 			return 0, 0, fmt.Errorf("tell the link relay %d of the new shape: %w", pid, err)
 		}
 	} else {
 		// A relay started by a process that crashed before recording it holds the devices.
-		if err := killStrays(context.Background(), path); err != nil {
+		if err := hostproc.KillStrays(context.Background(), path); err != nil {
 			return 0, 0, err
 		}
 		var err error
-		pid, start, err = p.startDetached(filepath.Join(dir, linkLogFile), "", 0, p.opts.HerdBinary, linkRelayCommand, "--link-config", path)
+		pid, start, err = hostproc.StartDetached(filepath.Join(dir, linkLogFile), "", 0, p.opts.HerdBinary, linkRelayCommand, "--link-config", path)
 		if err != nil {
 			return 0, 0, err
 		}
 	}
 	// Wait until the relay applies this config (or dies): the caller's change holds when this returns.
 	var died bool
-	err := waitFor(context.Background(), relayAckTimeout, func() bool {
-		died = !alive(pid, start)
+	err := hostproc.WaitFor(context.Background(), relayAckTimeout, func() bool {
+		died = !hostproc.Alive(pid, start)
 		return died || netlab.ReadApplied(path) == cfg.Generation
 	}, "the link relay to apply its config")
 	if err == nil && died {
-		err = fmt.Errorf("the link relay exited: %s", logTail(filepath.Join(dir, linkLogFile), 3))
+		err = fmt.Errorf("the link relay exited: %s", hostproc.LogTail(filepath.Join(dir, linkLogFile), 3))
 	}
 	if err != nil {
 		return 0, 0, err
@@ -340,76 +313,3 @@ func (p *Provider) ensureRelay(dir string, cfg netlab.LinkConfig, pid int, start
 // relayAckTimeout bounds how long a link relay may take to attach its devices or to apply a new
 // shape (it takes milliseconds).
 const relayAckTimeout = 10 * time.Second
-
-// startDetached starts a process that outlives this one (its own session, logging to logPath),
-// in netns if not "" and with the namespaces of cloneflags new, and returns its pid and start
-// time, without waiting for it.
-func (p *Provider) startDetached(logPath, netns string, cloneflags uintptr, args ...string) (int, uint64, error) {
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return 0, 0, fmt.Errorf("open %s: %w", logPath, err)
-	}
-	defer logf.Close()
-	if netns != "" {
-		nsenter, err := exec.LookPath("nsenter")
-		if err != nil {
-			return 0, 0, fmt.Errorf("nsenter: %w (install util-linux)", err)
-		}
-		args = append([]string{nsenter, "--net=" + filepath.Join(hostnet.NetnsDir, netns), "--"}, args...)
-	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: cloneflags}
-	if err := cmd.Start(); err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
-	}
-	pid := cmd.Process.Pid
-	st, ok := readProcStat(pid)
-	go func() { _ = cmd.Wait() }() // reap it if it exits while this process runs
-	if !ok {
-		return 0, 0, fmt.Errorf("%s: pid %d vanished at once", strings.Join(cmd.Args, " "), pid)
-	}
-	return pid, st.StartTime, nil
-}
-
-// killStrays kills every process whose command line has the argument arg (a config or token
-// path only one process may use) and waits until they are gone.
-func killStrays(ctx context.Context, arg string) error {
-	entries, err := os.ReadDir(procDir)
-	if err != nil {
-		return err
-	}
-	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
-		if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), arg) {
-			continue
-		}
-		st, ok := readProcStat(pid)
-		if !ok {
-			continue
-		}
-		if err := stopProcess(ctx, pid, st.StartTime, 0); err != nil {
-			return fmt.Errorf("stop process %d left by a crash: %w", pid, err)
-		}
-	}
-	return nil
-}
-
-// stopProcess stops a detached process: SIGTERM, then SIGKILL after timeout.
-func stopProcess(ctx context.Context, pid int, start uint64, timeout time.Duration) error {
-	if !alive(pid, start) {
-		return nil
-	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	if waitFor(ctx, timeout, func() bool { return !alive(pid, start) }, fmt.Sprintf("process %d to stop", pid)) == nil {
-		return nil
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	return waitFor(ctx, 5*time.Second, func() bool { return !alive(pid, start) }, fmt.Sprintf("process %d to die", pid))
-}

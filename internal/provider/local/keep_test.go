@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/providertest"
 )
@@ -18,7 +19,7 @@ func regionIdentity(t *testing.T, p *Provider) (bridge int, router uint64) {
 	if err != nil {
 		t.Fatalf("the bridge of region %s: %v", testRegion, err)
 	}
-	ns := netnsInode(routerNetns(p.opts.DataDir, testRegion))
+	ns := hostnet.NetnsInode(routerNetns(p.opts.DataDir, testRegion))
 	if ns == 0 {
 		t.Fatalf("region %s has no router namespace", testRegion)
 	}
@@ -65,7 +66,7 @@ func TestFakeAgentKeptRegion(t *testing.T) {
 	if err := p.KeepRegions(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if linkExists(p.BridgeName(testRegion)) {
+	if hostnet.LinkExists(p.BridgeName(testRegion)) {
 		t.Error("the bridge of a region no longer kept, without instances, is left")
 	}
 	assertClean()

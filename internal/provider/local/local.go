@@ -62,6 +62,7 @@ import (
 	"sync"
 	"time"
 
+	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
 )
@@ -149,8 +150,8 @@ func New(opts Options) (*Provider, error) {
 		opts.SysctlRoot = DefaultSysctlRoot
 	}
 	for _, pool := range []netip.Prefix{opts.SubnetPool, opts.InternetPool} {
-		if !pool.Addr().Is4() || pool.Bits() > subnetBits {
-			return nil, fmt.Errorf("local provider: subnet pool %s must be an IPv4 prefix of /%d or shorter", pool, subnetBits)
+		if !pool.Addr().Is4() || pool.Bits() > hostnet.SubnetBits {
+			return nil, fmt.Errorf("local provider: subnet pool %s must be an IPv4 prefix of /%d or shorter", pool, hostnet.SubnetBits)
 		}
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {

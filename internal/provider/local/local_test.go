@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/statefile"
 )
 
 func TestMain(m *testing.M) {
@@ -59,43 +61,6 @@ func TestHostNamesFitTheKernelLimits(t *testing.T) {
 	}
 }
 
-func TestPickSubnet(t *testing.T) {
-	pool := netip.MustParsePrefix("10.213.0.0/16")
-	p := netip.MustParsePrefix
-	tests := []struct {
-		name        string
-		taken, host []netip.Prefix
-		want        string
-		wantErr     bool
-	}{
-		{name: "first", want: "10.213.0.0/24"},
-		{name: "skips regions", taken: []netip.Prefix{p("10.213.0.0/24"), p("10.213.1.0/24")}, want: "10.213.2.0/24"},
-		{name: "skips host addresses", host: []netip.Prefix{p("10.213.0.0/23")}, want: "10.213.2.0/24"},
-		{name: "a wide host route covers all", host: []netip.Prefix{p("10.0.0.0/8")}, wantErr: true},
-		{name: "unrelated host address", host: []netip.Prefix{p("192.168.1.0/24"), p("127.0.0.0/8")}, want: "10.213.0.0/24"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := pickSubnet(pool, tc.taken, tc.host)
-			if tc.wantErr {
-				if err == nil {
-					t.Fatalf("pickSubnet = %s, want an error", got)
-				}
-				return
-			}
-			if err != nil || got.String() != tc.want {
-				t.Fatalf("pickSubnet = %s, %v; want %s", got, err, tc.want)
-			}
-		})
-	}
-	if _, err := pickSubnet(p("10.0.0.0/25"), nil, nil); err == nil {
-		t.Error("a pool smaller than a /24 was accepted")
-	}
-	if got, _ := pickSubnet(p("10.1.2.3/24"), nil, nil); got.String() != "10.1.2.0/24" {
-		t.Errorf("a /24 pool gives %s", got)
-	}
-}
-
 func TestPickHost(t *testing.T) {
 	tests := []struct {
 		last int
@@ -125,9 +90,6 @@ func TestPickHost(t *testing.T) {
 	}
 	if _, err := pickHost(10, all); err == nil {
 		t.Error("a full subnet gave an address")
-	}
-	if got := hostAddr(netip.MustParsePrefix("10.213.7.0/24"), 1); got.String() != "10.213.7.1" {
-		t.Errorf("hostAddr = %s", got)
 	}
 }
 
@@ -160,76 +122,11 @@ func TestRecordRoundTripAndMode(t *testing.T) {
 	}
 }
 
-func TestFileLock(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "lock")
-	a, err := lockFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// isLocked tries a second lock on its own open file, in this same process.
-	if !isLocked(path) {
-		t.Fatal("a second lock in the same process is not excluded (isLocked = false while held)")
-	}
-	got := make(chan *fileLock)
-	go func() {
-		l, err := lockFile(path)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	select {
-	case <-got:
-		t.Fatal("a waiting locker got the lock while it was held")
-	case <-time.After(50 * time.Millisecond):
-	}
-	// The holder removes the file (as Delete removes an instance directory): the waiter must
-	// end up holding a lock on a file that exists.
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	a.unlock()
-	b := <-got
-	defer b.unlock()
-	held, _ := b.f.Stat()
-	cur, err := os.Stat(path)
-	if err != nil || !os.SameFile(held, cur) {
-		t.Fatalf("the waiter holds a lock on a removed file (%v)", err)
-	}
-	if isLocked(filepath.Join(dir, "missing")) {
-		t.Error("isLocked of a missing file")
-	}
-}
-
-func TestProcStatAndAlive(t *testing.T) {
-	st, ok := readProcStat(os.Getpid())
-	if !ok || st.StartTime == 0 || st.State == 0 {
-		t.Fatalf("readProcStat(self) = %+v, %v", st, ok)
-	}
-	if !alive(os.Getpid(), st.StartTime) {
-		t.Error("this process is not alive")
-	}
-	if alive(os.Getpid(), st.StartTime+1) {
-		t.Error("a pid with another start time counts as alive (pid reuse)")
-	}
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	if alive(cmd.Process.Pid, 0) {
-		t.Error("an exited process is alive")
-	}
-	if alive(0, 0) {
-		t.Error("pid 0 is alive")
-	}
-}
-
 func TestIsAgentOf(t *testing.T) {
 	state := "/data/providers/local/instances/a/agent"
-	cmd := func(args ...string) []byte { return []byte(strings.Join(args, "\x00") + "\x00") }
+	cmd := func(args ...string) []string { return args }
 	for _, tc := range []struct {
-		cmdline []byte
+		cmdline []string
 		want    bool
 	}{
 		{cmd("/usr/bin/herd-agent", "--name", "a", "--state-dir", state, "--address", "10.213.0.10"), true},
@@ -268,28 +165,6 @@ func TestMountInfoParsing(t *testing.T) {
 	m, err := mountsUnder("/data/inst/a b")
 	if err != nil || strings.Join(m, ",") != "/data/inst/a b/agent/x,/data/inst/a b" {
 		t.Fatalf("mountsUnder = %q, %v (want deepest first, not the sibling)", m, err)
-	}
-}
-
-func TestLogTail(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "agent.log")
-	if got := logTail(p, 3); !strings.Contains(got, "no agent log") {
-		t.Errorf("missing log: %q", got)
-	}
-	var b strings.Builder
-	for i := range 3000 {
-		b.WriteString("line ")
-		b.WriteString(strings.Repeat("x", i%7))
-		b.WriteString("\n\n")
-	}
-	b.WriteString("the last words\n")
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	got := logTail(p, 3)
-	if !strings.HasSuffix(got, "the last words") || strings.Count(got, " | ") != 2 {
-		t.Errorf("logTail = %q", got)
 	}
 }
 
@@ -388,7 +263,7 @@ func TestCheckHostNamesTheFix(t *testing.T) {
 func TestGetAndListReadTheInstanceDirectories(t *testing.T) {
 	p, digest := newTestProvider(t, "/bin/true")
 	ctx := context.Background()
-	self, _ := readProcStat(os.Getpid())
+	self, _ := hostproc.ReadStat(os.Getpid())
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
@@ -463,14 +338,14 @@ func TestGetAndListReadTheInstanceDirectories(t *testing.T) {
 		t.Fatalf("List(fleet g) = %v, %v", g, err)
 	}
 	// An interrupted Create still being made (its lock held) is Booting, not Failed.
-	lk, err := lockFile(filepath.Join(p.InstanceDir("interrupted"), lockFileName))
+	lk, err := statefile.Lock(filepath.Join(p.InstanceDir("interrupted"), lockFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if in, _ := p.Get(ctx, "interrupted"); in.State != provider.StateBooting {
 		t.Errorf("a Create in progress shows %s %q", in.State, in.Reason)
 	}
-	lk.unlock()
+	lk.Unlock()
 	if _, err := p.Get(ctx, "empty"); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("Get(empty) = %v, want ErrNotFound", err)
 	}
@@ -496,7 +371,7 @@ func TestAllocationNeverCollides(t *testing.T) {
 	}
 	ctx := context.Background()
 	region := "alloc"
-	t.Cleanup(func() { _ = deleteLink(context.Background(), p1.BridgeName(region)) })
+	t.Cleanup(func() { _ = hostnet.DeleteLink(context.Background(), p1.BridgeName(region)) })
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	addrs := map[string]string{}

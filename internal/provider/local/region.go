@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/statefile"
@@ -89,12 +90,14 @@ type RegionNetwork struct {
 
 // routerNetns is the router namespace of a region of a data directory.
 func routerNetns(dataDir, region string) string {
-	return "herdrt-" + shortHash(dataDir+"\x00"+region, 8)
+	return "herdrt-" + hostnet.ShortHash(dataDir+"\x00"+region, 8)
 }
 
-func routerVeth(dataDir, region string) string { return "hr" + shortHash(dataDir+"\x00"+region, 12) }
+func routerVeth(dataDir, region string) string {
+	return "hr" + hostnet.ShortHash(dataDir+"\x00"+region, 12)
+}
 
-func hubDevice(dataDir, key string) string { return "l" + shortHash(dataDir+"\x00"+key, 12) }
+func hubDevice(dataDir, key string) string { return "l" + hostnet.ShortHash(dataDir+"\x00"+key, 12) }
 
 func (p *Provider) regionNetDir(region string) string {
 	return filepath.Join(p.netDir(), "regions", region)
@@ -108,7 +111,7 @@ func (p *Provider) RegionHostNames(region string) (router, internet, hostVeth st
 }
 
 func readRegionNet(dir string) (*regionNet, error) {
-	return readJSONRecord[regionNet](filepath.Join(dir, regionFile))
+	return statefile.Load[regionNet](filepath.Join(dir, regionFile))
 }
 
 func writeRegionNet(dir string, r *regionNet) error {
@@ -179,11 +182,11 @@ func (p *Provider) EnsureRegion(ctx context.Context, region string, options map[
 // ensureRegionBridge gives the region its subnet and bridge (as the first instance's Create
 // does). The caller holds the provider lock.
 func (p *Provider) ensureRegionBridge(ctx context.Context, region string) (*regionRecord, error) {
-	hostLk, err := lockFile(hostLockPath)
+	hostLk, err := statefile.Lock(hostnet.LockPath)
 	if err != nil {
 		return nil, err
 	}
-	defer hostLk.unlock()
+	defer hostLk.Unlock()
 	regions, err := readRegions(p.regionsDir())
 	if err != nil {
 		return nil, err
@@ -205,7 +208,7 @@ func (p *Provider) ensureRegionBridge(ctx context.Context, region string) (*regi
 	if err := writeRegion(p.regionsDir(), reg); err != nil {
 		return nil, err
 	}
-	if err := ensureBridge(ctx, reg.Bridge, fmt.Sprintf("%s/%d", hostAddr(subnet, gatewayHost), subnet.Bits())); err != nil {
+	if err := ensureBridge(ctx, reg.Bridge, fmt.Sprintf("%s/%d", hostnet.HostAddr(subnet, gatewayHost), subnet.Bits())); err != nil {
 		return nil, err
 	}
 	return reg, nil
@@ -237,7 +240,7 @@ func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape
 	rn.Bridge, rn.Subnet = reg.Bridge, reg.Subnet
 	rn.RouterNetns = routerNetns(p.opts.DataDir, reg.Region)
 	rn.HostVeth = routerVeth(p.opts.DataDir, reg.Region)
-	rn.LANAddress = hostAddr(subnet, routerLANHost).String()
+	rn.LANAddress = hostnet.HostAddr(subnet, routerLANHost).String()
 	rn.WANAddress = wan.String()
 	rn.HubDevice = hubDevice(p.opts.DataDir, "region/"+reg.Region)
 	rn.Shape = shape
@@ -245,11 +248,11 @@ func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape
 		return nil, err
 	}
 
-	if err := ensureNetns(ctx, rn.RouterNetns, false); err != nil {
+	if err := hostnet.EnsureNetns(ctx, rn.RouterNetns, false); err != nil {
 		return nil, fmt.Errorf("router namespace: %w", err)
 	}
-	if !linkExists(rn.HostVeth) && !nsLinkExists(ctx, rn.RouterNetns, routerLAN) {
-		if err := run(ctx, "ip", "link", "add", rn.HostVeth, "type", "veth", "peer", "name", routerLAN, "netns", rn.RouterNetns); err != nil {
+	if !hostnet.LinkExists(rn.HostVeth) && !hostnet.NsLinkExists(ctx, rn.RouterNetns, routerLAN) {
+		if err := hostnet.IP(ctx, "link", "add", rn.HostVeth, "type", "veth", "peer", "name", routerLAN, "netns", rn.RouterNetns); err != nil {
 			return nil, fmt.Errorf("router's leg on the bridge: %w", err)
 		}
 	}
@@ -259,7 +262,7 @@ func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape
 		{"-n", rn.RouterNetns, "link", "set", routerLAN, "up"},
 	}
 	for _, s := range steps {
-		if err := run(ctx, "ip", s...); err != nil {
+		if err := hostnet.IP(ctx, s...); err != nil {
 			return nil, fmt.Errorf("router's leg on the bridge: %w", err)
 		}
 	}
@@ -293,7 +296,7 @@ func (p *Provider) regionLink(rn *regionNet, inet *internetRecord) link {
 			Shape: rn.effectiveShape(),
 		},
 		addrA:        netip.MustParseAddr(rn.WANAddress),
-		hub:          hostAddr(sn, hubHost),
+		hub:          hostnet.HostAddr(sn, hubHost),
 		defaultRoute: true,
 	}
 }
@@ -351,23 +354,23 @@ func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
 		}
 	}
 	var errs []error
-	if err := stopProcess(ctx, rn.LBPID, rn.LBStart, lbStopTimeout); err != nil {
+	if err := hostproc.Stop(ctx, rn.LBPID, rn.LBStart, lbStopTimeout); err != nil {
 		errs = append(errs, fmt.Errorf("stop the load balancer: %w", err))
 	}
-	if err := stopProcess(ctx, rn.RelayPID, rn.RelayStart, 5*time.Second); err != nil {
+	if err := hostproc.Stop(ctx, rn.RelayPID, rn.RelayStart, 5*time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("stop the link relay: %w", err))
 	}
 	// Whatever else runs in the router namespace (a process started by hand there) goes too.
-	if err := killNetnsProcesses(ctx, routerNetns(p.opts.DataDir, region)); err != nil {
+	if err := hostnet.KillNetns(ctx, routerNetns(p.opts.DataDir, region)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := deleteNetns(ctx, routerNetns(p.opts.DataDir, region), routerVeth(p.opts.DataDir, region)); err != nil {
+	if err := hostnet.DeleteNetns(ctx, routerNetns(p.opts.DataDir, region), routerVeth(p.opts.DataDir, region)); err != nil {
 		errs = append(errs, fmt.Errorf("remove the router namespace: %w", err))
 	}
 	inetNs := internetNetns(p.opts.DataDir)
 	hub := hubDevice(p.opts.DataDir, "region/"+region)
-	if hostnet.NetnsExists(inetNs) && nsLinkExists(ctx, inetNs, hub) {
-		if err := run(ctx, "ip", "-n", inetNs, "link", "delete", hub); err != nil {
+	if hostnet.NetnsExists(inetNs) && hostnet.NsLinkExists(ctx, inetNs, hub) {
+		if err := hostnet.IP(ctx, "-n", inetNs, "link", "delete", hub); err != nil {
 			errs = append(errs, fmt.Errorf("remove the internet's end of the link: %w", err))
 		}
 	}
@@ -394,16 +397,7 @@ func (p *Provider) removeRegion(ctx context.Context, region string) error {
 	if err := p.removeRegionNet(ctx, region); err != nil {
 		return err
 	}
-	return deleteLink(context.WithoutCancel(ctx), bridgeName(p.opts.DataDir, region))
-}
-
-// killNetnsProcesses kills every process in network namespace ns.
-func killNetnsProcesses(ctx context.Context, ns string) error {
-	ino := netnsInode(ns)
-	if ino == 0 {
-		return nil
-	}
-	return killAll(ctx, nil, "", ino, "", 10*time.Second)
+	return hostnet.DeleteLink(context.WithoutCancel(ctx), bridgeName(p.opts.DataDir, region))
 }
 
 // reconcileNetworks runs when the provider starts: it finishes removals and half-made networks
@@ -434,7 +428,7 @@ func (p *Provider) reconcileNetworks(ctx context.Context) error {
 			case rn.Chaos != nil:
 				p.log.Warn("undoing a chaos action left from before this start", "region", rn.Region, "action", rn.Chaos.Action, "since", rn.Chaos.Since)
 				errs = append(errs, p.setChaos(ctx, rn, nil))
-			case !alive(rn.RelayPID, rn.RelayStart) && hostnet.NetnsExists(rn.RouterNetns):
+			case !hostproc.Alive(rn.RelayPID, rn.RelayStart) && hostnet.NetnsExists(rn.RouterNetns):
 				// Without its relay the region is cut off: start it again.
 				p.log.Warn("restarting the link relay of a region", "region", rn.Region)
 				errs = append(errs, p.syncRelay(rn))

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local/localtest"
 )
@@ -109,12 +110,12 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 
 	// The relay died: the next start runs it again.
 	_ = syscall.Kill(rn.RelayPID, syscall.SIGKILL)
-	if err := waitFor(ctx, 5*time.Second, func() bool { return !alive(rn.RelayPID, rn.RelayStart) }, "the relay to die"); err != nil {
+	if err := hostproc.WaitFor(ctx, 5*time.Second, func() bool { return !hostproc.Alive(rn.RelayPID, rn.RelayStart) }, "the relay to die"); err != nil {
 		t.Fatal(err)
 	}
 	p = restart()
 	rn2, _ := readRegionNet(p.regionNetDir("r1"))
-	if rn2 == nil || !alive(rn2.RelayPID, rn2.RelayStart) || rn2.RelayPID == rn.RelayPID {
+	if rn2 == nil || !hostproc.Alive(rn2.RelayPID, rn2.RelayStart) || rn2.RelayPID == rn.RelayPID {
 		t.Fatalf("after a restart the relay is not running again: %+v", rn2)
 	}
 
@@ -129,8 +130,8 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rn3, _ := readRegionNet(p.regionNetDir("r1"))
-	if alive(stray, 0) || rn3 == nil || !alive(rn3.RelayPID, rn3.RelayStart) {
-		t.Fatalf("stray relay %d alive: %v; recorded relay: %+v", stray, alive(stray, 0), rn3)
+	if hostproc.Alive(stray, 0) || rn3 == nil || !hostproc.Alive(rn3.RelayPID, rn3.RelayStart) {
+		t.Fatalf("stray relay %d alive: %v; recorded relay: %+v", stray, hostproc.Alive(stray, 0), rn3)
 	}
 
 	// A crash in the middle of a removal: the next start finishes it.
@@ -140,7 +141,7 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 	}
 	p = restart()
 	router, _, veth := p.RegionHostNames("r1")
-	if hostnet.NetnsExists(router) || linkExists(veth) || alive(rn3.RelayPID, rn3.RelayStart) {
+	if hostnet.NetnsExists(router) || hostnet.LinkExists(veth) || hostproc.Alive(rn3.RelayPID, rn3.RelayStart) {
 		t.Fatalf("after a restart the half-removed region is still there")
 	}
 	if _, err := os.Stat(p.regionNetDir("r1")); !os.IsNotExist(err) {

@@ -108,7 +108,7 @@ func (p *Provider) KillInstance(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := killAll(ctx, hier, root, netnsInode(ns), dir, 15*time.Second); err != nil {
+	if err := killAll(ctx, hier, root, hostnet.NetnsInode(ns), dir, 15*time.Second); err != nil {
 		return fmt.Errorf("kill instance %s: %w", name, err)
 	}
 	p.log.Warn("instance killed (SIGKILL of every process)", "instance", name)

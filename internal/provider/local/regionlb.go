@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"time"
 
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/statefile"
 )
 
@@ -74,22 +76,22 @@ func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB,
 			TokenFile: tokenPath,
 		}
 		out.DataAddress, _ = netip.ParseAddr(rn.WANAddress)
-		if alive(rn.LBPID, rn.LBStart) {
+		if hostproc.Alive(rn.LBPID, rn.LBStart) {
 			out.PID = rn.LBPID
 			return nil
 		}
 		// A load balancer started by a process that crashed before recording it holds the port.
-		if err := killStrays(ctx, tokenPath); err != nil {
+		if err := hostproc.KillStrays(ctx, tokenPath); err != nil {
 			return err
 		}
-		pid, start, err := p.startDetached(filepath.Join(dir, lbLogFile), rn.RouterNetns, 0,
+		pid, start, err := hostproc.StartDetached(filepath.Join(dir, lbLogFile), filepath.Join(hostnet.NetnsDir, rn.RouterNetns), 0,
 			p.opts.HerdBinary, "lb", "--admin-addr", admin, "--token-file", tokenPath)
 		if err != nil {
 			return fmt.Errorf("start the load balancer: %w", err)
 		}
 		rn.LBPID, rn.LBStart = pid, start
 		if err := writeRegionNet(dir, rn); err != nil {
-			_ = stopProcess(context.WithoutCancel(ctx), pid, start, lbStopTimeout)
+			_ = hostproc.Stop(context.WithoutCancel(ctx), pid, start, lbStopTimeout)
 			return err
 		}
 		if err := waitAdmin(ctx, pid, start, "tcp", admin, filepath.Join(dir, lbLogFile)); err != nil {
@@ -109,8 +111,8 @@ func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB,
 // lbStartTimeout; if it exits first, the error quotes the end of its log.
 func waitAdmin(ctx context.Context, pid int, start uint64, network, addr, logPath string) error {
 	var died bool
-	err := waitFor(ctx, lbStartTimeout, func() bool {
-		if died = !alive(pid, start); died {
+	err := hostproc.WaitFor(ctx, lbStartTimeout, func() bool {
+		if died = !hostproc.Alive(pid, start); died {
 			return true
 		}
 		c, err := net.DialTimeout(network, addr, time.Second)
@@ -121,7 +123,7 @@ func waitAdmin(ctx context.Context, pid int, start uint64, network, addr, logPat
 		return true
 	}, "the admin API at "+addr)
 	if err == nil && died {
-		err = errors.New("it exited: " + logTail(logPath, 5))
+		err = errors.New("it exited: " + hostproc.LogTail(logPath, 5))
 	}
 	return err
 }

@@ -1,12 +1,10 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,56 +16,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/mountinfo"
 )
 
 // Paths of the host the teardown reads; variables so that unit tests can point them elsewhere.
 var (
-	procDir          = "/proc"
 	mountInfoPath    = "/proc/self/mountinfo"
 	containerLogsDir = "/var/log/containers"
 )
-
-// procStat is what the provider reads of /proc/<pid>/stat.
-type procStat struct {
-	State     byte
-	StartTime uint64 // clock ticks after boot
-}
-
-// readProcStat parses /proc/<pid>/stat; ok is false when the process does not exist.
-func readProcStat(pid int) (procStat, bool) {
-	data, err := os.ReadFile(filepath.Join(procDir, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return procStat{}, false
-	}
-	// The command name (field 2) is in parentheses and may hold spaces and ')': skip to the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return procStat{}, false
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	// fields[0] is field 3 (state); starttime is field 22, so fields[19].
-	if len(fields) < 20 || len(fields[0]) != 1 {
-		return procStat{}, false
-	}
-	st, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return procStat{}, false
-	}
-	return procStat{State: fields[0][0], StartTime: st}, true
-}
-
-// alive reports whether pid is still the process that started at startTime, and not a zombie.
-func alive(pid int, startTime uint64) bool {
-	if pid <= 0 {
-		return false
-	}
-	st, ok := readProcStat(pid)
-	if !ok || st.State == 'Z' || st.State == 'X' {
-		return false
-	}
-	return startTime == 0 || st.StartTime == startTime
-}
 
 // cgroupHierarchies returns the mount points of every cgroup hierarchy (v1 controllers, the named
 // systemd one, and the v2 "unified" one), from the mount table.
@@ -124,38 +82,25 @@ func cgroupPIDs(hierarchies []string, root string) map[int]bool {
 // the instance directory (a user's tail -f of a log) are left alone.
 func instancePIDs(hierarchies []string, root string, netnsIno uint64, dir string) map[int]bool {
 	pids := cgroupPIDs(hierarchies, root)
-	self := os.Getpid()
-	entries, err := os.ReadDir(procDir)
-	if err != nil {
-		return pids
+	found := hostproc.Matching(func(pid int) bool {
+		if pids[pid] {
+			return false
+		}
+		if netnsIno != 0 && hostproc.InNetns(pid, netnsIno) {
+			return true
+		}
+		return dir != "" && isAgentOf(hostproc.Cmdline(pid), filepath.Join(dir, agentDirName))
+	})
+	for pid := range found {
+		pids[pid] = true
 	}
-	netnsLink := fmt.Sprintf("net:[%d]", netnsIno)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self || pids[pid] {
-			continue
-		}
-		if netnsIno != 0 {
-			if l, err := os.Readlink(filepath.Join(procDir, e.Name(), "ns", "net")); err == nil && l == netnsLink {
-				pids[pid] = true
-				continue
-			}
-		}
-		if dir != "" {
-			cmdline, err := os.ReadFile(filepath.Join(procDir, e.Name(), "cmdline"))
-			if err == nil && isAgentOf(cmdline, filepath.Join(dir, agentDirName)) {
-				pids[pid] = true
-			}
-		}
-	}
-	delete(pids, self)
+	delete(pids, os.Getpid())
 	return pids
 }
 
-// isAgentOf reports whether a NUL-separated command line is herd-agent's with "--state-dir <stateDir>"
-// (the agent, or nsenter about to become it).
-func isAgentOf(cmdline []byte, stateDir string) bool {
-	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+// isAgentOf reports whether a command line is herd-agent's with "--state-dir <stateDir>" (the
+// agent, or nsenter about to become it).
+func isAgentOf(args []string, stateDir string) bool {
 	// herd-agent, or `herd agent` as herd ran the agent before it had a binary of its own.
 	isAgent := slices.Contains(args, "agent") || slices.ContainsFunc(args, func(a string) bool { return filepath.Base(a) == "herd-agent" })
 	if !isAgent {
@@ -175,35 +120,22 @@ func isAgentOf(cmdline []byte, stateDir string) bool {
 // killAll SIGKILLs every process of the instance until none is left, thawing a frozen cgroup
 // first (a frozen process cannot die).
 func killAll(ctx context.Context, hierarchies []string, root string, netnsIno uint64, dir string, timeout time.Duration) error {
-	var left map[int]bool
-	err := waitFor(ctx, timeout, func() bool {
+	return hostproc.KillAll(ctx, timeout, "every process of the instance", func() map[int]bool {
 		for _, h := range hierarchies {
 			f := filepath.Join(h, root, "freezer.state")
 			if _, err := os.Stat(f); err == nil {
 				_ = os.WriteFile(f, []byte("THAWED"), 0o644)
 			}
 		}
-		left = instancePIDs(hierarchies, root, netnsIno, dir)
-		for pid := range left {
-			if st, ok := readProcStat(pid); ok && st.State != 'Z' {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			} else {
-				delete(left, pid)
-			}
-		}
-		return len(left) == 0
-	}, "every process of the instance to exit")
-	if err != nil {
-		return fmt.Errorf("kill processes %v: %w", slices.Sorted(maps.Keys(left)), err)
-	}
-	return nil
+		return instancePIDs(hierarchies, root, netnsIno, dir)
+	})
 }
 
 // removeCgroups removes the subtree root in every hierarchy, deepest first. A cgroup whose last
 // process just died may stay busy for a moment: it retries until timeout.
 func removeCgroups(ctx context.Context, hierarchies []string, root string, timeout time.Duration) error {
 	var lastErr error
-	err := waitFor(ctx, timeout, func() bool {
+	err := hostproc.WaitFor(ctx, timeout, func() bool {
 		lastErr = nil
 		for _, d := range cgroupDirs(hierarchies, root) {
 			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
@@ -297,9 +229,9 @@ func (p *Provider) teardown(ctx context.Context, name, dir string, rec *record) 
 		}
 	}
 	start := time.Now()
-	if rec != nil && alive(rec.AgentPID, rec.AgentStartTime) {
+	if rec != nil && hostproc.Alive(rec.AgentPID, rec.AgentStartTime) {
 		if err := syscall.Kill(rec.AgentPID, syscall.SIGTERM); err == nil {
-			err := waitFor(ctx, p.opts.StopTimeout, func() bool { return !alive(rec.AgentPID, rec.AgentStartTime) }, "the agent to stop")
+			err := hostproc.WaitFor(ctx, p.opts.StopTimeout, func() bool { return !hostproc.Alive(rec.AgentPID, rec.AgentStartTime) }, "the agent to stop")
 			if err != nil {
 				p.log.Warn("the agent did not stop after SIGTERM; killing the instance", "instance", name, "err", err)
 			}
@@ -313,7 +245,7 @@ func (p *Provider) teardown(ctx context.Context, name, dir string, rec *record) 
 		return err
 	}
 	var errs []error
-	if err := killAll(ctx, hier, root, netnsInode(ns), dir, 15*time.Second); err != nil {
+	if err := killAll(ctx, hier, root, hostnet.NetnsInode(ns), dir, 15*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeCgroups(ctx, hier, root, 10*time.Second); err != nil {
@@ -322,7 +254,7 @@ func (p *Provider) teardown(ctx context.Context, name, dir string, rec *record) 
 	if err := unmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
-	if err := deleteNetns(ctx, ns, veth); err != nil {
+	if err := hostnet.DeleteNetns(ctx, ns, veth); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeContainerLogLinks(dir); err != nil {
