@@ -54,15 +54,19 @@ bench-instance: build deps kubernetes
 
 # Kills -9 one of three real local instances of examples/hello under load through herd's load
 # balancer (the end-to-end test TestIntegrationFailover, which builds its own herd; needs root). Its
-# last line is the figures.
+# last line is the figures. This and the other end-to-end benchmarks run bench-e2e as make's own
+# child, not under go run (which dies on SIGTERM without passing it on): Ctrl-C or SIGTERM reaches
+# the test, whose cleanups delete what it made before it exits.
 bench-failover: deps kubernetes
-	$(GO) run ./hack/bench/e2e -test TestIntegrationFailover -figures failover
+	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
+	$(BIN)/bench-e2e -test TestIntegrationFailover -figures failover
 
 # Steps the load on a fleet of real local instances of examples/hello from about 1x to 4x its
 # autoscaling target through herd's load balancer, without and with a warm pool (the end-to-end test
 # TestIntegrationAutoscale, which builds its own herd; needs root). Its last line is the figures.
 bench-autoscale: deps kubernetes
-	$(GO) run ./hack/bench/e2e -test TestIntegrationAutoscale -figures autoscale
+	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
+	$(BIN)/bench-e2e -test TestIntegrationAutoscale -figures autoscale
 
 # Three herd up replicas on a 3-member etcd (Debian's, with 50/500 ms heartbeat/election and a
 # 1 s leader lease), a fleet of real instances of examples/hello under load and a rolling update:
@@ -70,7 +74,8 @@ bench-autoscale: deps kubernetes
 # members away (the end-to-end test TestIntegrationHATakeover; needs root). Its last line is the
 # figures.
 bench-ha: deps kubernetes
-	$(GO) run ./hack/bench/e2e -test TestIntegrationHATakeover -figures ha
+	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
+	$(BIN)/bench-e2e -test TestIntegrationHATakeover -figures ha
 
 # Global routing on real instances in regions 10 ms and 60 ms away (TestIntegrationGlobal; needs
 # root): herd dns in a network of its own answers dig and Go's resolver in two client networks by
@@ -78,7 +83,8 @@ bench-ha: deps kubernetes
 # withdrew it and brought it back, and what the front door's clients saw:
 #   global: dns_withdraw_s=<float> dns_return_s=<float> front_failed_requests=<int> front_failover_ms=<int>
 bench-global: deps kubernetes
-	$(GO) run ./hack/bench/e2e -test TestIntegrationGlobal -figures global
+	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
+	$(BIN)/bench-e2e -test TestIntegrationGlobal -figures global
 
 # herd's authoritative DNS (herd dns) against CoreDNS (the add-on's pinned version with its file
 # plugin, built from the Go module proxy) and Knot (Debian), serving the same zone, each pinned to one
@@ -93,7 +99,8 @@ bench-dns: build deps
 # line is the figures:
 #   regions: partition_failed_requests=<int> detect_unreachable_s=<float> cp_down_failed_requests=<int> wave_stopped=<true|false>
 bench-regions: deps kubernetes
-	$(GO) run ./hack/bench/e2e -test TestIntegrationRegions -figures regions
+	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
+	$(BIN)/bench-e2e -test TestIntegrationRegions -figures regions
 
 # The upstream conformance suite of the pinned Kubernetes ([Conformance] tests of e2e.test, built with
 # its test images from the k8s.io/kubernetes module) against one real local instance (needs root).

@@ -111,7 +111,7 @@ func startInstance(t *testing.T, agentBin string, bundle image.Bundle, extraArgs
 	}
 
 	// Cleanups run last-registered first: the agent, then the cgroups, then the network.
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		_ = exec.Command("ip", "netns", "delete", in.netns).Run()
 		_ = exec.Command("ip", "link", "delete", in.hostVeth).Run()
 		_ = exec.Command("ip", "link", "delete", in.bridge).Run()
@@ -128,7 +128,7 @@ func startInstance(t *testing.T, agentBin string, bundle image.Bundle, extraArgs
 	sh(t, "ip", "-n", in.netns, "route", "add", "default", "via", gw)
 	sh(t, "nsenter", "--net=/run/netns/"+in.netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward")
 
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		hs, err := cgroups.Hierarchies()
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
@@ -161,7 +161,7 @@ func startInstance(t *testing.T, agentBin string, bundle image.Bundle, extraArgs
 		in.exitErr = in.cmd.Wait()
 		close(in.exited)
 	}()
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		select {
 		case <-in.exited:
 		default:

@@ -140,7 +140,7 @@ func getBody(url string) ([]byte, error) {
 func (e *env) startTwoListenerFleet(fleet, file, image, name1 string, port1 int, name2 string, port2 int) {
 	e.t.Helper()
 	before := localtest.Take(e.t)
-	e.t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(e.t, func() { e.cleanup(before) })
 	if out, err := e.herd("image", "build", "-f", file, "--data-dir", e.data); err != nil {
 		e.t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
 	}

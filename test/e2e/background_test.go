@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"herd.dev/herd/internal/provider/local/localtest"
 )
 
 // bgHerd is a herd command running in the background, its standard output read line by line.
@@ -70,7 +72,7 @@ func (e *env) startHerdEnv(env []string, args ...string) *bgHerd {
 		b.err = b.cmd.Wait()
 		close(b.exited)
 	}()
-	e.t.Cleanup(func() { _ = b.stop() })
+	localtest.CleanupOnInterrupt(e.t, func() { _ = b.stop() })
 	return b
 }
 

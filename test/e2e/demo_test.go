@@ -189,9 +189,9 @@ func testDemoInterrupt(t *testing.T, tee bool) {
 	// provider's state in data/ and herd up's log in up.log.
 	e.data, e.upLog = filepath.Join(e.dir, "data"), filepath.Join(e.dir, "up.log")
 	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	d := startDemo(t, e, tee)
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		d.stop(t, e)
 		if t.Failed() {
 			t.Logf("demo output (tail):\n%s", tail(d.output(), 40))

@@ -79,7 +79,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, dir: dir, data: filepath.Join(dir, "d"), bin: filepath.Join(dir, "herd"),
 		upLog: filepath.Join(dir, "up.log"), created: map[string]bool{}}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	localtest.CleanupOnInterrupt(t, func() { os.RemoveAll(dir) })
 	e.root = localtest.BuildHerd(t, dir)
 	if err := local.CheckHost(e.bin); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)
@@ -132,7 +132,7 @@ func tail(s string, n int) string {
 func startHelloEnv(t *testing.T) *env {
 	e := newEnv(t)
 	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	e.buildHello()
 	e.startUp()
 	e.lbPort = freePort(t)

@@ -48,7 +48,7 @@ func startGlobalScenario(t *testing.T) *globalScenario {
 	before := localtest.Take(t)
 	e.regions = []string{nearRegion, farRegion}
 	e.clientNets = []string{westNet, eastNet, nsNet}
-	t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	e.buildHello()
 	sock := filepath.Join(e.dir, "api.sock")
 	e.upArgs = []string{"--dns-zone", globalZone, "--dns-listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--api-socket", sock}
@@ -74,7 +74,7 @@ spec:
 		t.Fatal(err)
 	}
 	// Runs before e.cleanup: the client networks go, then the fleet, then herd up.
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		for _, c := range e.clientNets {
 			if err := p.RemoveClient(context.Background(), c); err != nil {
 				t.Errorf("remove client network %s: %v", c, err)
@@ -120,7 +120,7 @@ spec:
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-done:

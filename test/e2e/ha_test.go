@@ -55,11 +55,11 @@ func startHA(t *testing.T) *haScenario {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ec.Stop() }) // last: the cleanup below deletes the fleets through etcd
+	localtest.CleanupOnInterrupt(t, func() { _ = ec.Stop() }) // last: the cleanup below deletes the fleets through etcd
 	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	s := &haScenario{env: e, etcd: ec}
-	t.Cleanup(s.stopOthers)
+	localtest.CleanupOnInterrupt(t, s.stopOthers)
 	e.buildHello()
 	e.buildVariant("hello-v2", "REVISION", "v2")
 	for i := range haReplicas {

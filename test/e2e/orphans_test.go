@@ -30,7 +30,7 @@ func TestIntegrationOrphanCollected(t *testing.T) {
 	const grace, resync = 15 * time.Second, 5 * time.Minute // resync: the controller's default
 	e := newEnv(t)
 	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	e.buildHello()
 
 	p, err := local.New(local.Options{DataDir: e.data, HerdBinary: e.bin})

@@ -135,7 +135,7 @@ func startRegionsScenario(t *testing.T) *regionsScenario {
 	before := localtest.Take(t)
 	e.regions = []string{nearRegion, farRegion}
 	e.clientNets = []string{usersNet}
-	t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	e.buildHello()
 	e.buildVariant("hello-bad", "FAIL_PERCENT", "50")
 	e.startUp()
@@ -156,7 +156,7 @@ spec:
 `, regionsFleet, e.lbPort, helloPort, helloPort, regionsGrace, nearRegion, nearLatency, farRegion, farLatency)
 	// Runs before e.cleanup: the test's client network goes, then the fleet (and with its last
 	// instances the regions' networks), then herd up.
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		p, err := local.New(local.Options{DataDir: e.data, HerdBinary: e.bin})
 		if err == nil {
 			err = p.RemoveClient(context.Background(), usersNet)

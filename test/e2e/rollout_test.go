@@ -87,13 +87,13 @@ spec:
 func startRolloutScenario(t *testing.T, variant, key, value, rollout string) *rolloutScenario {
 	e := newEnv(t)
 	before := localtest.Take(t)
-	t.Cleanup(func() { e.cleanup(before) })
+	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	s := &rolloutScenario{env: e, original: map[string]bool{}}
 	e.buildHello()
 	e.buildVariant(variant, key, value)
 	e.startUp()
 	// Runs before e.cleanup: the fleet goes first, and e.cleanup waits for its instances to go.
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		if out, err := e.herd("delete", "fleet", rolloutFleet); err != nil {
 			t.Logf("delete fleet %s: %v %s", rolloutFleet, err, out)
 		}

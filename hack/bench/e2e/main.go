@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -46,8 +47,14 @@ func main() {
 	if *env != "" {
 		cmd.Env = append(os.Environ(), *env)
 	}
-	// On Ctrl-C the test binary gets SIGINT, not SIGKILL, so that its cleanup runs.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	// On Ctrl-C or SIGTERM the test binary gets SIGINT, not SIGKILL, so that its cleanups run
+	// (localtest.CleanupOnInterrupt) before it exits. go test runs in a process group of its own
+	// and the whole group gets it: the go command itself waits on SIGINT for the test binary,
+	// which is the one that must see the signal.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
+	// The cleanups delete fleets of real instances: give them time before SIGKILL.
+	cmd.WaitDelay = 5 * time.Minute
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -182,7 +182,7 @@ func TestIntegrationInstances(t *testing.T) {
 	region := "itest"
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%100000)
 	a, b := "it-"+suffix+"-a", "it-"+suffix+"-b"
-	t.Cleanup(func() {
+	localtest.CleanupOnInterrupt(t, func() {
 		dumpOnFailure(t, p, a)
 		dumpOnFailure(t, p, b)
 		for _, n := range []string{a, b} {
