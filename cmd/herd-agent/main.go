@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"herd.dev/herd/internal/agent"
+	"herd.dev/herd/internal/agentauth"
 )
 
 func main() {
@@ -34,7 +35,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	cfg := agent.Config{}
-	var logLevel string
+	var logLevel, credentialFile string
 	cmd := &cobra.Command{
 		Use:   "herd-agent --name NAME --bundle DIR --state-dir DIR --address IP",
 		Short: "Boot and run one instance's Kubernetes (providers start it; not for use by hand)",
@@ -50,12 +51,14 @@ DaemonSet of the bundle is available. It fails the instance if that takes longer
 It must run as root in a mount namespace of its own (the local provider starts it with one); it
 moves itself into <--cgroup-root>/system so that everything of the instance is in that cgroup.
 It writes <state-dir>/status.json on every change and <state-dir>/kubeconfig (an administrator
-kubeconfig), and serves GET /readyz, /livez and /metrics on <address>:<port>. On SIGTERM or SIGINT
+kubeconfig), and serves GET /readyz, /livez and /metrics on <address>:<port>, only to requests
+that carry the instance's credential (--credential-file). On SIGTERM or SIGINT
 it stops the workload gracefully, then the cluster, and exits 0; a failed instance exits 1.`,
 		Example: `  # what the local provider runs, inside the instance's network namespace
   herd-agent --name web-1 --bundle /var/lib/herd/images/bundles/3f2a... \
     --state-dir /var/lib/herd/providers/local/instances/web-1/agent \
-    --address 10.213.0.11 --cgroup-root /herd-web-1`,
+    --address 10.213.0.11 --cgroup-root /herd-web-1 \
+    --credential-file /var/lib/herd/providers/local/instances/web-1/credential`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -63,6 +66,13 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", logLevel)
+			}
+			if credentialFile != "" {
+				c, err := agentauth.ReadCredentialFile(credentialFile)
+				if err != nil {
+					return fmt.Errorf("--credential-file: %w", err)
+				}
+				cfg.Credential = c
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			cfg.Logger = log.With("component", "agent", "instance", cfg.Name)
@@ -81,5 +91,6 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "fail the instance if it is not Ready this long after the agent starts")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", agent.DefaultStopTimeout, "on SIGTERM, how long the workload's pods get to stop before the cluster is stopped")
 	f.IntVar(&cfg.Port, "port", agent.DefaultPort, "port of the agent's HTTP endpoints on --address")
+	f.StringVar(&credentialFile, "credential-file", "", "file holding the instance's credential: the agent's endpoints answer only requests that carry it")
 	return cmd
 }

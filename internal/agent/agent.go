@@ -40,6 +40,7 @@ import (
 	"herd.dev/herd/internal/agent/cgroups"
 	"herd.dev/herd/internal/agent/distro"
 	"herd.dev/herd/internal/agent/distro/upstream"
+	"herd.dev/herd/internal/agentauth"
 )
 
 // KubeconfigFile is the name of the administrator kubeconfig in the state dir (mode 0600).
@@ -166,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return a.failed(nil, fmt.Errorf("agent endpoints: %w", err))
 	}
-	srv := &http.Server{Handler: a.handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: agentauth.Require(cfg.Credential, a.handler(reg)), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 

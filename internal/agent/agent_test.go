@@ -22,6 +22,7 @@ import (
 	"herd.dev/herd/internal/agent/cgroups"
 	"herd.dev/herd/internal/agent/distro"
 	"herd.dev/herd/internal/agent/proc"
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/image"
 )
 
@@ -127,12 +128,13 @@ type run struct {
 func startRun(t *testing.T, d distro.Distro, bundle string, edit func(*Config)) *run {
 	t.Helper()
 	cfg := Config{
-		Name:      "web-1",
-		BundleDir: bundle,
-		StateDir:  filepath.Join(t.TempDir(), "agent"),
-		Address:   netip.MustParseAddr("127.0.0.1"),
-		Port:      freePort(t),
-		Distros:   map[string]distro.Distro{"upstream": d},
+		Name:       "web-1",
+		BundleDir:  bundle,
+		StateDir:   filepath.Join(t.TempDir(), "agent"),
+		Address:    netip.MustParseAddr("127.0.0.1"),
+		Port:       freePort(t),
+		Credential: testCredential,
+		Distros:    map[string]distro.Distro{"upstream": d},
 	}
 	if edit != nil {
 		edit(&cfg)
@@ -173,13 +175,37 @@ func (r *run) status(t *testing.T) Status {
 }
 
 func (r *run) get(path string) (int, string, error) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", r.cfg.Port, path))
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", r.cfg.Port, path), nil)
+	if err != nil {
+		return 0, "", err
+	}
+	verify := agentauth.Authorize(req, r.cfg.Credential)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
+	if err := verify(resp); err != nil {
+		return 0, "", err
+	}
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
+}
+
+// waitLive waits until /livez answers, with the credential.
+func (r *run) waitLive(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _, err := r.get("/livez")
+		if err == nil && code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/livez never answered: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestRunComponentExitFailsTheInstance(t *testing.T) {
@@ -213,17 +239,7 @@ func TestRunStopDuringBoot(t *testing.T) {
 	node := newFakeNode()
 	r := startRun(t, &fakeDistro{name: "upstream", node: node}, makeBundle(t, "upstream", map[string]string{"a.yaml": okManifest}), nil)
 	// While booting: live, not ready.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, _, err := r.get("/livez")
-		if err == nil && code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/livez never answered: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r.waitLive(t)
 	code, body, err := r.get("/readyz")
 	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "booting") {
 		t.Errorf("/readyz while booting = %d %q %v", code, body, err)
@@ -303,7 +319,7 @@ func TestRunRefusesBadBundles(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	valid := Config{Name: "web-1", BundleDir: "/b", StateDir: "/s", Address: netip.MustParseAddr("10.0.0.1"), CgroupRoot: "/herd-web-1"}
+	valid := Config{Name: "web-1", BundleDir: "/b", StateDir: "/s", Address: netip.MustParseAddr("10.0.0.1"), CgroupRoot: "/herd-web-1", Credential: testCredential}
 	c, err := valid.withDefaults()
 	if err != nil {
 		t.Fatalf("valid config: %v", err)
@@ -323,6 +339,7 @@ func TestConfigValidation(t *testing.T) {
 		{"relative cgroup root", func(c *Config) { c.CgroupRoot = "herd-web-1" }, "--cgroup-root"},
 		{"root cgroup", func(c *Config) { c.CgroupRoot = "/" }, "--cgroup-root"},
 		{"unclean cgroup root", func(c *Config) { c.CgroupRoot = "/a/../b" }, "--cgroup-root"},
+		{"no credential", func(c *Config) { c.Credential = "" }, "--credential-file is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -58,6 +58,9 @@ type Config struct {
 	StopTimeout time.Duration
 	// Port is the port of the HTTP endpoints. Default: DefaultPort.
 	Port int
+	// Credential is the instance's credential (internal/agentauth): the endpoints answer only
+	// requests that carry it, and prove to herd up that they hold it too. Required.
+	Credential string
 	// Logger receives the agent's log. Default: discard.
 	Logger *slog.Logger
 	// Distros are the distributions to choose from by the bundle's
@@ -96,6 +99,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !c.Address.IsValid() {
 		errs = append(errs, errors.New("--address is required: the instance's IP address"))
+	}
+	if c.Credential == "" {
+		errs = append(errs, errors.New("--credential-file is required: the instance's credential, which herd up's requests to the agent carry"))
 	}
 	if c.CgroupRoot != "" && (!strings.HasPrefix(c.CgroupRoot, "/") || path.Clean(c.CgroupRoot) != c.CgroupRoot || c.CgroupRoot == "/") {
 		errs = append(errs, fmt.Errorf("--cgroup-root %q: want an absolute cgroup path below / such as /herd-%s", c.CgroupRoot, c.Name))

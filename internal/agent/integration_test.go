@@ -20,6 +20,7 @@ import (
 
 	"herd.dev/herd/internal/agent/cgroups"
 	"herd.dev/herd/internal/agent/proc"
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/agentmetrics"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/kubebin"
@@ -147,9 +148,13 @@ func startInstance(t *testing.T, agentBin string, bundle image.Bundle, extraArgs
 		t.Fatal(err)
 	}
 	defer logf.Close()
+	credFile := filepath.Join(in.dir, "credential")
+	if err := agentauth.WriteCredentialFile(credFile, testCredential); err != nil {
+		t.Fatal(err)
+	}
 	args := append([]string{"--net=/run/netns/" + in.netns, "--", agentBin,
 		"--name", in.name, "--bundle", bundle.Dir, "--state-dir", in.stateDir,
-		"--address", in.ip.String(), "--cgroup-root", in.cgroupRoot}, extraArgs...)
+		"--address", in.ip.String(), "--cgroup-root", in.cgroupRoot, "--credential-file", credFile}, extraArgs...)
 	in.cmd = exec.Command("nsenter", args...)
 	in.cmd.Stdout, in.cmd.Stderr = logf, logf
 	in.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS}
@@ -227,12 +232,32 @@ func (in *testInstance) waitExit(t *testing.T, timeout time.Duration) int {
 }
 
 func httpGet(url string) (int, string, error) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
+	return get(url, "")
+}
+
+// agentGet is a GET of the agent's port as herd up makes it: with the instance's credential, and
+// checking that the answer proves the agent holds it too.
+func agentGet(url string) (int, string, error) {
+	return get(url, testCredential)
+}
+
+func get(url, credential string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	verify := func(*http.Response) error { return nil }
+	if credential != "" {
+		verify = agentauth.Authorize(req, credential)
+	}
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
 	if err != nil {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
+	if err := verify(resp); err != nil {
+		return resp.StatusCode, "", err
+	}
 	body, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), err
 }
@@ -319,13 +344,19 @@ func TestIntegrationAgentBoots(t *testing.T) {
 	}
 
 	agentURL := fmt.Sprintf("http://%s:%d", in.ip, DefaultPort)
-	if code, body, err := httpGet(agentURL + "/readyz"); err != nil || code != http.StatusOK || strings.TrimSpace(body) != "ok" {
+	// Without the instance's credential the agent's port answers nothing but 401.
+	for _, path := range []string{"/readyz", "/livez", "/metrics"} {
+		if code, body, err := httpGet(agentURL + path); err != nil || code != http.StatusUnauthorized {
+			t.Errorf("%s without the credential = %d %q %v, want 401", path, code, body, err)
+		}
+	}
+	if code, body, err := agentGet(agentURL + "/readyz"); err != nil || code != http.StatusOK || strings.TrimSpace(body) != "ok" {
 		t.Errorf("/readyz = %d %q %v", code, body, err)
 	}
-	if code, _, err := httpGet(agentURL + "/livez"); err != nil || code != http.StatusOK {
+	if code, _, err := agentGet(agentURL + "/livez"); err != nil || code != http.StatusOK {
 		t.Errorf("/livez = %d %v", code, err)
 	}
-	if code, body, err := httpGet(agentURL + "/metrics"); err != nil || code != http.StatusOK ||
+	if code, body, err := agentGet(agentURL + "/metrics"); err != nil || code != http.StatusOK ||
 		!strings.Contains(body, "herd_agent_ready 1") || !strings.Contains(body, `herd_pods{phase="Running"} 4`) /* hello and the add-ons: CoreDNS, local-path-provisioner, metrics-server */ ||
 		!strings.Contains(body, "herd_node_memory_working_set_bytes") {
 		t.Errorf("/metrics = %d %v:\n%s", code, err, body)
@@ -495,7 +526,7 @@ func TestIntegrationAgentFailsWhenAComponentExits(t *testing.T) {
 // scrapes give the instance's CPU use: a booted cluster always uses some.
 func checkCPUScrape(t *testing.T, address string) {
 	t.Helper()
-	sc, err := agentmetrics.New(agentmetrics.Options{Port: DefaultPort, Interval: time.Second, Targets: func() []agentmetrics.Target {
+	sc, err := agentmetrics.New(agentmetrics.Options{Port: DefaultPort, Interval: time.Second, Credential: func(string) string { return testCredential }, Targets: func() []agentmetrics.Target {
 		return []agentmetrics.Target{{Fleet: "f", Instance: "i", Address: address}}
 	}})
 	if err != nil {

@@ -8,7 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// handler serves the agent's endpoints:
+// handler serves the agent's endpoints, to requests that carry the instance's credential only
+// (Run wraps it in agentauth.Require):
 //
 //	GET /readyz   200 "ok" when the node is Ready and every baked workload is available,
 //	              else 503 with the reason

@@ -29,6 +29,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"herd.dev/herd/internal/agentauth"
 )
 
 // The agent's families that are read (internal/agent/metrics.go).
@@ -76,6 +78,10 @@ type Options struct {
 	Timeout time.Duration
 	// Port is the agents' port (agent.DefaultPort). Required.
 	Port int
+	// Credential returns the credential of an instance's agent (internal/agentauth), sent with
+	// each scrape of it; an answer that does not prove the agent holds it too is not read.
+	// Default: none sent, for endpoints that ask for none.
+	Credential func(instance string) string
 	// Client makes the requests. Default: a client with Timeout that ignores proxy settings from
 	// the environment, since instance addresses are only reachable directly.
 	Client *http.Client
@@ -256,7 +262,7 @@ func (s *Scraper) due(targets []Target) []Target {
 // scrape takes one sample of t and records it; a failure keeps the previous sample, which ages
 // out by itself if the failures go on.
 func (s *Scraper) scrape(ctx context.Context, t Target) {
-	smp, at, err := s.fetch(ctx, t.Address)
+	smp, at, err := s.fetch(ctx, t)
 	if err != nil {
 		s.log.Debug("scrape failed", "fleet", t.Fleet, "instance", t.Instance, "address", t.Address, "err", err)
 		s.failed(t)
@@ -265,16 +271,20 @@ func (s *Scraper) scrape(ctx context.Context, t Target) {
 	s.record(t, at, smp)
 }
 
-// fetch reads a sample from the agent at address, and the time it was read.
-func (s *Scraper) fetch(ctx context.Context, address string) (sample, time.Time, error) {
+// fetch reads a sample from the agent of t, and the time it was read.
+func (s *Scraper) fetch(ctx context.Context, t Target) (sample, time.Time, error) {
 	// The context bounds the whole scrape, body included, even with a caller's Client that has no
 	// timeout of its own.
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(address, strconv.Itoa(s.opts.Port)) + "/metrics"
+	url := "http://" + net.JoinHostPort(t.Address, strconv.Itoa(s.opts.Port)) + "/metrics"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return sample{}, time.Time{}, err
+	}
+	verify := func(*http.Response) error { return nil }
+	if s.opts.Credential != nil {
+		verify = agentauth.Authorize(req, s.opts.Credential(t.Instance))
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4") // the format the parser reads
 	resp, err := s.opts.Client.Do(req)
@@ -282,6 +292,9 @@ func (s *Scraper) fetch(ctx context.Context, address string) (sample, time.Time,
 		return sample{}, time.Time{}, err
 	}
 	defer resp.Body.Close()
+	if err := verify(resp); err != nil {
+		return sample{}, time.Time{}, err
+	}
 	// The agent reads the counter just before it answers, so the headers' arrival is the closest
 	// time to the reading.
 	at := s.opts.Now()

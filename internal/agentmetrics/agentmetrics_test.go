@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"herd.dev/herd/internal/agentauth"
 )
 
 const (
@@ -45,10 +47,11 @@ type fakeAgent struct {
 	release chan struct{}
 	metrics http.Handler
 
-	mu   sync.Mutex
-	cpu  float64
-	mode string
-	hits int // requests served
+	mu         sync.Mutex
+	cpu        float64
+	mode       string
+	hits       int    // requests served
+	credential string // required of requests when set, as the real agent requires its instance's
 }
 
 func (a *fakeAgent) set(cpu float64) {
@@ -117,7 +120,16 @@ func newAgents(t *testing.T, n int) (port int, agents []*fakeAgent) {
 			)
 			a.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 			mux := http.NewServeMux()
-			mux.Handle("GET /metrics", a)
+			mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				a.mu.Lock()
+				cred := a.credential
+				a.mu.Unlock()
+				if cred != "" {
+					agentauth.Require(cred, a).ServeHTTP(w, r)
+					return
+				}
+				a.ServeHTTP(w, r)
+			}))
 			srv := httptest.NewUnstartedServer(mux)
 			srv.Listener.Close()
 			srv.Listener = ln
@@ -424,4 +436,21 @@ func TestFailingAgentBacksOff(t *testing.T) {
 	if n := a.served(); n != failuresBeforeBackoff+3 {
 		t.Fatalf("%d requests after the agent answered again, want one a pass (%d)", n, failuresBeforeBackoff+3)
 	}
+}
+
+// TestScrapesCarryTheCredential: each agent is scraped with its own instance's credential, and an
+// agent that refuses it, or an answer that does not prove the credential, is not counted.
+func TestScrapesCarryTheCredential(t *testing.T) {
+	keys, err := agentauth.NewKeyring([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, "a", "a", "a")
+	e.s.opts.Credential = keys.Credential
+	e.agents[0].credential = keys.Credential("i0")
+	e.agents[1].credential = keys.Credential("another instance") // refuses i1's credential
+	// agents[2] asks for nothing and proves nothing: not taken for i2's agent.
+	e.passAt(10, 10, 10)
+	e.passAt(11, 20, 20)
+	e.wantCPU("a", 50, 1)
 }

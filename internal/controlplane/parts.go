@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/agent"
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/agentmetrics"
 	"herd.dev/herd/internal/autoscaler"
 	"herd.dev/herd/internal/chaos"
@@ -70,9 +71,11 @@ type parts struct {
 	chaos    *chaos.Engine
 
 	agents *agentmetrics.Scraper
-	usage  *usage.Sampler
-	lead   *leading
-	routes *routes.Live
+	// agentKeys give each instance's agent its credential, which herd up's requests to it carry.
+	agentKeys *agentauth.Keyring
+	usage     *usage.Sampler
+	lead      *leading
+	routes    *routes.Live
 
 	api *apiServer
 	dns *dnsServer // nil without --dns-zone
@@ -189,8 +192,12 @@ func (p *parts) regionChanged(region string) {
 func (p *parts) buildNodeMetrics() error {
 	// The agents of every serving instance are scraped: their CPU for fleets autoscaled on cpu,
 	// and every instance's node figures for /metrics and herd top.
-	var err error
-	if p.agents, err = agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: p.log, Targets: p.scrapeTargets}); err != nil {
+	keys, err := agentauth.Open(p.opts.DataDir)
+	if err != nil {
+		return err
+	}
+	p.agentKeys = keys
+	if p.agents, err = agentmetrics.New(agentmetrics.Options{Port: agent.DefaultPort, Logger: p.log, Targets: p.scrapeTargets, Credential: keys.Credential}); err != nil {
 		return err
 	}
 	// What herd top shows: the agents' figures and the load balancer's rates over a short window.

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"herd.dev/herd/internal/agent"
+	"herd.dev/herd/internal/agentauth"
 )
 
 // fakeAgentCores is the CPU the fake agents report using.
@@ -52,7 +53,13 @@ func fakeAgents(t *testing.T, n int) bool {
 			func() float64 { return 300 << 20 }),
 	)
 	for _, ln := range lns {
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+		metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+		// Whatever credential herd up sends is taken for the instance's, and proved: these agents
+		// stand for instances whose names they do not know.
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cred, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			agentauth.Require(cred, metrics).ServeHTTP(w, r)
+		})}
 		go srv.Serve(ln)
 		t.Cleanup(func() { srv.Close() })
 	}

@@ -20,6 +20,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/image"
@@ -185,13 +186,18 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return 0, 0, err
 	}
+	credFile := filepath.Join(dir, credentialFileName)
+	if err := agentauth.WriteCredentialFile(credFile, p.opts.Credentials.Credential(rec.Spec.Name)); err != nil {
+		return 0, 0, err
+	}
 	return hostproc.StartDetached(filepath.Join(dir, agentLogName), filepath.Join(hostnet.NetnsDir, rec.Netns), syscall.CLONE_NEWNS,
 		AgentBinary(p.opts.HerdBinary),
 		"--name", rec.Spec.Name,
 		"--bundle", rec.BundleDir,
 		"--state-dir", stateDir,
 		"--address", rec.Address,
-		"--cgroup-root", rec.CgroupRoot)
+		"--cgroup-root", rec.CgroupRoot,
+		"--credential-file", credFile)
 }
 
 func randomHex(n int) string {

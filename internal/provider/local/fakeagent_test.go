@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/provider"
@@ -43,7 +44,13 @@ func fakeAgent(mode string, args []string) int {
 	stateDir := fs.String("state-dir", "", "")
 	address := fs.String("address", "", "")
 	cgroupRoot := fs.String("cgroup-root", "", "")
+	credentialFile := fs.String("credential-file", "", "")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	credential, err := agentauth.ReadCredentialFile(*credentialFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fake agent:", err)
 		return 2
 	}
 	start := time.Now()
@@ -124,9 +131,9 @@ func fakeAgent(mode string, args []string) int {
 		return fail("listen: %v", err)
 	}
 	go func() {
-		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.Serve(ln, agentauth.Require(credential, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintln(w, "ok", *name)
-		}))
+		})))
 	}()
 	if mode == "ignore-term" {
 		signal.Ignore(syscall.SIGTERM)
@@ -260,11 +267,29 @@ func TestFakeAgentLifecycle(t *testing.T) {
 	}
 	for _, in := range []provider.Instance{inA, inB} {
 		providertest.WaitForState(t, p, in.Name, provider.StateReady, 10*time.Second)
-		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + net.JoinHostPort(in.Address, "10260") + "/readyz")
+		// The agent's port answers herd up, which holds the instance's credential, and nobody else.
+		keys, err := agentauth.Open(p.opts.DataDir)
 		if err != nil {
-			t.Fatalf("%s at %s: %v", in.Name, in.Address, err)
+			t.Fatal(err)
 		}
-		resp.Body.Close()
+		for _, cred := range []string{"", keys.Credential(in.Name)} {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(in.Address, "10260")+"/readyz", nil)
+			verify := func(*http.Response) error { return nil }
+			if cred != "" {
+				verify = agentauth.Authorize(req, cred)
+			}
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Do(req)
+			if err != nil {
+				t.Fatalf("%s at %s: %v", in.Name, in.Address, err)
+			}
+			resp.Body.Close()
+			switch {
+			case cred == "" && resp.StatusCode != http.StatusUnauthorized:
+				t.Errorf("%s answered a request without its credential: %s", in.Name, resp.Status)
+			case cred != "" && (resp.StatusCode != http.StatusOK || verify(resp) != nil):
+				t.Errorf("%s with its credential: %s, %v", in.Name, resp.Status, verify(resp))
+			}
+		}
 	}
 	// The instance's own mounts stay in its mount namespace.
 	if left, _ := localtest.Leftovers(localtest.Owned{Dirs: []string{p.InstanceDir(a)}}); len(left) > 0 {

@@ -17,6 +17,7 @@
 //	  instance.json          the provider's record (spec, bundle, address, netns, veth, cgroup root,
 //	                         agent pid and start time), written atomically, mode 0600
 //	  agent.log              the agent's own stdout and stderr
+//	  credential             the instance's credential, which the agent's port requires (mode 0600)
 //	  agent/                 the agent's state directory (status.json, kubeconfig, logs/, the cluster's data)
 //
 // On the host, an instance named N has the network namespace herd-N (eth0 with its address, a
@@ -62,6 +63,7 @@ import (
 	"sync"
 	"time"
 
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
@@ -100,6 +102,9 @@ type Options struct {
 	// StopTimeout bounds how long Delete lets the agent stop the workload and the cluster after
 	// SIGTERM before it kills every process of the instance. Default: 20s.
 	StopTimeout time.Duration
+	// Credentials give each instance's agent its credential (internal/agentauth), which herd up's
+	// requests to the agent carry. Default: the keyring of DataDir, the one herd up opens.
+	Credentials *agentauth.Keyring
 	// SysctlRoot is where the host kernel settings instances change are recorded from and
 	// restored to (see KubeletHostSettings). Default: /proc/sys; tests give a directory of their own.
 	SysctlRoot string
@@ -156,6 +161,13 @@ func New(opts Options) (*Provider, error) {
 	}
 	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("local provider: data dir: %w", err)
+	}
+	if opts.Credentials == nil {
+		k, err := agentauth.Open(opts.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("local provider: %w", err)
+		}
+		opts.Credentials = k
 	}
 	// Absolute and without symlinks: the paths given to the agent are compared with the mount
 	// table and with the kubelet's log symlinks, which hold resolved paths.

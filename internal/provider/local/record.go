@@ -60,7 +60,9 @@ const (
 	lockFileName = "lock"
 	agentDirName = "agent"
 	agentLogName = "agent.log"
-	statusFile   = "status.json"
+	// credentialFileName holds the instance's credential, which its agent requires (agentauth).
+	credentialFileName = "credential"
+	statusFile         = "status.json"
 )
 
 // readRecord returns the record in dir, or nil (and no error) when there is none.
