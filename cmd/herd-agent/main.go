@@ -36,8 +36,9 @@ func main() {
 func newCommand() *cobra.Command {
 	cfg := agent.Config{}
 	var logLevel, credentialFile string
+	var onEC2 ec2Flags
 	cmd := &cobra.Command{
-		Use:   "herd-agent --name NAME --bundle DIR --state-dir DIR --address IP",
+		Use:   "herd-agent --name NAME --bundle DIR --state-dir DIR --address IP --credential-file FILE | --ec2 --state-dir DIR",
 		Short: "Boot and run one instance's Kubernetes (providers start it; not for use by hand)",
 		Long: `Providers start herd-agent inside each instance; users do not run it by hand.
 
@@ -54,7 +55,10 @@ It writes <state-dir>/status.json on every change and <state-dir>/kubeconfig (an
 kubeconfig), and serves GET /readyz, /livez and /metrics on <address>:<port>, only to requests
 that carry the instance's credential (--credential-file). On SIGTERM or SIGINT
 it stops the workload gracefully, then the cluster, and exits 0; a failed instance exits 1.`,
-		Example: `  # what the local provider runs, inside the instance's network namespace
+		Example: `  # on an EC2 instance of herd's aws provider (the AMI starts it at boot)
+  herd-agent --ec2 --state-dir /var/lib/herd/agent
+
+  # what the local provider runs, inside the instance's network namespace
   herd-agent --name web-1 --bundle /var/lib/herd/images/bundles/3f2a... \
     --state-dir /var/lib/herd/providers/local/instances/web-1/agent \
     --address 10.213.0.11 --cgroup-root /herd-web-1 \
@@ -75,10 +79,21 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 				cfg.Credential = c
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			ctx := cmd.Context()
+			if onEC2.on {
+				md, err := onEC2.fromEC2(ctx, &cfg)
+				if err != nil {
+					return err
+				}
+				var stop context.CancelFunc
+				ctx, stop = context.WithCancel(ctx)
+				defer stop()
+				go stopOnInterruption(ctx, md, stop, log.With("component", "agent", "instance", cfg.Name))
+			}
 			cfg.Logger = log.With("component", "agent", "instance", cfg.Name)
 			// The agent is counted in the instance's memory: keep its heap small.
 			debug.SetGCPercent(50)
-			return agent.Run(cmd.Context(), cfg)
+			return agent.Run(ctx, cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -91,6 +106,9 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "fail the instance if it is not Ready this long after the agent starts")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", agent.DefaultStopTimeout, "on SIGTERM, how long the workload's pods get to stop before the cluster is stopped")
 	f.IntVar(&cfg.Port, "port", agent.DefaultPort, "port of the agent's HTTP endpoints on --address")
+	f.BoolVar(&onEC2.on, "ec2", false, "on EC2: read the instance's name, address and credential and the bundle's digest from the instance metadata (IMDSv2) and user data, and stop gracefully on a spot interruption notice")
+	f.StringVar(&onEC2.endpoint, "imds-endpoint", "", "with --ec2, the instance metadata service's URL. Default: EC2's own (http://169.254.169.254)")
+	f.StringVar(&onEC2.imagesDir, "images-dir", "/var/lib/herd/images", "with --ec2, the image store on the AMI that holds the bundle the user data names")
 	f.StringVar(&credentialFile, "credential-file", "", "file holding the instance's credential: the agent's endpoints answer only requests that carry it")
 	return cmd
 }

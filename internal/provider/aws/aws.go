@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"golang.org/x/time/rate"
 
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/provider"
 )
 
@@ -82,7 +84,14 @@ type Options struct {
 	// ConsistencyGrace is how long an instance this provider launched is reported from
 	// RunInstances' answer while DescribeInstances does not show it. Default: 5 minutes.
 	ConsistencyGrace time.Duration
-	Logger           *slog.Logger
+	// AgentKeys give each instance's agent its credential (internal/agentauth): it is written
+	// in the instance's user data with HerdUp and the image's digest, and the provider asks the
+	// agent for the instance's readiness with it. Default: none: instances get no user data and
+	// are Ready once running (for tests of the provider alone).
+	AgentKeys *agentauth.Keyring
+	// HerdUp is the URL of herd up's API, written in the instances' user data.
+	HerdUp string
+	Logger *slog.Logger
 	// Now returns the time; default time.Now.
 	Now func() time.Time
 }
@@ -112,6 +121,8 @@ type Provider struct {
 	launched map[string]launched // by instance name
 	amis     map[string]string   // target region + "/" + image digest -> AMI
 	snaps    map[target]*snapshots
+
+	agents *http.Client // asks the instances' agents for their readiness (bootstrap.go)
 }
 
 // New returns a provider.
@@ -150,6 +161,7 @@ func New(opts Options) (*Provider, error) {
 		opts: opts, log: opts.Logger.With("component", "aws-provider"),
 		clients: map[target]ec2API{}, targets: map[target][]string{},
 		launched: map[string]launched{}, amis: map[string]string{}, snaps: map[target]*snapshots{},
+		agents: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
 	}
 	if err := p.loadTargets(); err != nil {
 		return nil, err

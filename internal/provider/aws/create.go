@@ -71,7 +71,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	var tried []string
 	for _, it := range o.instanceTypes {
 		for _, subnet := range subnetOrder(o.subnets, spec.Name) {
-			out, err := api.RunInstances(ctx, runInput(o, ami, it, subnet, token, tags))
+			in := runInput(o, ami, it, subnet, token, tags)
+			in.UserData = p.userData(spec)
+			out, err := api.RunInstances(ctx, in)
 			switch {
 			case err == nil:
 				return p.launchedNow(o.target, out.Instances[0])

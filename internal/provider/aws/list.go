@@ -74,6 +74,7 @@ func (p *Provider) describe(ctx context.Context, region, key, value string) ([]p
 		}
 	}
 	out = append(out, p.unseen(region, key, value, seen)...)
+	p.agentReadiness(ctx, out)
 	slices.SortFunc(out, func(a, b provider.Instance) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

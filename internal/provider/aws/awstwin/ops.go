@@ -84,6 +84,7 @@ func (tw *Twin) runInstances(req request) (any, *apiError) {
 		}
 		tw.instances[in.ID] = in
 		tw.order = append(tw.order, in.ID)
+		tw.serveMetadata(in.ID)
 		if first == "" {
 			first = in.ID
 		}

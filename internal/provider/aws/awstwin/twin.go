@@ -119,6 +119,8 @@ type Twin struct {
 	seq       uint64
 	calls     map[string]int
 	faults    faults
+
+	md metadata // each instance's metadata service (imds.go)
 }
 
 // faults are the failures injected on request.
@@ -152,6 +154,7 @@ func New(t interface{ Cleanup(func()) }, opts Options) *Twin {
 	tw.srv = httptest.NewServer(tw)
 	tw.URL = tw.srv.URL
 	t.Cleanup(tw.srv.Close)
+	t.Cleanup(tw.closeMetadata)
 	return tw
 }
 
