@@ -22,7 +22,7 @@ type Document struct {
 	Index int
 	// Kind is the object's kind.
 	Kind string
-	// Object is a *Fleet or a *NodeImage.
+	// Object is a *Fleet, a *NodeImage or a *Distribution.
 	Object any
 }
 
@@ -100,6 +100,9 @@ func DecodeAndValidate(data []byte, defaultProvider, pinnedVersion string) ([]Do
 		case *NodeImage:
 			SetNodeImageDefaults(o, pinnedVersion)
 			errs = ValidateNodeImage(o)
+		case *Distribution:
+			SetDistributionDefaults(o)
+			errs = ValidateDistribution(o)
 		}
 		if len(errs) > 0 {
 			fe.Problems[d.Index] = errs
@@ -163,10 +166,12 @@ func decodeOne(raw []byte) (any, string, ErrorList) {
 		obj = &Fleet{}
 	case KindNodeImage:
 		obj = &NodeImage{}
+	case KindDistribution:
+		obj = &Distribution{}
 	case "":
-		return nil, "", ErrorList{{Field: "kind", Message: "required: Fleet or NodeImage"}}
+		return nil, "", ErrorList{{Field: "kind", Message: "required: Fleet, NodeImage or Distribution"}}
 	default:
-		return nil, "", ErrorList{{Field: "kind", Message: fmt.Sprintf("unknown kind %q: herd reads Fleet (herd apply) and NodeImage (herd image build)", kind)}}
+		return nil, "", ErrorList{{Field: "kind", Message: fmt.Sprintf("unknown kind %q: herd reads Fleet (herd apply), NodeImage (herd image build) and Distribution (herd edge)", kind)}}
 	}
 	var errs ErrorList
 	unknownFields(&errs, "", generic, reflect.TypeOf(obj).Elem())

@@ -203,12 +203,13 @@ func validateRegions(s *FleetSpec) field.ErrorList {
 	return errs
 }
 
-// addFieldErrors appends apimachinery's field errors to the API's own list.
-func (l *ErrorList) addFieldErrors(errs field.ErrorList) {
+// addFieldErrors appends apimachinery's field errors to the API's own list; notSupported says what
+// a value outside the supported ones should name instead.
+func (l *ErrorList) addFieldErrors(errs field.ErrorList, notSupported string) {
 	for _, e := range errs {
 		msg := e.ErrorBody()
 		if e.Type == field.ErrorTypeNotSupported {
-			msg += ": name a region of spec.regions"
+			msg += ": " + notSupported
 		}
 		*l = append(*l, FieldError{Field: e.Field, Message: strings.TrimSpace(msg)})
 	}

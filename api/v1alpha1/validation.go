@@ -227,7 +227,7 @@ func ValidateFleet(f *Fleet) ErrorList {
 	if defaults > 1 {
 		errs.add("spec.regions", "exactly one region may be the default (got %d with default: true)", defaults)
 	}
-	errs.addFieldErrors(validateRegions(s))
+	errs.addFieldErrors(validateRegions(s), "name a region of spec.regions")
 	errs = append(errs, validateGlobal(s)...)
 	return errs
 }

@@ -46,6 +46,8 @@ problem is printed with its field; if any is invalid, nothing is applied.`,
 					fleets = append(fleets, *o)
 				case *v1alpha1.NodeImage:
 					return fmt.Errorf("%s: document %d is a NodeImage: build it with `herd image build -f %s`; nothing was applied", file, d.Index+1, file)
+				case *v1alpha1.Distribution:
+					return fmt.Errorf("%s: document %d is a Distribution: serve it with `herd edge -f %s`; nothing was applied", file, d.Index+1, file)
 				}
 			}
 			c, err := g.client()
