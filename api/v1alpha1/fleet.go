@@ -257,8 +257,8 @@ type CanaryAnalysis struct {
 type Region struct {
 	// Name identifies the region (a DNS label). Required.
 	Name string `json:"name"`
-	// Provider runs the instances: "local" (real one-node clusters on this machine) or "fake"
-	// (in memory, for tests). Default: the control plane's provider (`herd up --provider`).
+	// Provider runs the instances: "local" (real one-node clusters on this machine), "aws" (EC2
+	// instances, docs/aws.md) or "fake" (in memory, for tests). Default: the control plane's provider (`herd up --provider`).
 	Provider string `json:"provider,omitempty"`
 	// Options are passed to the provider as they are, and checked by it on apply. The local
 	// provider takes latency (the round trip its link to the internet adds, e.g. "40ms"), jitter

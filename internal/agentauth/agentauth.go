@@ -163,3 +163,9 @@ func ReadCredentialFile(path string) (string, error) {
 	}
 	return c, nil
 }
+
+// ID names the key, and so the herd installation that holds it, without revealing it: 16 hex
+// digits, the same for every process that opens the same data directory.
+func (k *Keyring) ID() string {
+	return mac(k.key, "herd installation")[:16]
+}

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -99,7 +101,7 @@ func (a *apiServer) close() {
 // handler is the dashboard, which serves /ui and hands everything else to the API.
 func (p *parts) handler() *web.Handler {
 	api := apiserver.New(apiserver.Options{
-		Store: p.st, Token: p.token, Logger: p.log, DefaultProvider: p.opts.Provider, Providers: []string{p.prov.Name()},
+		Store: p.st, Token: p.token, Logger: p.log, DefaultProvider: p.opts.Provider, Providers: slices.Sorted(maps.Keys(p.providers)),
 		Images:           imagepin.Resolver{Images: pinImages{p.images}, Imageless: imageless(p.providers)},
 		ImageStore:       pinImages{p.images},
 		OptionValidators: providersAs[provider.OptionsValidator](p.providers),

@@ -18,6 +18,7 @@ import (
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/imagepin"
 	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/aws"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/store/etcd"
@@ -80,6 +81,7 @@ var providerFactories = map[string]func(dataDir string, log *slog.Logger) (provi
 		log.Warn("the fake provider simulates instances in memory: nothing real runs; use --provider local for real one-node clusters")
 		return fake.New(fake.Options{StateDir: filepath.Join(dataDir, "providers", fake.Name), BootDelay: 500 * time.Millisecond})
 	},
+	aws.Name: newAWSProvider,
 	local.Name: func(dataDir string, log *slog.Logger) (provider.Provider, error) {
 		exe, err := os.Executable()
 		if err != nil {

@@ -92,6 +92,9 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 		return fmt.Errorf("provider %s: %w", p.opts.Provider, err)
 	}
 	p.providers = map[string]provider.Provider{p.prov.Name(): p.prov}
+	if err := withAWS(p.providers, p.opts.DataDir, p.log); err != nil {
+		return err
+	}
 	p.networks = regionNetworks(p.providers)
 	p.images = image.NewStore(image.StoreDir(p.opts.DataDir))
 	p.cache = informer.New(informer.Options{Store: p.st, Logger: p.log})

@@ -2,9 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +16,7 @@ import (
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/image/imagetest"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/statefile"
@@ -184,27 +182,7 @@ func newTestProvider(t *testing.T, herdBinary string) (*Provider, string) {
 
 // writeBundle puts a minimal bundle into the data directory's image store under the name "fake".
 func writeBundle(t *testing.T, dataDir string) string {
-	t.Helper()
-	cfg, err := json.Marshal(image.Config{SchemaVersion: image.SchemaVersion, Name: "fake", PauseImage: image.PauseImage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(cfg)
-	h := hex.EncodeToString(sum[:])
-	root := image.StoreDir(dataDir)
-	if err := os.MkdirAll(filepath.Join(root, "bundles", h), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(root, "names"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "bundles", h, image.ConfigFile), cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "names", "fake"), []byte("sha256:"+h+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return "sha256:" + h
+	return imagetest.WriteBundle(t, dataDir, "fake")
 }
 
 func TestCreateRejectsBadInputAndChangesNothing(t *testing.T) {
