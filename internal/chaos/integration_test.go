@@ -26,11 +26,11 @@ func TestIntegrationChaosRegion(t *testing.T) {
 	p := regiontest.Provider(t, []string{"eu"}, []string{"home"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
+	client, err := p.Lab().AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rn, err := p.EnsureRegion(ctx, "eu", nil)
+	rn, err := p.Lab().EnsureNetwork(ctx, "eu", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestIntegrationChaosRegion(t *testing.T) {
 	if _, err := st.Txn(ctx, op); err != nil {
 		t.Fatal(err)
 	}
-	e, err := chaos.New(chaos.Options{Store: st, Providers: map[string]provider.Provider{local.Name: p}, Networks: map[string]regionnet.Chaos{local.Name: p}})
+	e, err := chaos.New(chaos.Options{Store: st, Providers: map[string]provider.Provider{local.Name: p}, Networks: map[string]regionnet.Chaos{local.Name: p.Lab()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 func TestIntegrationRegionalLB(t *testing.T) {
 	p := regiontest.Provider(t, []string{"eu", "us"}, []string{"home"})
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
+	client, err := p.Lab().AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

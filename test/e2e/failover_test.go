@@ -307,12 +307,12 @@ func (e *env) cleanup(before localtest.Snapshot) {
 	}
 	o := localtest.Owned{Dirs: []string{e.data}, Links: []string{p.BridgeName("local")}}
 	for _, r := range e.regions {
-		router, internet, veth := p.RegionHostNames(r)
+		router, internet, veth := p.Lab().RegionHostNames(r)
 		o.Netns = append(o.Netns, router, internet)
 		o.Links = append(o.Links, veth, p.BridgeName(r))
 	}
 	for _, c := range e.clientNets {
-		o.Netns = append(o.Netns, p.ClientNetns(c))
+		o.Netns = append(o.Netns, p.Lab().ClientNetns(c))
 	}
 	for n := range e.created {
 		ns, veth, cg := local.HostNames(n)

@@ -39,7 +39,7 @@ const (
 // herd up over its API socket, serving the zone from a network of its own on the internet.
 type globalScenario struct {
 	*regionsScenario
-	clients map[string]local.ClientNetwork
+	clients map[string]netlab.ClientNetwork
 	ns      string // the name server's address:53
 }
 
@@ -54,7 +54,7 @@ func startGlobalScenario(t *testing.T) *globalScenario {
 	e.upArgs = []string{"--dns-zone", globalZone, "--dns-listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--api-socket", sock}
 	e.startUp()
 	e.lbPort = freePort(t)
-	s := &globalScenario{regionsScenario: &regionsScenario{env: e}, clients: map[string]local.ClientNetwork{}}
+	s := &globalScenario{regionsScenario: &regionsScenario{env: e}, clients: map[string]netlab.ClientNetwork{}}
 	s.spec = fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: %s}
@@ -76,7 +76,7 @@ spec:
 	// Runs before e.cleanup: the client networks go, then the fleet, then herd up.
 	localtest.CleanupOnInterrupt(t, func() {
 		for _, c := range e.clientNets {
-			if err := p.RemoveClient(context.Background(), c); err != nil {
+			if err := p.Lab().RemoveClient(context.Background(), c); err != nil {
 				t.Errorf("remove client network %s: %v", c, err)
 			}
 		}
@@ -91,7 +91,7 @@ spec:
 		eastNet: {nearRegion: 100 * time.Millisecond},
 	}
 	for _, name := range e.clientNets {
-		c, err := p.AddClient(context.Background(), name, netlab.Shape{}, far[name])
+		c, err := p.Lab().AddClient(context.Background(), name, netlab.Shape{}, far[name])
 		if err != nil {
 			t.Fatal(err)
 		}

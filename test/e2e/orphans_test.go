@@ -103,7 +103,7 @@ func TestIntegrationOrphanCollected(t *testing.T) {
 
 	// While herd up runs on: nothing of the instance or its region is left, and the kernel
 	// settings are the host's own again.
-	router, internet, veth := p.RegionHostNames(region)
+	router, internet, veth := p.Lab().RegionHostNames(region)
 	ns, hostVeth, _ := local.HostNames(name)
 	localtest.AssertClean(t, before, localtest.Owned{
 		Dirs: []string{p.InstanceDir(name)}, Gone: []string{p.InstanceDir(name)},

@@ -159,7 +159,7 @@ spec:
 	localtest.CleanupOnInterrupt(t, func() {
 		p, err := local.New(local.Options{DataDir: e.data, HerdBinary: e.bin})
 		if err == nil {
-			err = p.RemoveClient(context.Background(), usersNet)
+			err = p.Lab().RemoveClient(context.Background(), usersNet)
 		}
 		if err != nil {
 			t.Errorf("remove client network %s: %v", usersNet, err)
@@ -174,7 +174,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := p.AddClient(context.Background(), usersNet, netlab.Shape{}, nil)
+	c, err := p.Lab().AddClient(context.Background(), usersNet, netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

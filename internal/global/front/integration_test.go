@@ -29,11 +29,11 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 	p := regiontest.Provider(t, []string{"near", "far"}, []string{"home", "remote"})
 	ctx := context.Background()
 	latency := map[string]time.Duration{"near": 10 * time.Millisecond, "far": 60 * time.Millisecond}
-	home, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
+	home, err := p.Lab().AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote, err := p.AddClient(ctx, "remote", netlab.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	remote, err := p.Lab().AddClient(ctx, "remote", netlab.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestIntegrationFrontAndRTTs(t *testing.T) {
 		home.Network:   {"near": latency["near"], "far": latency["far"]},
 		remote.Network: {"near": latency["near"] + 100*time.Millisecond, "far": latency["far"]},
 	}
-	for _, c := range []local.ClientNetwork{home, remote} {
+	for _, c := range []netlab.ClientNetwork{home, remote} {
 		for _, b := range regional.Balancers() {
 			u := fmt.Sprintf("http://%s/", net.JoinHostPort(b.DataAddress.String(), "8080"))
 			for range 3 {

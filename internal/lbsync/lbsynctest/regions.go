@@ -22,7 +22,7 @@ func ServeInRegions(t *testing.T, p *local.Provider, latency map[string]string, 
 	port := 0
 	addrs := map[string]string{}
 	for region, l := range latency {
-		rn, err := p.EnsureRegion(context.Background(), region, map[string]string{"latency": l})
+		rn, err := p.Lab().EnsureNetwork(context.Background(), region, map[string]string{"latency": l})
 		if err != nil {
 			t.Fatal(err)
 		}

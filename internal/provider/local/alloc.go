@@ -206,9 +206,7 @@ func (p *Provider) regionSubnet(regions map[string]*regionRecord, region string,
 		}
 		// The internet's subnets (its own, the client networks') are not on the host: keep
 		// regions off them too.
-		if inet, err := p.readInternet(); err == nil && inet != nil {
-			taken = append(taken, inet.subnets()...)
-		}
+		taken = append(taken, p.lab.Subnets()...)
 		sn, err := hostnet.PickSubnet(p.opts.SubnetPool, taken, host)
 		if err != nil {
 			return nil, netip.Prefix{}, err
@@ -241,7 +239,7 @@ func (p *Provider) releaseBridge(ctx context.Context, region, bridge string) err
 				return nil
 			}
 		}
-		if err := p.removeRegionNet(ctx, region); err != nil {
+		if err := p.lab.RemoveRegionNetwork(ctx, region); err != nil {
 			return err
 		}
 		if err := hostnet.DeleteLink(context.WithoutCancel(ctx), bridge); err != nil {

@@ -118,7 +118,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := p.allocate(ctx, dir, rec); err != nil {
 		return fail("allocate an address", err)
 	}
-	if _, err := p.EnsureRegion(ctx, spec.Region, spec.Options); err != nil {
+	if _, err := p.lab.EnsureNetwork(ctx, spec.Region, spec.Options); err != nil {
 		return fail("region network", err)
 	}
 	if err := p.withProviderLock(p.recordHostSettings); err != nil {

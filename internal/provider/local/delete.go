@@ -1,5 +1,5 @@
 // Delete: marking the instance as deleting, tearing it down (teardown.go) and releasing its
-// region's bridge and the host's settings with the last instance.
+// region's bridge and the host's settings with the last instance; and KillInstance, for chaos.
 
 package local
 
@@ -10,10 +10,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
+	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/statefile"
 )
+
+var _ provider.InstanceKiller = (*Provider)(nil)
 
 // Delete implements provider.Provider, as the contract says: SIGTERM the agent and wait for it,
 // then kill whatever is left in the instance's cgroup, remove its cgroups, mounts, network
@@ -68,5 +72,38 @@ func (p *Provider) destroy(ctx context.Context, name, dir string, rec *record) e
 	if err := p.withProviderLock(p.restoreHostSettings); err != nil {
 		p.log.Warn("the host's kernel settings from before herd's instances could not be restored", "err", err)
 	}
+	return nil
+}
+
+// KillInstance implements provider.InstanceKiller: SIGKILL to every process of the instance (its
+// agent, its Kubernetes, its pods), as a crash of its machine would; the record and the
+// instance's resources stay, and the instance reads Failed (its agent is gone) until Delete.
+func (p *Provider) KillInstance(ctx context.Context, name string) error {
+	if !provider.ValidName(name) {
+		return fmt.Errorf("kill instance %q: %w", name, provider.ErrNotFound)
+	}
+	dir := p.InstanceDir(name)
+	rec, err := readRecord(dir)
+	if err != nil {
+		return fmt.Errorf("kill instance %s: %w", name, err)
+	}
+	if rec == nil {
+		return fmt.Errorf("kill instance %s: %w", name, provider.ErrNotFound)
+	}
+	ns, root := netnsName(name), cgroupRootOf(name)
+	if rec.Netns != "" {
+		ns = rec.Netns
+	}
+	if rec.CgroupRoot != "" {
+		root = rec.CgroupRoot
+	}
+	hier, err := cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	if err := killAll(ctx, hier, root, hostnet.NetnsInode(ns), dir, 15*time.Second); err != nil {
+		return fmt.Errorf("kill instance %s: %w", name, err)
+	}
+	p.log.Warn("instance killed (SIGKILL of every process)", "instance", name)
 	return nil
 }

@@ -176,7 +176,7 @@ func requireRoot(t *testing.T) {
 func owned(p *Provider, region string, names ...string) localtest.Owned {
 	o := localtest.Owned{Dirs: []string{p.opts.DataDir}}
 	if region != "" {
-		router, internet, veth := p.RegionHostNames(region)
+		router, internet, veth := p.Lab().RegionHostNames(region)
 		o.Links = append(o.Links, p.BridgeName(region), veth)
 		o.Netns = append(o.Netns, router, internet)
 	}

@@ -108,7 +108,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 func owned(p *local.Provider, dirs []string, region string, names ...string) localtest.Owned {
 	o := localtest.Owned{Dirs: dirs}
 	if region != "" {
-		router, internet, veth := p.RegionHostNames(region)
+		router, internet, veth := p.Lab().RegionHostNames(region)
 		o.Links = append(o.Links, p.BridgeName(region), veth)
 		o.Netns = append(o.Netns, router, internet)
 	}

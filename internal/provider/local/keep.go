@@ -6,7 +6,6 @@ package local
 
 import (
 	"context"
-	"errors"
 )
 
 // KeepRegions implements provider.RegionKeeper: the regions named are kept while they have no
@@ -20,11 +19,7 @@ func (p *Provider) KeepRegions(ctx context.Context, regions []string) error {
 		p.keptMu.Lock()
 		p.kept = keep
 		p.keptMu.Unlock()
-		records, err := p.records()
-		if err != nil {
-			return err
-		}
-		return p.removeIdleRegions(ctx, records, keep)
+		return p.lab.RemoveIdleRegions(ctx, keep)
 	})
 }
 
@@ -33,33 +28,4 @@ func (p *Provider) keeps(region string) bool {
 	p.keptMu.Lock()
 	defer p.keptMu.Unlock()
 	return p.kept[region]
-}
-
-// removeIdleRegions removes the network and bridge of every region recorded that no instance of
-// records runs in and keep does not name. The caller holds the provider lock.
-func (p *Provider) removeIdleRegions(ctx context.Context, records []*record, keep map[string]bool) error {
-	inUse := map[string]bool{}
-	for _, r := range records {
-		inUse[r.Spec.Region] = true
-	}
-	nets, err := p.regionNets()
-	if err != nil {
-		return err
-	}
-	regions, err := readRegions(p.regionsDir())
-	if err != nil {
-		return err
-	}
-	for _, rn := range nets {
-		if _, ok := regions[rn.Region]; !ok {
-			regions[rn.Region] = &regionRecord{Region: rn.Region}
-		}
-	}
-	var errs []error
-	for region := range regions {
-		if !inUse[region] && !keep[region] {
-			errs = append(errs, p.removeRegion(ctx, region))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -19,7 +19,8 @@ func regionIdentity(t *testing.T, p *Provider) (bridge int, router uint64) {
 	if err != nil {
 		t.Fatalf("the bridge of region %s: %v", testRegion, err)
 	}
-	ns := hostnet.NetnsInode(routerNetns(p.opts.DataDir, testRegion))
+	routerNs, _, _ := p.Lab().RegionHostNames(testRegion)
+	ns := hostnet.NetnsInode(routerNs)
 	if ns == 0 {
 		t.Fatalf("region %s has no router namespace", testRegion)
 	}

@@ -10,8 +10,8 @@
 //	lock                     flock taken to allocate subnets and addresses and to add or remove bridges
 //	host-settings.json       the host's kernel settings from before the first instance (hostsettings.go)
 //	regions/<region>.json    the region's /24 subnet (from 10.213.0.0/16), bridge and last address given
-//	net/                     the regions' networks, the internet namespace and client networks
-//	                         (docs/regions.md): records, link relays' configs, load balancers' tokens
+//	net/                     the network lab's state (internal/netlab, docs/regions.md): the regions'
+//	                         networks, the internet namespace, client networks, the front door
 //	instances/<name>/        one instance (mode 0700):
 //	  lock                   flock held by Create and Delete of this instance
 //	  instance.json          the provider's record (spec, bundle, address, netns, veth, cgroup root,
@@ -45,11 +45,10 @@
 // removes what an instance left on the host, hostsettings.go records and restores the kernel
 // settings the kubelet changes, and deps.go checks the host.
 //
-// Each region is also a network of its own (docs/regions.md): region.go makes and removes a
-// region's router namespace and its link to the internet namespace (internet.go), whose latency,
-// jitter and loss (netlab.Shape) the link relay applies to every packet (internal/netlab); regionlb.go
-// runs the regional load balancer in the router namespace, chaos.go cuts or degrades a region's
-// link, and client.go attaches client networks to the internet.
+// Each region is also a network of its own (docs/regions.md), which the network lab
+// (internal/netlab) makes behind the region's bridge: lab.go gives the lab the bridges and the
+// provider lock (netlab.Instances) and the control plane the lab (RegionNetworks), and keep.go
+// keeps regions without instances.
 package local
 
 import (
@@ -66,6 +65,7 @@ import (
 	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/image"
+	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider"
 )
 
@@ -121,6 +121,9 @@ type Provider struct {
 	// deps checks the host; tests replace it.
 	deps func() error
 
+	// lab makes the regions' networks.
+	lab *netlab.Lab
+
 	keptMu sync.Mutex
 	kept   map[string]bool // the regions KeepRegions keeps without instances
 }
@@ -146,7 +149,7 @@ func New(opts Options) (*Provider, error) {
 		opts.SubnetPool = DefaultSubnetPool
 	}
 	if !opts.InternetPool.IsValid() {
-		opts.InternetPool = DefaultInternetPool
+		opts.InternetPool = netlab.DefaultInternetPool
 	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = 20 * time.Second
@@ -189,6 +192,14 @@ func New(opts Options) (*Provider, error) {
 		images: image.NewStore(image.StoreDir(dataDir)),
 	}
 	p.deps = func() error { return CheckHost(p.opts.HerdBinary) }
+	p.lab, err = netlab.New(netlab.Options{
+		Dir: filepath.Join(p.dir, netSubdir), DataDir: dataDir, HerdBinary: opts.HerdBinary,
+		Logger: opts.Logger, InternetPool: opts.InternetPool, DefaultRegion: DefaultRegion,
+		Instances: labInstances{p},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("local provider: %w", err)
+	}
 	if err := os.MkdirAll(p.instancesDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("local provider: %w", err)
 	}
@@ -198,7 +209,7 @@ func New(opts Options) (*Provider, error) {
 	}
 	// Chaos actions never outlive the herd up that made them, and a crash may have left a
 	// region's network half made or half removed.
-	if err := p.reconcileNetworks(context.Background()); err != nil {
+	if err := p.lab.Reconcile(context.Background()); err != nil {
 		p.log.Warn("the regions' networks could not be put in order", "err", err)
 	}
 	return p, nil

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		os.Exit(fakeAgent(mode, os.Args[1:]))
 	}
 	// Regions' links are carried by `herd link-relay`: this binary runs the same code.
-	if len(os.Args) == 4 && os.Args[1] == linkRelayCommand && os.Args[2] == "--link-config" {
+	if len(os.Args) == 4 && os.Args[1] == netlab.LinkRelayCommand && os.Args[2] == "--link-config" {
 		if err := netlab.RunLinkRelay(context.Background(), os.Args[3], slog.Default()); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -16,6 +16,7 @@ import (
 	"herd.dev/herd/internal/hostproc"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local/localtest"
+	"herd.dev/herd/internal/statefile"
 )
 
 func TestValidateOptionsNamesTheFieldAndTheFix(t *testing.T) {
@@ -65,9 +66,9 @@ func TestValidateOptionsNamesTheFieldAndTheFix(t *testing.T) {
 
 // regionOwned is what a test's region networks make on the host.
 func regionOwned(p *Provider, regions ...string) localtest.Owned {
-	o := localtest.Owned{Dirs: []string{p.opts.DataDir}, Gone: []string{p.netDir()}}
+	o := localtest.Owned{Dirs: []string{p.opts.DataDir}, Gone: []string{filepath.Join(p.dir, netSubdir)}}
 	for _, r := range regions {
-		router, internet, veth := p.RegionHostNames(r)
+		router, internet, veth := p.Lab().RegionHostNames(r)
 		o.Netns = append(o.Netns, router, internet)
 		o.Links = append(o.Links, veth, p.BridgeName(r))
 	}
@@ -83,7 +84,7 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 	p, _ := newTestProvider(t, testExecutable(t))
 	ctx := context.Background()
 	t.Cleanup(func() {
-		if err := p.RemoveNetworks(ctx); err != nil {
+		if err := p.Lab().RemoveNetworks(ctx); err != nil {
 			t.Errorf("RemoveNetworks: %v", err)
 		}
 		localtest.AssertClean(t, before, regionOwned(p, "r1", "r2"))
@@ -97,14 +98,11 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 		q.deps = p.deps
 		return q
 	}
-	if _, err := p.EnsureRegion(ctx, "r1", map[string]string{"latency": "5ms"}); err != nil {
+	if _, err := p.Lab().EnsureNetwork(ctx, "r1", map[string]string{"latency": "5ms"}); err != nil {
 		t.Fatal(err)
 	}
-	rn, err := readRegionNet(p.regionNetDir("r1"))
-	if err != nil || rn == nil {
-		t.Fatalf("record: %v %v", rn, err)
-	}
-	if fi, err := os.Stat(filepath.Join(p.regionNetDir("r1"), regionFile)); err != nil || fi.Mode().Perm() != 0o600 {
+	rn := readNetRecord(t, p, "r1")
+	if fi, err := os.Stat(netRecordPath(p, "r1")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("record mode: %v %v", fi, err)
 	}
 
@@ -114,43 +112,37 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = restart()
-	rn2, _ := readRegionNet(p.regionNetDir("r1"))
-	if rn2 == nil || !hostproc.Alive(rn2.RelayPID, rn2.RelayStart) || rn2.RelayPID == rn.RelayPID {
+	rn2 := readNetRecord(t, p, "r1")
+	if !hostproc.Alive(rn2.RelayPID, rn2.RelayStart) || rn2.RelayPID == rn.RelayPID {
 		t.Fatalf("after a restart the relay is not running again: %+v", rn2)
 	}
 
-	// A crash after starting a relay and before recording it: the next EnsureRegion stops the
+	// A crash after starting a relay and before recording it: the next EnsureNetwork stops the
 	// stray one rather than starting a second on the same devices.
 	stray := rn2.RelayPID
-	rn2.RelayPID, rn2.RelayStart = 0, 0
-	if err := writeRegionNet(p.regionNetDir("r1"), rn2); err != nil {
+	patchNetRecord(t, p, "r1", map[string]any{"relayPid": 0, "relayStart": 0})
+	if _, err := p.Lab().EnsureNetwork(ctx, "r1", map[string]string{"latency": "5ms"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.EnsureRegion(ctx, "r1", map[string]string{"latency": "5ms"}); err != nil {
-		t.Fatal(err)
-	}
-	rn3, _ := readRegionNet(p.regionNetDir("r1"))
-	if hostproc.Alive(stray, 0) || rn3 == nil || !hostproc.Alive(rn3.RelayPID, rn3.RelayStart) {
+	rn3 := readNetRecord(t, p, "r1")
+	if hostproc.Alive(stray, 0) || !hostproc.Alive(rn3.RelayPID, rn3.RelayStart) {
 		t.Fatalf("stray relay %d alive: %v; recorded relay: %+v", stray, hostproc.Alive(stray, 0), rn3)
 	}
 
 	// A crash in the middle of a removal: the next start finishes it.
-	rn3.Phase = netRemoving
-	if err := writeRegionNet(p.regionNetDir("r1"), rn3); err != nil {
-		t.Fatal(err)
-	}
+	patchNetRecord(t, p, "r1", map[string]any{"phase": "removing"})
 	p = restart()
-	router, _, veth := p.RegionHostNames("r1")
+	router, _, veth := p.Lab().RegionHostNames("r1")
 	if hostnet.NetnsExists(router) || hostnet.LinkExists(veth) || hostproc.Alive(rn3.RelayPID, rn3.RelayStart) {
 		t.Fatalf("after a restart the half-removed region is still there")
 	}
-	if _, err := os.Stat(p.regionNetDir("r1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Dir(netRecordPath(p, "r1"))); !os.IsNotExist(err) {
 		t.Fatalf("the half-removed region's record is still there: %v", err)
 	}
 
 	// A crash in the middle of a creation, with only the router's namespace made.
-	router2, _, _ := p.RegionHostNames("r2")
-	if err := writeRegionNet(p.regionNetDir("r2"), &regionNet{Region: "r2", Phase: netCreating}); err != nil {
+	router2, _, _ := p.Lab().RegionHostNames("r2")
+	if err := statefile.WriteJSON(netRecordPath(p, "r2"), map[string]any{"region": "r2", "phase": "creating"}); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("ip", "netns", "add", router2).CombinedOutput(); err != nil {
@@ -159,5 +151,42 @@ func TestRegionNetworkAfterCrashes(t *testing.T) {
 	p = restart()
 	if hostnet.NetnsExists(router2) {
 		t.Fatal("after a restart the half-made region's router namespace is still there")
+	}
+}
+
+// netRecordPath is where the lab keeps a region network's record: the layout a running
+// installation has, which a new herd must adopt as it is.
+func netRecordPath(p *Provider, region string) string {
+	return filepath.Join(p.dir, "net", "regions", region, "network.json")
+}
+
+// netRecord is what the test reads of a region network's record.
+type netRecord struct {
+	Phase      string `json:"phase"`
+	RelayPID   int    `json:"relayPid"`
+	RelayStart uint64 `json:"relayStart"`
+}
+
+func readNetRecord(t *testing.T, p *Provider, region string) netRecord {
+	t.Helper()
+	var r netRecord
+	if found, err := statefile.ReadJSON(netRecordPath(p, region), &r); err != nil || !found {
+		t.Fatalf("the record of region %s: found %v, %v", region, found, err)
+	}
+	return r
+}
+
+// patchNetRecord sets fields of a region network's record, as a crash at that point leaves it.
+func patchNetRecord(t *testing.T, p *Provider, region string, fields map[string]any) {
+	t.Helper()
+	rec := map[string]any{}
+	if found, err := statefile.ReadJSON(netRecordPath(p, region), &rec); err != nil || !found {
+		t.Fatalf("the record of region %s: found %v, %v", region, found, err)
+	}
+	for k, v := range fields {
+		rec[k] = v
+	}
+	if err := statefile.WriteJSON(netRecordPath(p, region), rec); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -66,17 +66,17 @@ func NewProvider(t *testing.T, regions, clients []string) (*local.Provider, loca
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := p.RemoveNetworks(context.Background()); err != nil {
+		if err := p.Lab().RemoveNetworks(context.Background()); err != nil {
 			t.Errorf("RemoveNetworks: %v", err)
 		}
 		o := localtest.Owned{Dirs: []string{dataDir}, Gone: []string{filepath.Join(dataDir, "providers", "local", "net")}}
 		for _, r := range regions {
-			router, internet, veth := p.RegionHostNames(r)
+			router, internet, veth := p.Lab().RegionHostNames(r)
 			o.Netns = append(o.Netns, router, internet)
 			o.Links = append(o.Links, veth, p.BridgeName(r))
 		}
 		for _, c := range clients {
-			o.Netns = append(o.Netns, p.ClientNetns(c))
+			o.Netns = append(o.Netns, p.Lab().ClientNetns(c))
 		}
 		localtest.AssertClean(t, before, o)
 		if t.Failed() {

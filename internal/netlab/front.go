@@ -3,7 +3,7 @@
 // regional load balancers and is configured over its admin API, on a Unix socket because the host
 // has no path into the internet namespace.
 
-package local
+package netlab
 
 import (
 	"context"
@@ -67,23 +67,23 @@ func (f Front) AdminClient() *http.Client {
 	}}
 }
 
-func (p *Provider) frontDir() string { return filepath.Join(p.netDir(), frontSubdir) }
+func (l *Lab) frontDir() string { return filepath.Join(l.opts.Dir, frontSubdir) }
 
 // EnsureFront starts the front door in the internet namespace (making that namespace if needed), or
 // adopts the one that runs, and says how to reach it. A new one serves no listener until it is
 // configured over its admin API; a running one keeps its configuration.
-func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
+func (l *Lab) EnsureFront(ctx context.Context) (Front, error) {
 	var out Front
-	err := p.withProviderLock(func() error {
-		inet, err := p.ensureInternet(ctx)
+	err := l.opts.Instances.Lock(func() error {
+		inet, err := l.ensureInternet(ctx)
 		if err != nil {
 			return err
 		}
-		addr, err := p.internetHost(inet, frontHostKey)
+		addr, err := l.internetHost(inet, frontHostKey)
 		if err != nil {
 			return err
 		}
-		dir := p.frontDir()
+		dir := l.frontDir()
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 			return err
 		}
 		pid, start, err := hostproc.StartDetached(filepath.Join(dir, frontLogFile), filepath.Join(hostnet.NetnsDir, inet.Netns), 0,
-			p.opts.HerdBinary, "front", "--admin-addr", "unix:"+sock, "--token-file", tokenPath)
+			l.opts.HerdBinary, "front", "--admin-addr", "unix:"+sock, "--token-file", tokenPath)
 		if err != nil {
 			return fmt.Errorf("start the front door: %w", err)
 		}
@@ -130,7 +130,7 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 			return fmt.Errorf("start the front door: %w", err)
 		}
 		out.PID = pid
-		p.log.Info("front door started", "pid", pid, "data_address", addr, "admin", sock)
+		l.log.Info("front door started", "pid", pid, "data_address", addr, "admin", sock)
 		return nil
 	})
 	if err != nil {
@@ -141,14 +141,14 @@ func (p *Provider) EnsureFront(ctx context.Context) (Front, error) {
 
 // RemoveFront stops the front door (SIGTERM, 15 s to drain, then SIGKILL) and gives its address back
 // (and removes the internet namespace, if nothing else is linked to it).
-func (p *Provider) RemoveFront(ctx context.Context) error {
-	return p.withProviderLock(func() error { return p.removeFront(ctx) })
+func (l *Lab) RemoveFront(ctx context.Context) error {
+	return l.opts.Instances.Lock(func() error { return l.removeFront(ctx) })
 }
 
-// removeFront is RemoveFront; the caller holds the provider lock.
-func (p *Provider) removeFront(ctx context.Context) error {
+// removeFront is RemoveFront; the caller holds the lock.
+func (l *Lab) removeFront(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
-	dir := p.frontDir()
+	dir := l.frontDir()
 	rec, err := statefile.Load[frontRecord](filepath.Join(dir, frontFile))
 	if err != nil {
 		return err
@@ -166,17 +166,17 @@ func (p *Provider) removeFront(ctx context.Context) error {
 	if err := hostproc.KillStrays(ctx, filepath.Join(dir, frontTokenFile)); err != nil {
 		return err
 	}
-	inetNs := internetNetns(p.opts.DataDir)
+	inetNs := internetNetns(l.opts.DataDir)
 	if rec.Address != "" && hostnet.NetnsExists(inetNs) {
 		_ = hostnet.IP(ctx, "-n", inetNs, "addr", "del", rec.Address+"/32", "dev", "lo") // gone with a namespace made again
 	}
-	if err := p.releaseInternet(ctx, frontHostKey); err != nil {
+	if err := l.releaseInternet(ctx, frontHostKey); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	p.pruneNetDir()
-	p.log.Info("front door removed")
+	l.pruneNetDir()
+	l.log.Info("front door removed")
 	return nil
 }

@@ -1,7 +1,7 @@
 // The regional load balancer: `herd lb` running in a region's router namespace, outliving herd
 // up like the instances' agents, configured by the controller over its admin API.
 
-package local
+package netlab
 
 import (
 	"context"
@@ -54,10 +54,10 @@ type RegionLB struct {
 // that runs (started by an earlier herd up), and says how to reach it. A new one serves no
 // listener until it is configured over its admin API; a running one keeps its configuration.
 // The region's network must exist (EnsureRegion, or an instance in the region).
-func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB, error) {
+func (l *Lab) EnsureRegionLB(ctx context.Context, region string) (RegionLB, error) {
 	var out RegionLB
-	err := p.withProviderLock(func() error {
-		dir := p.regionNetDir(region)
+	err := l.opts.Instances.Lock(func() error {
+		dir := l.regionNetDir(region)
 		rn, err := readRegionNet(dir)
 		if err != nil {
 			return err
@@ -85,7 +85,7 @@ func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB,
 			return err
 		}
 		pid, start, err := hostproc.StartDetached(filepath.Join(dir, lbLogFile), filepath.Join(hostnet.NetnsDir, rn.RouterNetns), 0,
-			p.opts.HerdBinary, "lb", "--admin-addr", admin, "--token-file", tokenPath)
+			l.opts.HerdBinary, "lb", "--admin-addr", admin, "--token-file", tokenPath)
 		if err != nil {
 			return fmt.Errorf("start the load balancer: %w", err)
 		}
@@ -98,7 +98,7 @@ func (p *Provider) EnsureRegionLB(ctx context.Context, region string) (RegionLB,
 			return fmt.Errorf("start the load balancer: %w", err)
 		}
 		out.PID = pid
-		p.log.Info("regional load balancer started", "region", region, "pid", pid, "admin", out.AdminURL, "data_address", out.DataAddress)
+		l.log.Info("regional load balancer started", "region", region, "pid", pid, "admin", out.AdminURL, "data_address", out.DataAddress)
 		return nil
 	})
 	if err != nil {

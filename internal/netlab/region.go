@@ -2,7 +2,7 @@
 // bridge and subnet behind a router namespace whose link to the internet namespace is shaped
 // (latency, jitter, loss). docs/regions.md draws it.
 
-package local
+package netlab
 
 import (
 	"context"
@@ -12,14 +12,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"time"
 
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/hostproc"
-	"herd.dev/herd/internal/netlab"
-	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/statefile"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -60,8 +57,8 @@ type regionNet struct {
 	// HubDevice is the internet's end of the link.
 	HubDevice string `json:"hubDevice"`
 	// Shape is the link's shape from the region's options; Chaos, when set, replaces it.
-	Shape netlab.Shape `json:"shape"`
-	Chaos *Chaos       `json:"chaos,omitempty"`
+	Shape Shape  `json:"shape"`
+	Chaos *Chaos `json:"chaos,omitempty"`
 	// The link relay's and the load balancer's pid and start time (/proc/<pid>/stat field 22).
 	RelayPID   int    `json:"relayPid,omitempty"`
 	RelayStart uint64 `json:"relayStart,omitempty"`
@@ -83,7 +80,7 @@ type RegionNetwork struct {
 	// WANAddress is the router's address on the internet: clients reach it through the link.
 	WANAddress netip.Addr
 	// Shape is the link's shape now (the options', or a chaos action's while one is active).
-	Shape netlab.Shape
+	Shape Shape
 	// Chaos is the chaos action in force on the link, nil if none.
 	Chaos *Chaos
 }
@@ -99,15 +96,15 @@ func routerVeth(dataDir, region string) string {
 
 func hubDevice(dataDir, key string) string { return "l" + hostnet.ShortHash(dataDir+"\x00"+key, 12) }
 
-func (p *Provider) regionNetDir(region string) string {
-	return filepath.Join(p.netDir(), "regions", region)
+func (l *Lab) regionNetDir(region string) string {
+	return filepath.Join(l.opts.Dir, "regions", region)
 }
 
 // RegionHostNames returns what a region's network puts on the host: the router and internet
 // network namespaces and the router's veth on the region bridge (besides the bridge itself,
-// BridgeName).
-func (p *Provider) RegionHostNames(region string) (router, internet, hostVeth string) {
-	return routerNetns(p.opts.DataDir, region), internetNetns(p.opts.DataDir), routerVeth(p.opts.DataDir, region)
+// the instance provider's).
+func (l *Lab) RegionHostNames(region string) (router, internet, hostVeth string) {
+	return routerNetns(l.opts.DataDir, region), internetNetns(l.opts.DataDir), routerVeth(l.opts.DataDir, region)
 }
 
 func readRegionNet(dir string) (*regionNet, error) {
@@ -119,8 +116,8 @@ func writeRegionNet(dir string, r *regionNet) error {
 }
 
 // regionNets lists the region networks recorded, by region name.
-func (p *Provider) regionNets() ([]*regionNet, error) {
-	entries, err := os.ReadDir(filepath.Join(p.netDir(), "regions"))
+func (l *Lab) regionNets() ([]*regionNet, error) {
+	entries, err := os.ReadDir(filepath.Join(l.opts.Dir, "regions"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -129,10 +126,10 @@ func (p *Provider) regionNets() ([]*regionNet, error) {
 	}
 	var out []*regionNet
 	for _, e := range entries {
-		if !e.IsDir() || !labelRE.MatchString(e.Name()) {
+		if !e.IsDir() || !isLabel(e.Name()) {
 			continue
 		}
-		r, err := readRegionNet(filepath.Join(p.netDir(), "regions", e.Name()))
+		r, err := readRegionNet(filepath.Join(l.opts.Dir, "regions", e.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -145,28 +142,28 @@ func (p *Provider) regionNets() ([]*regionNet, error) {
 	return out, nil
 }
 
-// EnsureRegion makes the region's network (bridge, router namespace, shaped link to the
-// internet) or repairs it, with the link shaped as the region's options say (see
-// ValidateOptions; a chaos action in force stays in force). Create calls it for every
-// instance; the controller may call it before the first one. It is idempotent.
-func (p *Provider) EnsureRegion(ctx context.Context, region string, options map[string]string) (RegionNetwork, error) {
+// EnsureNetwork makes the region's network (bridge, router namespace, shaped link to the
+// internet) or repairs it, with the link shaped as the region's options say (ParseShape; a chaos
+// action in force stays in force). The local provider's Create calls it for every instance; the
+// control plane may call it before the first one (EnsureRegion). It is idempotent.
+func (l *Lab) EnsureNetwork(ctx context.Context, region string, options map[string]string) (RegionNetwork, error) {
 	if region == "" {
-		region = DefaultRegion
+		region = l.opts.DefaultRegion
 	}
-	if !labelRE.MatchString(region) || len(region) > 63 {
+	if !isLabel(region) {
 		return RegionNetwork{}, fmt.Errorf("region %q must be a DNS label", region)
 	}
-	shape, errs := netlab.ParseShape(field.NewPath("options"), options)
+	shape, errs := ParseShape(field.NewPath("options"), options)
 	if len(errs) > 0 {
 		return RegionNetwork{}, fmt.Errorf("region %s: %w", region, errs.ToAggregate())
 	}
 	var out RegionNetwork
-	err := p.withProviderLock(func() error {
-		reg, err := p.ensureRegionBridge(ctx, region)
+	err := l.opts.Instances.Lock(func() error {
+		reg, err := l.opts.Instances.EnsureBridge(ctx, region)
 		if err != nil {
 			return err
 		}
-		rn, err := p.ensureRegionNet(ctx, reg, shape)
+		rn, err := l.ensureRegionNet(ctx, reg, shape)
 		if err != nil {
 			return err
 		}
@@ -179,70 +176,35 @@ func (p *Provider) EnsureRegion(ctx context.Context, region string, options map[
 	return out, nil
 }
 
-// ensureRegionBridge gives the region its subnet and bridge (as the first instance's Create
-// does). The caller holds the provider lock.
-func (p *Provider) ensureRegionBridge(ctx context.Context, region string) (*regionRecord, error) {
-	hostLk, err := statefile.Lock(hostnet.LockPath)
-	if err != nil {
-		return nil, err
-	}
-	defer hostLk.Unlock()
-	regions, err := readRegions(p.regionsDir())
-	if err != nil {
-		return nil, err
-	}
-	records, err := p.records()
-	if err != nil {
-		return nil, err
-	}
-	others := 0
-	for _, r := range records {
-		if r.Spec.Region == region {
-			others++
-		}
-	}
-	reg, subnet, err := p.regionSubnet(regions, region, others)
-	if err != nil {
-		return nil, err
-	}
-	if err := writeRegion(p.regionsDir(), reg); err != nil {
-		return nil, err
-	}
-	if err := ensureBridge(ctx, reg.Bridge, fmt.Sprintf("%s/%d", hostnet.HostAddr(subnet, gatewayHost), subnet.Bits())); err != nil {
-		return nil, err
-	}
-	return reg, nil
-}
-
 // ensureRegionNet makes the region's router, link and relay, recording first. The caller holds
-// the provider lock and has made the bridge.
-func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape netlab.Shape) (*regionNet, error) {
-	dir := p.regionNetDir(reg.Region)
+// the lock and has made the bridge.
+func (l *Lab) ensureRegionNet(ctx context.Context, reg Bridge, shape Shape) (*regionNet, error) {
+	dir := l.regionNetDir(reg.Region)
 	rn, err := readRegionNet(dir)
 	if err != nil {
 		return nil, err
 	}
-	inet, err := p.ensureInternet(ctx)
+	inet, err := l.ensureInternet(ctx)
 	if err != nil {
 		return nil, err
 	}
-	wan, err := p.internetHost(inet, "region/"+reg.Region)
+	wan, err := l.internetHost(inet, "region/"+reg.Region)
 	if err != nil {
 		return nil, err
 	}
-	subnet, err := netip.ParsePrefix(reg.Subnet)
-	if err != nil {
-		return nil, fmt.Errorf("subnet %q: %w", reg.Subnet, err)
+	subnet := reg.Subnet
+	if !subnet.IsValid() {
+		return nil, fmt.Errorf("the bridge %s has no subnet", reg.Name)
 	}
 	if rn == nil || rn.Phase == netRemoving {
 		rn = &regionNet{Region: reg.Region, Phase: netCreating}
 	}
-	rn.Bridge, rn.Subnet = reg.Bridge, reg.Subnet
-	rn.RouterNetns = routerNetns(p.opts.DataDir, reg.Region)
-	rn.HostVeth = routerVeth(p.opts.DataDir, reg.Region)
+	rn.Bridge, rn.Subnet = reg.Name, subnet.String()
+	rn.RouterNetns = routerNetns(l.opts.DataDir, reg.Region)
+	rn.HostVeth = routerVeth(l.opts.DataDir, reg.Region)
 	rn.LANAddress = hostnet.HostAddr(subnet, routerLANHost).String()
 	rn.WANAddress = wan.String()
-	rn.HubDevice = hubDevice(p.opts.DataDir, "region/"+reg.Region)
+	rn.HubDevice = hubDevice(l.opts.DataDir, "region/"+reg.Region)
 	rn.Shape = shape
 	if err := writeRegionNet(dir, rn); err != nil {
 		return nil, err
@@ -266,11 +228,11 @@ func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape
 			return nil, fmt.Errorf("router's leg on the bridge: %w", err)
 		}
 	}
-	l := p.regionLink(rn, inet)
-	if err := ensureLinkDevices(ctx, l); err != nil {
+	lk := l.regionLink(rn, inet)
+	if err := ensureLinkDevices(ctx, lk); err != nil {
 		return nil, fmt.Errorf("link to the internet: %w", err)
 	}
-	pid, start, err := p.ensureRelay(dir, l.cfg, rn.RelayPID, rn.RelayStart)
+	pid, start, err := l.ensureRelay(dir, lk.cfg, rn.RelayPID, rn.RelayStart)
 	if err != nil {
 		return nil, fmt.Errorf("link relay: %w", err)
 	}
@@ -278,21 +240,21 @@ func (p *Provider) ensureRegionNet(ctx context.Context, reg *regionRecord, shape
 	if err := writeRegionNet(dir, rn); err != nil {
 		return nil, err
 	}
-	if err := p.syncClients(); err != nil {
+	if err := l.syncClients(); err != nil {
 		return nil, err
 	}
-	p.log.Info("region network ready", "region", rn.Region, "router", rn.RouterNetns, "lan", rn.LANAddress, "wan", rn.WANAddress, "shape", rn.effectiveShape().String())
+	l.log.Info("region network ready", "region", rn.Region, "router", rn.RouterNetns, "lan", rn.LANAddress, "wan", rn.WANAddress, "shape", rn.effectiveShape().String())
 	return rn, nil
 }
 
 // regionLink is the region's link: the router's wan0 to the internet's hub device.
-func (p *Provider) regionLink(rn *regionNet, inet *internetRecord) link {
+func (l *Lab) regionLink(rn *regionNet, inet *internetRecord) link {
 	sn, _ := netip.ParsePrefix(inet.Subnet)
 	return link{
-		cfg: netlab.LinkConfig{
+		cfg: LinkConfig{
 			Name:  "region " + rn.Region,
-			A:     netlab.LinkEnd{Netns: rn.RouterNetns, Device: routerWAN},
-			B:     netlab.LinkEnd{Netns: inet.Netns, Device: rn.HubDevice},
+			A:     LinkEnd{Netns: rn.RouterNetns, Device: routerWAN},
+			B:     LinkEnd{Netns: inet.Netns, Device: rn.HubDevice},
 			Shape: rn.effectiveShape(),
 		},
 		addrA:        netip.MustParseAddr(rn.WANAddress),
@@ -301,7 +263,7 @@ func (p *Provider) regionLink(rn *regionNet, inet *internetRecord) link {
 	}
 }
 
-func (rn *regionNet) effectiveShape() netlab.Shape {
+func (rn *regionNet) effectiveShape() Shape {
 	if rn.Chaos != nil {
 		return rn.Chaos.Shape
 	}
@@ -319,8 +281,8 @@ func (rn *regionNet) view() RegionNetwork {
 }
 
 // Region returns the network of a region as recorded, or an error when the region has none.
-func (p *Provider) Region(region string) (RegionNetwork, error) {
-	rn, err := readRegionNet(p.regionNetDir(region))
+func (l *Lab) Region(region string) (RegionNetwork, error) {
+	rn, err := readRegionNet(l.regionNetDir(region))
 	if err != nil {
 		return RegionNetwork{}, err
 	}
@@ -333,16 +295,16 @@ func (p *Provider) Region(region string) (RegionNetwork, error) {
 // removeRegionNet removes everything of a region's network but its bridge: its load balancer,
 // link relay, router namespace (with its legs), the internet's end of the link, its internet
 // address and its records. It works from the names alone when the record is gone or partial.
-// The caller holds the provider lock.
-func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
+// The caller holds the lock.
+func (l *Lab) removeRegionNet(ctx context.Context, region string) error {
 	ctx = context.WithoutCancel(ctx)
-	dir := p.regionNetDir(region)
+	dir := l.regionNetDir(region)
 	rn, err := readRegionNet(dir)
 	if err != nil {
 		return err
 	}
 	if rn == nil {
-		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !hostnet.NetnsExists(routerNetns(p.opts.DataDir, region)) {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && !hostnet.NetnsExists(routerNetns(l.opts.DataDir, region)) {
 			return nil
 		}
 		rn = &regionNet{Region: region}
@@ -361,14 +323,14 @@ func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
 		errs = append(errs, fmt.Errorf("stop the link relay: %w", err))
 	}
 	// Whatever else runs in the router namespace (a process started by hand there) goes too.
-	if err := hostnet.KillNetns(ctx, routerNetns(p.opts.DataDir, region)); err != nil {
+	if err := hostnet.KillNetns(ctx, routerNetns(l.opts.DataDir, region)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := hostnet.DeleteNetns(ctx, routerNetns(p.opts.DataDir, region), routerVeth(p.opts.DataDir, region)); err != nil {
+	if err := hostnet.DeleteNetns(ctx, routerNetns(l.opts.DataDir, region), routerVeth(l.opts.DataDir, region)); err != nil {
 		errs = append(errs, fmt.Errorf("remove the router namespace: %w", err))
 	}
-	inetNs := internetNetns(p.opts.DataDir)
-	hub := hubDevice(p.opts.DataDir, "region/"+region)
+	inetNs := internetNetns(l.opts.DataDir)
+	hub := hubDevice(l.opts.DataDir, "region/"+region)
 	if hostnet.NetnsExists(inetNs) && hostnet.NsLinkExists(ctx, inetNs, hub) {
 		if err := hostnet.IP(ctx, "-n", inetNs, "link", "delete", hub); err != nil {
 			errs = append(errs, fmt.Errorf("remove the internet's end of the link: %w", err))
@@ -377,71 +339,70 @@ func (p *Provider) removeRegionNet(ctx context.Context, region string) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove the network of region %s: %w", region, err)
 	}
-	if err := p.releaseInternet(ctx, "region/"+region); err != nil {
+	if err := l.releaseInternet(ctx, "region/"+region); err != nil {
 		return err
 	}
-	if err := p.syncClients(); err != nil {
+	if err := l.syncClients(); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	p.pruneNetDir()
-	p.log.Info("region network removed", "region", region)
+	l.pruneNetDir()
+	l.log.Info("region network removed", "region", region)
 	return nil
 }
 
 // removeRegion removes a region's network and its bridge, which no instance uses. The caller
-// holds the provider lock.
-func (p *Provider) removeRegion(ctx context.Context, region string) error {
-	if err := p.removeRegionNet(ctx, region); err != nil {
+// holds the lock.
+func (l *Lab) removeRegion(ctx context.Context, region string) error {
+	if err := l.removeRegionNet(ctx, region); err != nil {
 		return err
 	}
-	return hostnet.DeleteLink(context.WithoutCancel(ctx), bridgeName(p.opts.DataDir, region))
+	return l.opts.Instances.RemoveBridge(context.WithoutCancel(ctx), region)
 }
 
-// reconcileNetworks runs when the provider starts: it finishes removals and half-made networks
+// RemoveRegionNetwork removes everything of a region's network but its bridge, which the instance
+// provider removes: its load balancer, link relay, router namespace, link and records. The
+// caller holds the lock (Instances.Lock).
+func (l *Lab) RemoveRegionNetwork(ctx context.Context, region string) error {
+	return l.removeRegionNet(ctx, region)
+}
+
+// Reconcile runs when the provider starts: it finishes removals and half-made networks
 // that a crash interrupted (the next EnsureRegion makes them again) and undoes chaos actions,
 // which never outlive the herd up that started them.
-func (p *Provider) reconcileNetworks(ctx context.Context) error {
-	return p.withProviderLock(func() error {
-		nets, err := p.regionNets()
+func (l *Lab) Reconcile(ctx context.Context) error {
+	return l.opts.Instances.Lock(func() error {
+		nets, err := l.regionNets()
 		if err != nil {
 			return err
 		}
-		records, err := p.records()
+		bridges, err := l.bridges()
 		if err != nil {
 			return err
 		}
 		var errs []error
 		for _, rn := range nets {
 			if rn.Phase != netReady {
-				p.log.Warn("removing a region network a crash left half made or half removed", "region", rn.Region, "phase", rn.Phase)
-				if slices.ContainsFunc(records, func(r *record) bool { return r.Spec.Region == rn.Region }) {
-					errs = append(errs, p.removeRegionNet(ctx, rn.Region)) // its instances keep the bridge
+				l.log.Warn("removing a region network a crash left half made or half removed", "region", rn.Region, "phase", rn.Phase)
+				if bridges[rn.Region].Instances > 0 {
+					errs = append(errs, l.removeRegionNet(ctx, rn.Region)) // its instances keep the bridge
 				} else {
-					errs = append(errs, p.removeRegion(ctx, rn.Region))
+					errs = append(errs, l.removeRegion(ctx, rn.Region))
 				}
 				continue
 			}
 			switch {
 			case rn.Chaos != nil:
-				p.log.Warn("undoing a chaos action left from before this start", "region", rn.Region, "action", rn.Chaos.Action, "since", rn.Chaos.Since)
-				errs = append(errs, p.setChaos(ctx, rn, nil))
+				l.log.Warn("undoing a chaos action left from before this start", "region", rn.Region, "action", rn.Chaos.Action, "since", rn.Chaos.Since)
+				errs = append(errs, l.setChaos(ctx, rn, nil))
 			case !hostproc.Alive(rn.RelayPID, rn.RelayStart) && hostnet.NetnsExists(rn.RouterNetns):
 				// Without its relay the region is cut off: start it again.
-				p.log.Warn("restarting the link relay of a region", "region", rn.Region)
-				errs = append(errs, p.syncRelay(rn))
+				l.log.Warn("restarting the link relay of a region", "region", rn.Region)
+				errs = append(errs, l.syncRelay(rn))
 			}
 		}
 		return errors.Join(errs...)
 	})
-}
-
-// ValidateOptions implements provider.OptionsValidator: latency, jitter and loss shape the
-// region's link to the internet (docs/regions.md).
-func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) field.ErrorList {
-	errs := provider.UnknownOptions(path, opts, Name, netlab.OptionLatency, netlab.OptionJitter, netlab.OptionLoss)
-	_, shapeErrs := netlab.ParseShape(path, opts)
-	return append(errs, shapeErrs...)
 }

@@ -1,4 +1,4 @@
-package local_test
+package netlab_test
 
 import (
 	"bytes"
@@ -94,14 +94,14 @@ func serveHTTP(t *testing.T, ln net.Listener, body string) {
 func TestIntegrationRegionLatency(t *testing.T) {
 	p, _ := regionEnv(t, "near", "far")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
+	client, err := p.Lab().AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	latency := map[string]time.Duration{"near": 10 * time.Millisecond, "far": 60 * time.Millisecond}
 	median := map[string]time.Duration{}
 	for _, r := range []string{"near", "far"} {
-		rn, err := p.EnsureRegion(ctx, r, map[string]string{"latency": latency[r].String()})
+		rn, err := p.Lab().EnsureNetwork(ctx, r, map[string]string{"latency": latency[r].String()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,11 +122,11 @@ func TestIntegrationRegionLatency(t *testing.T) {
 	}
 	// A client network 30 ms from the internet is 30 ms further from every region, and 100 ms
 	// more from the near region than from the far one.
-	remote, err := p.AddClient(ctx, "remote", netlab.Shape{Latency: 30 * time.Millisecond}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	remote, err := p.Lab().AddClient(ctx, "remote", netlab.Shape{Latency: 30 * time.Millisecond}, map[string]time.Duration{"near": 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	near, err := p.Region("near")
+	near, err := p.Lab().Region("near")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestIntegrationRegionLatency(t *testing.T) {
 	if rtts[len(rtts)/2] < 140*time.Millisecond {
 		t.Errorf("the remote client reaches the near region in %s, below the 140ms of both links and its own latency to it", rtts[len(rtts)/2])
 	}
-	far, err := p.Region("far")
+	far, err := p.Lab().Region("far")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestIntegrationRegionLatency(t *testing.T) {
 		t.Errorf("the remote client reaches the far region in %s, below the 90ms of both links", rtts[len(rtts)/2])
 	}
 	// The host (the control plane) reaches the router over the bridge, not through the link.
-	rn, err := p.Region("far")
+	rn, err := p.Lab().Region("far")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func udpThrough(t *testing.T, from, to string, addr netip.AddrPort, n int) (got,
 
 // instanceLike makes a network namespace with an address on the region's bridge, as an instance
 // has, and removes it when the test ends.
-func instanceLike(t *testing.T, rn local.RegionNetwork, host byte) (ns string, addr netip.Addr) {
+func instanceLike(t *testing.T, rn netlab.RegionNetwork, host byte) (ns string, addr netip.Addr) {
 	t.Helper()
 	a := rn.Subnet.Addr().As4()
 	a[3] = host
@@ -226,7 +226,7 @@ func instanceLike(t *testing.T, rn local.RegionNetwork, host byte) (ns string, a
 }
 
 // adminDo calls a regional load balancer's admin API from the host.
-func adminDo(t *testing.T, lb local.RegionLB, method, path, body string) (int, string) {
+func adminDo(t *testing.T, lb netlab.RegionLB, method, path, body string) (int, string) {
 	t.Helper()
 	return adminCall(t, &http.Client{Timeout: 10 * time.Second}, lb.AdminURL, lb.TokenFile, method, path, body)
 }
@@ -282,18 +282,18 @@ func getFrom(t *testing.T, ns, url string, timeout time.Duration) string {
 func TestIntegrationRegionLB(t *testing.T) {
 	p, opts := regionEnv(t, "web")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
+	client, err := p.Lab().AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rn, err := p.EnsureRegion(ctx, "web", map[string]string{"latency": "20ms"})
+	rn, err := p.Lab().EnsureNetwork(ctx, "web", map[string]string{"latency": "20ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns, addr := instanceLike(t, rn, 200)
 	serveHTTP(t, listenIn(t, ns, net.JoinHostPort(addr.String(), "8000")), "hello from the web region")
 
-	lb, err := p.EnsureRegionLB(ctx, "web")
+	lb, err := p.Lab().EnsureRegionLB(ctx, "web")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestIntegrationRegionLB(t *testing.T) {
 	if got := getFrom(t, client.Netns, url, 30*time.Second); got != "hello from the web region" {
 		t.Fatalf("GET %s from the client: %q", url, got)
 	}
-	if code, _ := adminDo(t, local.RegionLB{AdminURL: lb.AdminURL, TokenFile: os.DevNull}, http.MethodGet, "/config", ""); code != http.StatusUnauthorized {
+	if code, _ := adminDo(t, netlab.RegionLB{AdminURL: lb.AdminURL, TokenFile: os.DevNull}, http.MethodGet, "/config", ""); code != http.StatusUnauthorized {
 		t.Errorf("the admin API without the token answered %d, want 401", code)
 	}
 
@@ -321,7 +321,7 @@ func TestIntegrationRegionLB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb2, err := p2.EnsureRegionLB(ctx, "web")
+	lb2, err := p2.Lab().EnsureRegionLB(ctx, "web")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,11 +342,11 @@ func TestIntegrationRegionLB(t *testing.T) {
 func TestIntegrationRegionPartition(t *testing.T) {
 	p, opts := regionEnv(t, "cut")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
+	client, err := p.Lab().AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rn, err := p.EnsureRegion(ctx, "cut", nil)
+	rn, err := p.Lab().EnsureNetwork(ctx, "cut", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,24 +378,24 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	sendBulk(t, client.Netns, bulk.Addr().String(), size)
 	t.Logf("unshaped link: %d MiB from the client to the router in %s (%.0f Mbit/s)", size>>20, time.Since(start), float64(size)*8/time.Since(start).Seconds()/1e6)
 
-	if err := p.Partition(ctx, "cut"); err != nil {
+	if err := p.Lab().Partition(ctx, "cut"); err != nil {
 		t.Fatal(err)
 	}
 	if err := reachable(); err == nil {
 		t.Fatal("the client reaches the partitioned region")
 	}
 	hostGet()
-	if got, _ := p.Region("cut"); got.Chaos == nil || got.Chaos.Action != local.ChaosPartition {
+	if got, _ := p.Lab().Region("cut"); got.Chaos == nil || got.Chaos.Action != netlab.ChaosPartition {
 		t.Errorf("the region's chaos after Partition: %+v", got.Chaos)
 	}
-	if err := p.Restore(ctx, "cut"); err != nil {
+	if err := p.Lab().Restore(ctx, "cut"); err != nil {
 		t.Fatal(err)
 	}
 	if err := reachable(); err != nil {
 		t.Fatalf("the client does not reach the region after Restore: %v", err)
 	}
 
-	if err := p.Degrade(ctx, "cut", 80*time.Millisecond, 0); err != nil {
+	if err := p.Lab().Degrade(ctx, "cut", 80*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
 	rtts := regiontest.ConnectTimes(t, client.Netns, net.JoinHostPort(rn.WANAddress.String(), "7000"), 11)
@@ -405,7 +405,7 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	}
 
 	// Loss: of datagrams sent one way (10,000 a second), some arrive and some do not.
-	if err := p.Degrade(ctx, "cut", 0, 0.2); err != nil {
+	if err := p.Lab().Degrade(ctx, "cut", 0, 0.2); err != nil {
 		t.Fatal(err)
 	}
 	got, sent := udpThrough(t, client.Netns, rn.RouterNetns, netip.AddrPortFrom(rn.WANAddress, 7002), 2000)
@@ -415,7 +415,7 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	}
 
 	// A partition outlives nothing: the next provider start undoes it.
-	if err := p.Partition(ctx, "cut"); err != nil {
+	if err := p.Lab().Partition(ctx, "cut"); err != nil {
 		t.Fatal(err)
 	}
 	if err := reachable(); err == nil {
@@ -425,13 +425,13 @@ func TestIntegrationRegionPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := p2.Region("cut"); got.Chaos != nil || got.Shape != (netlab.Shape{}) {
+	if got, _ := p2.Lab().Region("cut"); got.Chaos != nil || got.Shape != (netlab.Shape{}) {
 		t.Errorf("after a restart the region's chaos is %+v and shape %s, want none", got.Chaos, got.Shape)
 	}
 	if err := reachable(); err != nil {
 		t.Fatalf("the client does not reach the region after the restart undid the partition: %v", err)
 	}
-	if err := p2.Degrade(ctx, "nowhere", time.Second, 0); err == nil {
+	if err := p2.Lab().Degrade(ctx, "nowhere", time.Second, 0); err == nil {
 		t.Error("Degrade of a region without a network succeeded")
 	}
 }

@@ -1,8 +1,8 @@
 // The internet of a data directory: a network namespace that every region's router and every
 // client network is linked to, and the shaped links themselves (a TUN device at each end and a
-// relay process between them, netlab.RunLinkRelay).
+// relay process between them, RunLinkRelay).
 
-package local
+package netlab
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/hostproc"
-	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/statefile"
 )
 
@@ -37,13 +36,13 @@ const (
 	clientHost   = 1
 )
 
-// Files and names of the network state, under <provider dir>/net.
+// Files and names of the network state, under Options.Dir.
 const (
-	netSubdir        = "net"
-	internetFile     = "internet.json"
-	linkConfigFile   = "link.json"
-	linkLogFile      = "link.log"
-	linkRelayCommand = "link-relay"
+	internetFile   = "internet.json"
+	linkConfigFile = "link.json"
+	linkLogFile    = "link.log"
+	// LinkRelayCommand is the herd command that runs a link's relay (RunLinkRelay).
+	LinkRelayCommand = "link-relay"
 )
 
 // internetRecord is net/internet.json: the internet namespace of the data directory, its
@@ -69,42 +68,49 @@ func (r *internetRecord) subnets() []netip.Prefix {
 	return out
 }
 
-func (p *Provider) netDir() string { return filepath.Join(p.dir, netSubdir) }
-
 // internetNetns is the data directory's internet namespace. Instances' namespaces are
 // "herd-<name>", so no instance can take it.
 func internetNetns(dataDir string) string { return "herdinet-" + hostnet.ShortHash(dataDir, 8) }
 
+// Subnets returns the internet's /24 and every client network's, which the instance provider
+// keeps regions' subnets off. The caller holds the lock.
+func (l *Lab) Subnets() []netip.Prefix {
+	if inet, err := l.readInternet(); err == nil && inet != nil {
+		return inet.subnets()
+	}
+	return nil
+}
+
 // InternetNetns returns the name of the internet network namespace (/run/netns/<name>), where
 // clients' traffic to regions is routed.
-func (p *Provider) InternetNetns() string { return internetNetns(p.opts.DataDir) }
+func (l *Lab) InternetNetns() string { return internetNetns(l.opts.DataDir) }
 
-func (p *Provider) readInternet() (*internetRecord, error) {
-	r, err := statefile.Load[internetRecord](filepath.Join(p.netDir(), internetFile))
+func (l *Lab) readInternet() (*internetRecord, error) {
+	r, err := statefile.Load[internetRecord](filepath.Join(l.opts.Dir, internetFile))
 	if r != nil && r.Hosts == nil {
 		r.Hosts = map[string]int{}
 	}
 	return r, err
 }
 
-func (p *Provider) writeInternet(r *internetRecord) error {
-	return statefile.WriteJSON(filepath.Join(p.netDir(), internetFile), r)
+func (l *Lab) writeInternet(r *internetRecord) error {
+	return statefile.WriteJSON(filepath.Join(l.opts.Dir, internetFile), r)
 }
 
 // ensureInternet returns the internet record, choosing its subnet under the host lock and
-// making its namespace if needed. The caller holds the provider lock.
-func (p *Provider) ensureInternet(ctx context.Context) (*internetRecord, error) {
-	inet, err := p.readInternet()
+// making its namespace if needed. The caller holds the lock.
+func (l *Lab) ensureInternet(ctx context.Context) (*internetRecord, error) {
+	inet, err := l.readInternet()
 	if err != nil {
 		return nil, err
 	}
 	if inet == nil {
-		sn, err := p.freeInternetSubnet(nil)
+		sn, err := l.freeInternetSubnet(nil)
 		if err != nil {
 			return nil, fmt.Errorf("the internet namespace: %w", err)
 		}
-		inet = &internetRecord{Netns: internetNetns(p.opts.DataDir), Subnet: sn.String(), Hosts: map[string]int{}}
-		if err := p.writeInternet(inet); err != nil {
+		inet = &internetRecord{Netns: internetNetns(l.opts.DataDir), Subnet: sn.String(), Hosts: map[string]int{}}
+		if err := l.writeInternet(inet); err != nil {
 			return nil, err
 		}
 	}
@@ -116,33 +122,33 @@ func (p *Provider) ensureInternet(ctx context.Context) (*internetRecord, error) 
 
 // freeInternetSubnet picks a /24 of the internet pool that overlaps none of taken, no region
 // subnet of this data directory (a router holds both) and no address of the host. The caller
-// holds the provider lock; the choice holds the host-wide lock, as regions' choices do.
-func (p *Provider) freeInternetSubnet(taken []netip.Prefix) (netip.Prefix, error) {
+// holds the lock; the choice holds the host-wide lock, as regions' choices do.
+func (l *Lab) freeInternetSubnet(taken []netip.Prefix) (netip.Prefix, error) {
 	hostLk, err := statefile.Lock(hostnet.LockPath)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
 	defer hostLk.Unlock()
-	regions, err := readRegions(p.regionsDir())
+	regions, err := l.opts.Instances.Bridges()
 	if err != nil {
 		return netip.Prefix{}, err
 	}
 	own := map[string]bool{}
 	for _, r := range regions {
-		own[r.Bridge] = true
-		if sn, err := netip.ParsePrefix(r.Subnet); err == nil {
-			taken = append(taken, sn)
+		own[r.Name] = true
+		if r.Subnet.IsValid() {
+			taken = append(taken, r.Subnet)
 		}
 	}
 	host, err := hostnet.HostPrefixes(own)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	return hostnet.PickSubnet(p.opts.InternetPool, taken, host)
+	return hostnet.PickSubnet(l.opts.InternetPool, taken, host)
 }
 
 // internetNetwork gives key ("client/y") a /24 of its own from the internet pool, once.
-func (p *Provider) internetNetwork(inet *internetRecord, key string) (netip.Prefix, error) {
+func (l *Lab) internetNetwork(inet *internetRecord, key string) (netip.Prefix, error) {
 	if s, ok := inet.Networks[key]; ok {
 		sn, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -150,7 +156,7 @@ func (p *Provider) internetNetwork(inet *internetRecord, key string) (netip.Pref
 		}
 		return sn, nil
 	}
-	sn, err := p.freeInternetSubnet(inet.subnets())
+	sn, err := l.freeInternetSubnet(inet.subnets())
 	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("a network for %s: %w", key, err)
 	}
@@ -158,14 +164,14 @@ func (p *Provider) internetNetwork(inet *internetRecord, key string) (netip.Pref
 		inet.Networks = map[string]string{}
 	}
 	inet.Networks[key] = sn.String()
-	if err := p.writeInternet(inet); err != nil {
+	if err := l.writeInternet(inet); err != nil {
 		return netip.Prefix{}, err
 	}
 	return sn, nil
 }
 
 // internetHost gives key ("region/x", "client/y") an address of the internet, once.
-func (p *Provider) internetHost(inet *internetRecord, key string) (netip.Addr, error) {
+func (l *Lab) internetHost(inet *internetRecord, key string) (netip.Addr, error) {
 	sn, err := netip.ParsePrefix(inet.Subnet)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("internet subnet %q: %w", inet.Subnet, err)
@@ -180,7 +186,7 @@ func (p *Provider) internetHost(inet *internetRecord, key string) (netip.Addr, e
 	for h := firstNetHost; h <= lastNetHost; h++ {
 		if !used[h] {
 			inet.Hosts[key] = h
-			if err := p.writeInternet(inet); err != nil {
+			if err := l.writeInternet(inet); err != nil {
 				return netip.Addr{}, err
 			}
 			return hostnet.HostAddr(sn, h), nil
@@ -190,9 +196,9 @@ func (p *Provider) internetHost(inet *internetRecord, key string) (netip.Addr, e
 }
 
 // releaseInternet gives key's address or network back and removes the internet namespace when nothing is
-// linked to it any more. The caller holds the provider lock.
-func (p *Provider) releaseInternet(ctx context.Context, key string) error {
-	inet, err := p.readInternet()
+// linked to it any more. The caller holds the lock.
+func (l *Lab) releaseInternet(ctx context.Context, key string) error {
+	inet, err := l.readInternet()
 	if err != nil || inet == nil {
 		return err
 	}
@@ -201,7 +207,7 @@ func (p *Provider) releaseInternet(ctx context.Context, key string) error {
 	if host || network {
 		delete(inet.Hosts, key)
 		delete(inet.Networks, key)
-		if err := p.writeInternet(inet); err != nil {
+		if err := l.writeInternet(inet); err != nil {
 			return err
 		}
 	}
@@ -211,17 +217,17 @@ func (p *Provider) releaseInternet(ctx context.Context, key string) error {
 	if err := hostnet.DeleteNetns(ctx, inet.Netns, ""); err != nil {
 		return fmt.Errorf("remove the internet namespace: %w", err)
 	}
-	if err := os.Remove(filepath.Join(p.netDir(), internetFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(filepath.Join(l.opts.Dir, internetFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 
-	p.log.Info("internet namespace removed", "netns", inet.Netns)
+	l.log.Info("internet namespace removed", "netns", inet.Netns)
 	return nil
 }
 
 // pruneNetDir removes the networks' state directories once they are empty.
-func (p *Provider) pruneNetDir() {
-	for _, d := range []string{filepath.Join(p.netDir(), "regions"), filepath.Join(p.netDir(), "clients"), p.frontDir(), p.netDir()} {
+func (l *Lab) pruneNetDir() {
+	for _, d := range []string{filepath.Join(l.opts.Dir, "regions"), filepath.Join(l.opts.Dir, "clients"), l.frontDir(), l.opts.Dir} {
 		_ = os.Remove(d) // fails, as it should, while something is left in it
 	}
 }
@@ -229,7 +235,7 @@ func (p *Provider) pruneNetDir() {
 // link is a shaped point-to-point link: end A (a router or a client) has address AddrA, end B
 // (the internet) the hub address; each end is a persistent TUN device.
 type link struct {
-	cfg   netlab.LinkConfig
+	cfg   LinkConfig
 	addrA netip.Addr
 	hub   netip.Addr
 	// defaultRoute: A routes everything through the link (a router or a client does).
@@ -241,7 +247,7 @@ type link struct {
 // ensureLinkDevices creates the link's TUN devices with their addresses and routes.
 func ensureLinkDevices(ctx context.Context, l link) error {
 	ends := []struct {
-		end         netlab.LinkEnd
+		end         LinkEnd
 		local, peer netip.Addr
 	}{{l.cfg.A, l.addrA, l.hub}, {l.cfg.B, l.hub, l.addrA}}
 	for _, e := range ends {
@@ -274,7 +280,7 @@ func ensureLinkDevices(ctx context.Context, l link) error {
 // ensureRelay writes the link's config into dir and makes sure its relay runs with it: a
 // running one (pid and start time as recorded) is told to re-read it, a dead one is started.
 // It returns the relay's pid and start time.
-func (p *Provider) ensureRelay(dir string, cfg netlab.LinkConfig, pid int, start uint64) (int, uint64, error) {
+func (l *Lab) ensureRelay(dir string, cfg LinkConfig, pid int, start uint64) (int, uint64, error) {
 	path := filepath.Join(dir, linkConfigFile)
 	cfg.Generation = time.Now().UnixNano()
 	if err := statefile.WriteJSON(path, cfg); err != nil {
@@ -290,7 +296,7 @@ func (p *Provider) ensureRelay(dir string, cfg netlab.LinkConfig, pid int, start
 			return 0, 0, err
 		}
 		var err error
-		pid, start, err = hostproc.StartDetached(filepath.Join(dir, linkLogFile), "", 0, p.opts.HerdBinary, linkRelayCommand, "--link-config", path)
+		pid, start, err = hostproc.StartDetached(filepath.Join(dir, linkLogFile), "", 0, l.opts.HerdBinary, LinkRelayCommand, "--link-config", path)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -299,7 +305,7 @@ func (p *Provider) ensureRelay(dir string, cfg netlab.LinkConfig, pid int, start
 	var died bool
 	err := hostproc.WaitFor(context.Background(), relayAckTimeout, func() bool {
 		died = !hostproc.Alive(pid, start)
-		return died || netlab.ReadApplied(path) == cfg.Generation
+		return died || ReadApplied(path) == cfg.Generation
 	}, "the link relay to apply its config")
 	if err == nil && died {
 		err = fmt.Errorf("the link relay exited: %s", hostproc.LogTail(filepath.Join(dir, linkLogFile), 3))

@@ -1,4 +1,4 @@
-package local_test
+package netlab_test
 
 import (
 	"context"
@@ -18,12 +18,11 @@ import (
 	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/netlab"
-	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/regiontest"
 )
 
 // frontDo calls the front door's admin API over its Unix socket.
-func frontDo(t *testing.T, f local.Front, method, path, body string) (int, string) {
+func frontDo(t *testing.T, f netlab.Front, method, path, body string) (int, string) {
 	t.Helper()
 	return adminCall(t, f.AdminClient(), f.AdminURL, f.TokenFile, method, path, body)
 }
@@ -99,21 +98,21 @@ func (l *frontLoad) halt() {
 func TestIntegrationFrontDoor(t *testing.T) {
 	p, _ := regionEnv(t, "near", "far")
 	ctx := context.Background()
-	client, err := p.AddClient(ctx, "home", netlab.Shape{}, nil)
+	client, err := p.Lab().AddClient(ctx, "home", netlab.Shape{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	latency := map[string]time.Duration{"near": 10 * time.Millisecond, "far": 60 * time.Millisecond}
 	var regions []front.Region
-	regionLBs := map[string]local.RegionLB{}
+	regionLBs := map[string]netlab.RegionLB{}
 	for _, r := range []string{"near", "far"} {
-		rn, err := p.EnsureRegion(ctx, r, map[string]string{"latency": latency[r].String()})
+		rn, err := p.Lab().EnsureNetwork(ctx, r, map[string]string{"latency": latency[r].String()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		app := net.JoinHostPort(rn.LANAddress.String(), "8000")
 		serveHTTP(t, listenIn(t, rn.RouterNetns, app), r)
-		rlb, err := p.EnsureRegionLB(ctx, r)
+		rlb, err := p.Lab().EnsureRegionLB(ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +131,7 @@ func TestIntegrationFrontDoor(t *testing.T) {
 	}
 
 	// Far first: the front door must rank regions by distance, not by their order.
-	f, err := p.EnsureFront(ctx)
+	f, err := p.Lab().EnsureFront(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +184,7 @@ func TestIntegrationFrontDoor(t *testing.T) {
 	}
 
 	// Partition the near region under load.
-	if err := p.Partition(ctx, "near"); err != nil {
+	if err := p.Lab().Partition(ctx, "near"); err != nil {
 		t.Fatal(err)
 	}
 	cut := time.Now()
@@ -202,18 +201,18 @@ func TestIntegrationFrontDoor(t *testing.T) {
 	if load.failed.Load() != 0 {
 		t.Errorf("%d GETs through the front door failed while the near region was partitioned: %v", load.failed.Load(), load.failures)
 	}
-	if err := p.Restore(ctx, "near"); err != nil {
+	if err := p.Lab().Restore(ctx, "near"); err != nil {
 		t.Fatal(err)
 	}
 
 	// Each regional load balancer measures each client network at its own distance: a second
 	// client network, 100 ms farther from the near region only, ranks the regions the other way,
 	// and shows up in the tables as a /24 of its own.
-	remote, err := p.AddClient(ctx, "remote", netlab.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
+	remote, err := p.Lab().AddClient(ctx, "remote", netlab.Shape{}, map[string]time.Duration{"near": 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clients := []local.ClientNetwork{client, remote}
+	clients := []netlab.ClientNetwork{client, remote}
 	want := map[string]map[string]time.Duration{ // client -> region -> round trip
 		"home":   {"near": latency["near"], "far": latency["far"]},
 		"remote": {"near": latency["near"] + 100*time.Millisecond, "far": latency["far"]},

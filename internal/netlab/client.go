@@ -2,7 +2,7 @@
 // generators, DNS resolvers) run as users somewhere on the internet would, each network with
 // its own shaped link (its distance to the internet, added to every region's).
 
-package local
+package netlab
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/hostproc"
-	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/statefile"
 )
 
@@ -35,7 +34,7 @@ type ClientNetwork struct {
 	// client network apart. Other addresses of it can be added in the namespace (on lo).
 	Network string `json:"network"`
 	// Shape is its link's shape: its distance to the internet, added to every region's.
-	Shape netlab.Shape `json:"shape"`
+	Shape Shape `json:"shape"`
 	// RegionLatency adds round-trip time between this client network and some regions, by
 	// region name: clients in different places are not equally far from every region.
 	RegionLatency map[string]time.Duration `json:"regionLatency,omitempty"`
@@ -49,29 +48,29 @@ func clientNetns(dataDir, name string) string {
 	return "herdcl-" + hostnet.ShortHash(dataDir+"\x00"+name, 8)
 }
 
-func (p *Provider) clientDir(name string) string { return filepath.Join(p.netDir(), "clients", name) }
+func (l *Lab) clientDir(name string) string { return filepath.Join(l.opts.Dir, "clients", name) }
 
 // ClientNetns returns the name of the network namespace of client network name.
-func (p *Provider) ClientNetns(name string) string { return clientNetns(p.opts.DataDir, name) }
+func (l *Lab) ClientNetns(name string) string { return clientNetns(l.opts.DataDir, name) }
 
 // AddClient makes (or repairs, or reshapes) a client network on the internet: a namespace with
 // one link to the internet namespace, shaped as shape says, with regionLatency (region name ->
 // round trip) more to some regions, and a default route through it.
-func (p *Provider) AddClient(ctx context.Context, name string, shape netlab.Shape, regionLatency map[string]time.Duration) (ClientNetwork, error) {
-	if !labelRE.MatchString(name) || len(name) > 63 {
+func (l *Lab) AddClient(ctx context.Context, name string, shape Shape, regionLatency map[string]time.Duration) (ClientNetwork, error) {
+	if !isLabel(name) {
 		return ClientNetwork{}, fmt.Errorf("client network %q: the name must be a DNS label", name)
 	}
 	var out ClientNetwork
-	err := p.withProviderLock(func() error {
-		inet, err := p.ensureInternet(ctx)
+	err := l.opts.Instances.Lock(func() error {
+		inet, err := l.ensureInternet(ctx)
 		if err != nil {
 			return err
 		}
-		network, err := p.internetNetwork(inet, "client/"+name)
+		network, err := l.internetNetwork(inet, "client/"+name)
 		if err != nil {
 			return err
 		}
-		dir := p.clientDir(name)
+		dir := l.clientDir(name)
 		c, err := readClient(dir)
 		if err != nil {
 			return err
@@ -81,7 +80,7 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape netlab.Shap
 		}
 		addr := hostnet.HostAddr(network, clientHost).String()
 		moved := c.Address != "" && c.Address != addr
-		c.Netns, c.Address, c.Network, c.Shape, c.RegionLatency = clientNetns(p.opts.DataDir, name), addr, network.String(), shape, regionLatency
+		c.Netns, c.Address, c.Network, c.Shape, c.RegionLatency = clientNetns(l.opts.DataDir, name), addr, network.String(), shape, regionLatency
 		if err := writeClient(dir, c); err != nil {
 			return err
 		}
@@ -90,14 +89,14 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape netlab.Shap
 		}
 		if moved {
 			// Made when client networks shared the internet's /24: its old address goes.
-			if err := p.flushClientLink(ctx, c, inet); err != nil {
+			if err := l.flushClientLink(ctx, c, inet); err != nil {
 				return err
 			}
 		}
-		if err := ensureLinkDevices(ctx, p.clientLink(c, inet)); err != nil {
+		if err := ensureLinkDevices(ctx, l.clientLink(c, inet)); err != nil {
 			return err
 		}
-		if err := p.syncClientRelay(c, inet); err != nil {
+		if err := l.syncClientRelay(c, inet); err != nil {
 			return err
 		}
 		out = *c
@@ -111,14 +110,14 @@ func (p *Provider) AddClient(ctx context.Context, name string, shape netlab.Shap
 
 // clientLink is the client network's link: its eth0 to the internet's hub device, with the extra
 // latency to each region that has an address on the internet.
-func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
+func (l *Lab) clientLink(c *ClientNetwork, inet *internetRecord) link {
 	sn, _ := netip.ParsePrefix(inet.Subnet)
 	addr, _ := netip.ParseAddr(c.Address)
 	network, _ := netip.ParsePrefix(c.Network)
-	cfg := netlab.LinkConfig{
+	cfg := LinkConfig{
 		Name:  "client " + c.Name,
-		A:     netlab.LinkEnd{Netns: c.Netns, Device: "eth0"},
-		B:     netlab.LinkEnd{Netns: inet.Netns, Device: hubDevice(p.opts.DataDir, "client/"+c.Name)},
+		A:     LinkEnd{Netns: c.Netns, Device: "eth0"},
+		B:     LinkEnd{Netns: inet.Netns, Device: hubDevice(l.opts.DataDir, "client/"+c.Name)},
 		Shape: c.Shape,
 	}
 	for region, d := range c.RegionLatency {
@@ -134,9 +133,9 @@ func (p *Provider) clientLink(c *ClientNetwork, inet *internetRecord) link {
 
 // flushClientLink removes every address of the client network's link, at both ends, and the
 // address the internet record held for it, before the link gets its addresses again.
-func (p *Provider) flushClientLink(ctx context.Context, c *ClientNetwork, inet *internetRecord) error {
-	l := p.clientLink(c, inet)
-	for _, end := range []netlab.LinkEnd{l.cfg.A, l.cfg.B} {
+func (l *Lab) flushClientLink(ctx context.Context, c *ClientNetwork, inet *internetRecord) error {
+	lk := l.clientLink(c, inet)
+	for _, end := range []LinkEnd{lk.cfg.A, lk.cfg.B} {
 		if hostnet.NsLinkExists(ctx, end.Netns, end.Device) {
 			if err := hostnet.IP(ctx, "-n", end.Netns, "addr", "flush", "dev", end.Device); err != nil {
 				return err
@@ -145,16 +144,16 @@ func (p *Provider) flushClientLink(ctx context.Context, c *ClientNetwork, inet *
 	}
 	if _, ok := inet.Hosts["client/"+c.Name]; ok {
 		delete(inet.Hosts, "client/"+c.Name)
-		return p.writeInternet(inet)
+		return l.writeInternet(inet)
 	}
 	return nil
 }
 
 // syncClientRelay gives the client network's relay its link's config now and records it. The
-// caller holds the provider lock.
-func (p *Provider) syncClientRelay(c *ClientNetwork, inet *internetRecord) error {
-	dir := p.clientDir(c.Name)
-	pid, start, err := p.ensureRelay(dir, p.clientLink(c, inet).cfg, c.RelayPID, c.RelayStart)
+// caller holds the lock.
+func (l *Lab) syncClientRelay(c *ClientNetwork, inet *internetRecord) error {
+	dir := l.clientDir(c.Name)
+	pid, start, err := l.ensureRelay(dir, l.clientLink(c, inet).cfg, c.RelayPID, c.RelayStart)
 	if err != nil {
 		return fmt.Errorf("client network %s: link relay: %w", c.Name, err)
 	}
@@ -163,40 +162,40 @@ func (p *Provider) syncClientRelay(c *ClientNetwork, inet *internetRecord) error
 }
 
 // syncClients gives every client network's relay the internet's addresses of the regions it has
-// a latency to, after a region got or gave back its address. The caller holds the provider lock.
-func (p *Provider) syncClients() error {
-	inet, err := p.readInternet()
+// a latency to, after a region got or gave back its address. The caller holds the lock.
+func (l *Lab) syncClients() error {
+	inet, err := l.readInternet()
 	if err != nil || inet == nil {
 		return err
 	}
-	names, err := p.clientNames()
+	names, err := l.clientNames()
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, n := range names {
-		c, err := readClient(p.clientDir(n))
+		c, err := readClient(l.clientDir(n))
 		if err != nil || c == nil || len(c.RegionLatency) == 0 {
 			errs = append(errs, err)
 			continue
 		}
-		errs = append(errs, p.syncClientRelay(c, inet))
+		errs = append(errs, l.syncClientRelay(c, inet))
 	}
 	return errors.Join(errs...)
 }
 
 // RemoveClient removes a client network: its processes, namespace, link and record (and the
 // internet namespace, if nothing else is linked to it).
-func (p *Provider) RemoveClient(ctx context.Context, name string) error {
-	if !labelRE.MatchString(name) {
+func (l *Lab) RemoveClient(ctx context.Context, name string) error {
+	if !isLabel(name) {
 		return nil
 	}
-	return p.withProviderLock(func() error { return p.removeClient(ctx, name) })
+	return l.opts.Instances.Lock(func() error { return l.removeClient(ctx, name) })
 }
 
-func (p *Provider) removeClient(ctx context.Context, name string) error {
+func (l *Lab) removeClient(ctx context.Context, name string) error {
 	ctx = context.WithoutCancel(ctx)
-	dir := p.clientDir(name)
+	dir := l.clientDir(name)
 	c, err := readClient(dir)
 	if err != nil {
 		return err
@@ -205,22 +204,22 @@ func (p *Provider) removeClient(ctx context.Context, name string) error {
 	if c != nil {
 		errs = append(errs, hostproc.Stop(ctx, c.RelayPID, c.RelayStart, 5*time.Second))
 	}
-	ns := clientNetns(p.opts.DataDir, name)
+	ns := clientNetns(l.opts.DataDir, name)
 	errs = append(errs, hostnet.KillNetns(ctx, ns), hostnet.DeleteNetns(ctx, ns, ""))
-	inetNs, hub := internetNetns(p.opts.DataDir), hubDevice(p.opts.DataDir, "client/"+name)
+	inetNs, hub := internetNetns(l.opts.DataDir), hubDevice(l.opts.DataDir, "client/"+name)
 	if hostnet.NetnsExists(inetNs) && hostnet.NsLinkExists(ctx, inetNs, hub) {
 		errs = append(errs, hostnet.IP(ctx, "-n", inetNs, "link", "delete", hub))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove client network %s: %w", name, err)
 	}
-	if err := p.releaseInternet(ctx, "client/"+name); err != nil {
+	if err := l.releaseInternet(ctx, "client/"+name); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	p.pruneNetDir()
+	l.pruneNetDir()
 	return nil
 }
 
@@ -233,8 +232,8 @@ func writeClient(dir string, c *ClientNetwork) error {
 }
 
 // clientNames lists the client networks recorded.
-func (p *Provider) clientNames() ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(p.netDir(), "clients"))
+func (l *Lab) clientNames() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(l.opts.Dir, "clients"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -243,7 +242,7 @@ func (p *Provider) clientNames() ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if e.IsDir() && labelRE.MatchString(e.Name()) {
+		if e.IsDir() && isLabel(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
@@ -253,24 +252,45 @@ func (p *Provider) clientNames() ([]string, error) {
 // RemoveNetworks removes every client network, the front door and the network of every region
 // without instances (those KeepRegions keeps too), and with them the internet namespace: what a test or an uninstall calls
 // after deleting the instances.
-func (p *Provider) RemoveNetworks(ctx context.Context) error {
-	return p.withProviderLock(func() error {
-		records, err := p.records()
-		if err != nil {
-			return err
-		}
+func (l *Lab) RemoveNetworks(ctx context.Context) error {
+	return l.opts.Instances.Lock(func() error {
 		var errs []error
-		clients, err := p.clientNames()
+		clients, err := l.clientNames()
 		if err != nil {
 			return err
 		}
 		for _, c := range clients {
-			errs = append(errs, p.removeClient(ctx, c))
+			errs = append(errs, l.removeClient(ctx, c))
 		}
-		errs = append(errs, p.removeFront(ctx))
-		errs = append(errs, p.removeIdleRegions(ctx, records, nil))
+		errs = append(errs, l.removeFront(ctx))
+		errs = append(errs, l.RemoveIdleRegions(ctx, nil))
 		// A crash between the last removals and the internet's left its namespace alone.
-		errs = append(errs, p.releaseInternet(ctx, ""))
+		errs = append(errs, l.releaseInternet(ctx, ""))
 		return errors.Join(errs...)
 	})
+}
+
+// RemoveIdleRegions removes the network and bridge of every region without instances that keep
+// does not name. The caller holds the lock (Instances.Lock).
+func (l *Lab) RemoveIdleRegions(ctx context.Context, keep map[string]bool) error {
+	nets, err := l.regionNets()
+	if err != nil {
+		return err
+	}
+	regions, err := l.bridges()
+	if err != nil {
+		return err
+	}
+	for _, rn := range nets {
+		if _, ok := regions[rn.Region]; !ok {
+			regions[rn.Region] = Bridge{Region: rn.Region}
+		}
+	}
+	var errs []error
+	for region, b := range regions {
+		if b.Instances == 0 && !keep[region] {
+			errs = append(errs, l.removeRegion(ctx, region))
+		}
+	}
+	return errors.Join(errs...)
 }
