@@ -82,6 +82,9 @@ func (tw *Twin) runInstances(req request) (any, *apiError) {
 			LaunchTime: now, State: StatePending, StateChanged: now,
 			StateReasonCode: "pending", StateReasonMessage: "pending",
 		}
+		if err := tw.launchOnBackend(in); err != nil {
+			return nil, err
+		}
 		tw.instances[in.ID] = in
 		tw.order = append(tw.order, in.ID)
 		tw.serveMetadata(in.ID)

@@ -57,6 +57,8 @@ type Options struct {
 	ShutdownDelay time.Duration
 	// Now returns the time; default time.Now.
 	Now func() time.Time
+	// Backend, when set, runs the instances (backend.go). Default: none, instances are records.
+	Backend Backend
 }
 
 // Instance is the twin's record of an EC2 instance. Tests read copies of it (Twin.Instances).
@@ -120,7 +122,8 @@ type Twin struct {
 	calls     map[string]int
 	faults    faults
 
-	md metadata // each instance's metadata service (imds.go)
+	md       metadata        // each instance's metadata service (imds.go)
+	tornDown map[string]bool // instances torn down on the Backend, by ID
 }
 
 // faults are the failures injected on request.
@@ -271,6 +274,7 @@ func (tw *Twin) setState(in *instance, state, code, message string) {
 	now := tw.opts.Now()
 	in.State, in.StateChanged = state, now
 	in.StateReasonCode, in.StateReasonMessage = code, message
+	tw.terminateOnBackend(in)
 	switch state {
 	case StateShuttingDown, StateStopping:
 		in.TransitionReason = fmt.Sprintf("%s (%s)", reasonPrefix(code), now.UTC().Format("2006-01-02 15:04:05 MST"))
