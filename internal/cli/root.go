@@ -74,6 +74,7 @@ Start the control plane with 'herd up', then describe a fleet in YAML and 'herd 
 		newLinkRelayCmd(g),
 		newChaosCmd(g),
 		newDNSCmd(g),
+		newEdgeCmd(g),
 	)
 	return root
 }

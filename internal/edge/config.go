@@ -1,6 +1,8 @@
 package edge
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -101,12 +103,21 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxBytes = defaultMaxBytes
 	}
 	if c.Transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxResponseHeaderBytes = 64 << 10
-		t.MaxIdleConnsPerHost = 256
-		c.Transport = t
+		c.Transport = NewTransport(nil)
 	}
 	return c, nil
+}
+
+// NewTransport is the edge's origin transport: an origin's header is bounded (64 KiB), and many
+// connections to one origin are kept. rootCAs, if set, replaces the system's roots.
+func NewTransport(rootCAs *x509.CertPool) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxResponseHeaderBytes = 64 << 10
+	t.MaxIdleConnsPerHost = 256
+	if rootCAs != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: rootCAs, MinVersion: tls.VersionTLS12}
+	}
+	return t
 }
 
 // behavior returns the first behavior whose pattern matches path.

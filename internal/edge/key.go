@@ -7,12 +7,12 @@ import (
 	"strings"
 )
 
-// primaryKey is the cache key of a request's target URI: host (lowercased, without a default port),
-// path, and the raw query when the policy keys on it. The method is not part of it: GET fills the
-// entry, and HEAD is served from it.
+// primaryKey is the cache key of a request's target URI: host (lowercased, without the port, so that
+// one site's listeners, cleartext and HTTPS, share their objects), path, and the raw query when the
+// policy keys on it. The method is not part of it: GET fills the entry, and HEAD is served from it.
 func primaryKey(r *http.Request, p Policy) string {
 	host := strings.ToLower(r.Host)
-	if h, port, err := net.SplitHostPort(host); err == nil && (port == "80" || port == "443") {
+	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	path := r.URL.EscapedPath()
