@@ -67,9 +67,9 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", logLevel)
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
 			}
 			if credentialFile != "" {
 				c, err := agentauth.ReadCredentialFile(credentialFile)
@@ -78,7 +78,6 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 				}
 				cfg.Credential = c
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 			ctx := cmd.Context()
 			if onEC2.on {
 				md, err := onEC2.fromEC2(ctx, &cfg)
@@ -110,5 +109,15 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 	f.StringVar(&onEC2.endpoint, "imds-endpoint", "", "with --ec2, the instance metadata service's URL. Default: EC2's own (http://169.254.169.254)")
 	f.StringVar(&onEC2.imagesDir, "images-dir", "/var/lib/herd/images", "with --ec2, the image store on the AMI that holds the bundle the user data names")
 	f.StringVar(&credentialFile, "credential-file", "", "file holding the instance's credential: the agent's endpoints answer only requests that carry it")
+	cmd.AddCommand(newMachineCommand())
 	return cmd
+}
+
+// newLogger logs text to stderr from the --log-level given.
+func newLogger(level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
 }

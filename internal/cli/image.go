@@ -29,6 +29,7 @@ Bundles are kept under --data-dir/images.`,
 	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", controlplane.DefaultDataDir(), "herd's data directory; node images live in its images/ subdirectory")
 	cmd.AddCommand(
 		newImageBuildCmd(g, store),
+		newImageDiskCmd(g, store),
 		newImageLsCmd(g, store),
 		newImageInspectCmd(g, store),
 		newImageRmCmd(g),
@@ -128,12 +129,7 @@ a full digest (sha256:...) or a unique prefix of one, as 'herd image ls' shows i
 			if format != "" && format != "yaml" && format != "json" {
 				return fmt.Errorf("-o %s: use yaml or json", output)
 			}
-			s := store()
-			digest, err := s.Resolve(args[0])
-			if err != nil {
-				return err
-			}
-			b, err := s.Get(digest)
+			b, err := resolveBundle(store(), args[0])
 			if err != nil {
 				return err
 			}
@@ -216,4 +212,13 @@ herd rollout undo still finds its image. Prints each bundle removed and the spac
 	}
 	cmd.Flags().IntVar(&keep, "keep", 10, "keep the images of the last N entries of each fleet's rollout history")
 	return cmd
+}
+
+// resolveBundle is the bundle a NAME or DIGEST argument names.
+func resolveBundle(s *image.Store, ref string) (image.Bundle, error) {
+	digest, err := s.Resolve(ref)
+	if err != nil {
+		return image.Bundle{}, err
+	}
+	return s.Get(digest)
 }

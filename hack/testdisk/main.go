@@ -1,0 +1,245 @@
+// Command testdisk proves herd image disk end to end (make test-disk): it builds the hello
+// example's node image and its disk, builds the disk a second time and checks that both have the
+// same digest, then boots the disk under QEMU (UEFI firmware from Debian's ovmf, KVM where
+// /dev/kvm exists, else TCG) with a NoCloud seed naming the instance, forwards a host port to the
+// hello app's NodePort and one to the agent's endpoints, and waits until the agent's /readyz
+// answers 200 and the app answers from the host.
+//
+// It runs as root on a work directory of its own and removes it, and stops QEMU, on exit, also
+// on Ctrl-C and SIGTERM. The guest's console is written to <work>/console.log and printed when the
+// boot fails. The last line is:
+//
+//	disk: size_mb=<int> allocated_mb=<int> boot_to_serving_s=<float> accel=<kvm|tcg>
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"herd.dev/herd/internal/disk"
+)
+
+const (
+	appPort   = 30080 // the hello app's NodePort (examples/hello)
+	agentPort = 10260 // the agent's endpoints
+	firmware  = "/usr/share/ovmf/OVMF.fd"
+)
+
+func main() {
+	herd := flag.String("herd", "bin/herd", "the herd binary, with herd-agent beside it (make build)")
+	nodeImage := flag.String("image", "examples/hello/image.yaml", "the NodeImage to build a disk of")
+	twice := flag.Bool("twice", true, "build the disk twice and compare the digests")
+	bootTimeout := flag.Duration("boot-timeout", 45*time.Minute, "how long the booted disk may take to serve")
+	keep := flag.Bool("keep", false, "keep the work directory (the disks, the console log)")
+	flag.Parse()
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	line, err := run(ctx, *herd, *nodeImage, *twice, *bootTimeout, *keep)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test-disk:", err)
+		os.Exit(1)
+	}
+	fmt.Println(line)
+}
+
+func run(ctx context.Context, herd, nodeImage string, twice bool, bootTimeout time.Duration, keep bool) (string, error) {
+	work, err := os.MkdirTemp("/var/tmp", "herd-test-disk-")
+	if err != nil {
+		return "", err
+	}
+	if keep {
+		fmt.Fprintln(os.Stderr, "work directory:", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+	data := filepath.Join(work, "data")
+	if err := herdCmd(ctx, herd, "image", "build", "--data-dir", data, "-f", nodeImage, "-q"); err != nil {
+		return "", err
+	}
+	name := "hello"
+	first, err := buildDisk(ctx, herd, data, name, filepath.Join(work, "disk-1.raw"))
+	if err != nil {
+		return "", err
+	}
+	if twice {
+		second, err := buildDisk(ctx, herd, data, name, filepath.Join(work, "disk-2.raw"))
+		if err != nil {
+			return "", err
+		}
+		if second.digest != first.digest {
+			return "", fmt.Errorf("two builds of the same node image gave different disks: %s and %s (kept with -keep)", first.digest, second.digest)
+		}
+		fmt.Fprintf(os.Stderr, "both builds gave %s\n", first.digest)
+		os.Remove(filepath.Join(work, "disk-2.raw"))
+	}
+
+	seed := filepath.Join(work, "seed.img")
+	userData := "#herd\nname: disk-test\nreadyTimeout: " + bootTimeout.String() + "\n"
+	if err := disk.Seed(ctx, seed, []byte(userData), []byte("instance-id: disk-test\n")); err != nil {
+		return "", fmt.Errorf("seed: %w", err)
+	}
+	accel := "tcg"
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		accel = "kvm"
+	}
+	appHost, agentHost := freePort(), freePort()
+	console := filepath.Join(work, "console.log")
+	cpu := "max"
+	if accel == "kvm" {
+		cpu = "host"
+	}
+	args := []string{
+		"-machine", "q35,accel=" + accel, "-cpu", cpu, "-smp", "2", "-m", "4096",
+		"-bios", firmware, "-display", "none", "-no-reboot",
+		"-serial", "file:" + console, "-monitor", "none",
+		// snapshot=on: the guest's writes go to a temporary file, the disk stays as built.
+		"-drive", "file=" + first.path + ",format=raw,if=virtio,snapshot=on",
+		"-drive", "file=" + seed + ",format=raw,if=virtio,readonly=on",
+		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:%d,hostfwd=tcp:127.0.0.1:%d-:%d", appHost, appPort, agentHost, agentPort),
+		"-device", "virtio-net-pci,netdev=net0",
+	}
+	qemu := exec.Command("qemu-system-x86_64", args...)
+	qemu.Stdout, qemu.Stderr = os.Stderr, os.Stderr
+	start := time.Now()
+	if err := qemu.Start(); err != nil {
+		return "", fmt.Errorf("qemu: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- qemu.Wait() }()
+	defer func() {
+		_ = qemu.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = qemu.Process.Kill()
+			<-exited
+		}
+	}()
+	fmt.Fprintf(os.Stderr, "booting %s under QEMU (%s), app on 127.0.0.1:%d, agent on 127.0.0.1:%d\n", first.path, accel, appHost, agentHost)
+
+	bootCtx, cancel := context.WithTimeout(ctx, bootTimeout)
+	defer cancel()
+	if err := waitServing(bootCtx, exited, agentHost, appHost); err != nil {
+		return "", fmt.Errorf("%w\nconsole (last lines):\n%s", err, lastLines(console, 60))
+	}
+	took := time.Since(start)
+	return fmt.Sprintf("disk: size_mb=%d allocated_mb=%d boot_to_serving_s=%.1f accel=%s", first.size>>20, first.allocated>>20, took.Seconds(), accel), nil
+}
+
+// built is what herd image disk printed.
+type built struct {
+	path, digest    string
+	size, allocated int64
+}
+
+var diskLine = regexp.MustCompile(`^disk (\S+): (sha256:[0-9a-f]{64}) size_mb=(\d+) allocated_mb=(\d+)$`)
+
+func buildDisk(ctx context.Context, herd, data, name, out string) (built, error) {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, herd, "image", "disk", "--data-dir", data, name, "-o", out)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		return built{}, fmt.Errorf("herd image disk: %w", err)
+	}
+	m := diskLine.FindStringSubmatch(strings.TrimSpace(string(stdout)))
+	if m == nil {
+		return built{}, fmt.Errorf("herd image disk printed %q", stdout)
+	}
+	fi, err := os.Stat(out)
+	if err != nil {
+		return built{}, err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	fmt.Fprintf(os.Stderr, "built %s in %.0f s: %s\n", out, time.Since(start).Seconds(), m[2])
+	return built{path: m[1], digest: m[2], size: fi.Size(), allocated: st.Blocks * 512}, nil
+}
+
+// waitServing waits until the agent reports Ready and the app answers, both through QEMU's
+// forwarded ports.
+func waitServing(ctx context.Context, exited <-chan error, agentHost, appHost int) error {
+	c := &http.Client{Timeout: 5 * time.Second}
+	get := func(port int, path string) (int, string) {
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return resp.StatusCode, strings.TrimSpace(string(body))
+	}
+	last := ""
+	for {
+		code, body := get(agentHost, "/readyz")
+		if code == http.StatusOK {
+			if code, body = get(appHost, "/"); code == http.StatusOK {
+				fmt.Fprintf(os.Stderr, "the agent reports Ready and the app answers: %s\n", body)
+				return nil
+			}
+			body = "app: " + body
+		}
+		if body != last {
+			fmt.Fprintf(os.Stderr, "%s waiting: %d %s\n", time.Now().UTC().Format(time.TimeOnly), code, body)
+			last = body
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("qemu exited before the instance served: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("not serving in time: last %d %s: %w", code, body, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func herdCmd(ctx context.Context, herd string, args ...string) error {
+	cmd := exec.CommandContext(ctx, herd, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("herd %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// freePort is a loopback TCP port that was free a moment ago.
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// lastLines is the end of a file, for an error.
+func lastLines(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
