@@ -53,8 +53,9 @@ manual_add_modules virtio_pci virtio_blk virtio_scsi sd_mod nvme ext4 crc32c_gen
 var overlayFiles = map[string]string{
 	"/etc/systemd/system/herd-agent.service": `[Unit]
 Description=herd instance (herd-agent machine)
-Wants=network-online.target
-After=network-online.target local-fs.target
+# The seed's label link (/dev/disk/by-label/cidata) is udev's: wait for its first pass.
+Wants=network-online.target systemd-udev-settle.service
+After=network-online.target local-fs.target systemd-udev-settle.service
 
 [Service]
 Environment=HERD_CACHE_DIR=` + CacheDir + `

@@ -76,7 +76,7 @@ func (t *tree) extract(tr *tar.Reader, b *build) error {
 			return err
 		}
 		p := path.Clean("/" + h.Name)
-		if strings.ContainsAny(p, "\"\n\\") {
+		if strings.ContainsAny(p, "\"\n") {
 			return fmt.Errorf("%q: a path debugfs cannot be told", p)
 		}
 		if dir, file := path.Split(p); dir == "/boot/" {
