@@ -44,11 +44,12 @@ func main() {
 	twice := flag.Bool("twice", true, "build the disk twice and compare the digests")
 	bootTimeout := flag.Duration("boot-timeout", 45*time.Minute, "how long the booted disk may take to serve")
 	keep := flag.Bool("keep", false, "keep the work directory (the disks, the console log)")
+	existing := flag.String("disk", "", "boot this disk instead of building one (no digest comparison)")
 	flag.Parse()
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	line, err := run(ctx, *herd, *nodeImage, *twice, *bootTimeout, *keep)
+	line, err := run(ctx, *herd, *nodeImage, *existing, *twice, *bootTimeout, *keep)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test-disk:", err)
 		os.Exit(1)
@@ -56,7 +57,7 @@ func main() {
 	fmt.Println(line)
 }
 
-func run(ctx context.Context, herd, nodeImage string, twice bool, bootTimeout time.Duration, keep bool) (string, error) {
+func run(ctx context.Context, herd, nodeImage, existing string, twice bool, bootTimeout time.Duration, keep bool) (string, error) {
 	work, err := os.MkdirTemp("/var/tmp", "herd-test-disk-")
 	if err != nil {
 		return "", err
@@ -66,25 +67,14 @@ func run(ctx context.Context, herd, nodeImage string, twice bool, bootTimeout ti
 	} else {
 		defer os.RemoveAll(work)
 	}
-	data := filepath.Join(work, "data")
-	if err := herdCmd(ctx, herd, "image", "build", "--data-dir", data, "-f", nodeImage, "-q"); err != nil {
-		return "", err
+	var first built
+	if existing != "" {
+		first, err = describe(existing)
+	} else {
+		first, err = buildDisks(ctx, herd, nodeImage, work, twice)
 	}
-	name := "hello"
-	first, err := buildDisk(ctx, herd, data, name, filepath.Join(work, "disk-1.raw"))
 	if err != nil {
 		return "", err
-	}
-	if twice {
-		second, err := buildDisk(ctx, herd, data, name, filepath.Join(work, "disk-2.raw"))
-		if err != nil {
-			return "", err
-		}
-		if second.digest != first.digest {
-			return "", fmt.Errorf("two builds of the same node image gave different disks: %s and %s (kept with -keep)", first.digest, second.digest)
-		}
-		fmt.Fprintf(os.Stderr, "both builds gave %s\n", first.digest)
-		os.Remove(filepath.Join(work, "disk-2.raw"))
 	}
 
 	seed := filepath.Join(work, "seed.img")
@@ -140,6 +130,38 @@ func run(ctx context.Context, herd, nodeImage string, twice bool, bootTimeout ti
 	return fmt.Sprintf("disk: size_mb=%d allocated_mb=%d boot_to_serving_s=%.1f accel=%s", first.size>>20, first.allocated>>20, took.Seconds(), accel), nil
 }
 
+// buildDisks builds the node image and its disk, twice when twice is set, and wants the same
+// digest from both builds.
+func buildDisks(ctx context.Context, herd, nodeImage, work string, twice bool) (built, error) {
+	data := filepath.Join(work, "data")
+	if err := herdCmd(ctx, herd, "image", "build", "--data-dir", data, "-f", nodeImage, "-q"); err != nil {
+		return built{}, err
+	}
+	name := "hello"
+	first, err := buildDisk(ctx, herd, data, name, filepath.Join(work, "disk-1.raw"))
+	if err != nil || !twice {
+		return first, err
+	}
+	second, err := buildDisk(ctx, herd, data, name, filepath.Join(work, "disk-2.raw"))
+	if err != nil {
+		return built{}, err
+	}
+	if second.digest != first.digest {
+		return built{}, fmt.Errorf("two builds of the same node image gave different disks: %s and %s (kept with -keep)", first.digest, second.digest)
+	}
+	fmt.Fprintf(os.Stderr, "both builds gave %s\n", first.digest)
+	return first, os.Remove(second.path)
+}
+
+// describe measures an existing disk.
+func describe(path string) (built, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return built{}, err
+	}
+	return built{path: path, size: fi.Size(), allocated: fi.Sys().(*syscall.Stat_t).Blocks * 512}, nil
+}
+
 // built is what herd image disk printed.
 type built struct {
 	path, digest    string
@@ -160,13 +182,10 @@ func buildDisk(ctx context.Context, herd, data, name, out string) (built, error)
 	if m == nil {
 		return built{}, fmt.Errorf("herd image disk printed %q", stdout)
 	}
-	fi, err := os.Stat(out)
-	if err != nil {
-		return built{}, err
-	}
-	st := fi.Sys().(*syscall.Stat_t)
-	fmt.Fprintf(os.Stderr, "built %s in %.0f s: %s\n", out, time.Since(start).Seconds(), m[2])
-	return built{path: m[1], digest: m[2], size: fi.Size(), allocated: st.Blocks * 512}, nil
+	b, err := describe(out)
+	b.digest = m[2]
+	fmt.Fprintf(os.Stderr, "built %s in %.0f s: %s\n", out, time.Since(start).Seconds(), b.digest)
+	return b, err
 }
 
 // waitServing waits until the agent reports Ready and the app answers, both through QEMU's

@@ -64,6 +64,9 @@ ExecStart=` + AgentPath + ` machine --bundle ` + BundleDir + ` --state-dir ` + S
 KillMode=mixed
 TimeoutStopSec=60
 Delegate=yes
+# A mount namespace of its own (slave to the machine's), as the agent wants: its containers'
+# mounts stay in it.
+PrivateMounts=yes
 LimitNOFILE=1048576
 StandardOutput=journal+console
 StandardError=journal+console
