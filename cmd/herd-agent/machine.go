@@ -2,7 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -11,6 +17,7 @@ import (
 
 	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/agent/machine"
+	"herd.dev/herd/internal/agentauth"
 )
 
 // newMachineCommand is the agent of a machine booted from a disk image (herd image disk): it
@@ -28,7 +35,9 @@ or else EC2's IMDSv2, takes the instance's name from it (or the seed's local-hos
 instance-id, else herd-<machine id>), sets the hostname, and runs the instance on the IPv4 address
 of the default route, as herd-agent does with flags.
 
-User data is YAML with the optional fields name and readyTimeout.`,
+User data is YAML with the optional fields name, readyTimeout and credential (what requests to
+the agent's endpoints carry; without it one is made at first boot and kept in
+<state-dir>/credential).`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -47,7 +56,12 @@ User data is YAML with the optional fields name and readyTimeout.`,
 			if err := unix.Sethostname([]byte(id.Name)); err != nil {
 				return fmt.Errorf("setting the hostname to %s: %w", id.Name, err)
 			}
-			cfg.Name, cfg.Address = id.Name, id.Address
+			cfg.Name, cfg.Address, cfg.Credential = id.Name, id.Address, id.Credential
+			if cfg.Credential == "" {
+				if cfg.Credential, err = firstBootCredential(filepath.Join(cfg.StateDir, "credential")); err != nil {
+					return err
+				}
+			}
 			if id.ReadyTimeout > 0 {
 				cfg.ReadyTimeout = id.ReadyTimeout
 			}
@@ -64,4 +78,22 @@ User data is YAML with the optional fields name and readyTimeout.`,
 	f.IntVar(&cfg.Port, "port", agent.DefaultPort, "port of the agent's HTTP endpoints")
 	f.StringVar(&src.IMDS, "imds", "", `base URL of EC2's instance metadata service ("off" to skip; default http://169.254.169.254)`)
 	return cmd
+}
+
+// firstBootCredential is the credential kept in path, made there the first time.
+func firstBootCredential(path string) (string, error) {
+	if c, err := agentauth.ReadCredentialFile(path); err == nil {
+		return c, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	c := hex.EncodeToString(b)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	return c, agentauth.WriteCredentialFile(path, c)
 }

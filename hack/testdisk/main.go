@@ -15,6 +15,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"io"
@@ -78,7 +79,9 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 	}
 
 	seed := filepath.Join(work, "seed.img")
-	userData := "#herd\nname: disk-test\nreadyTimeout: " + bootTimeout.String() + "\n"
+	// The test is herd up here: it gives the instance its credential and carries it to the agent.
+	credential := rand.Text()
+	userData := "#herd\nname: disk-test\nreadyTimeout: " + bootTimeout.String() + "\ncredential: " + credential + "\n"
 	if err := disk.Seed(ctx, seed, []byte(userData), []byte("instance-id: disk-test\n")); err != nil {
 		return "", fmt.Errorf("seed: %w", err)
 	}
@@ -123,7 +126,7 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 
 	bootCtx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
-	if err := waitServing(bootCtx, exited, agentHost, appHost); err != nil {
+	if err := waitServing(bootCtx, exited, credential, agentHost, appHost); err != nil {
 		return "", fmt.Errorf("%w\nconsole (last lines):\n%s", err, lastLines(console, 60))
 	}
 	took := time.Since(start)
@@ -190,10 +193,17 @@ func buildDisk(ctx context.Context, herd, data, name, out string) (built, error)
 
 // waitServing waits until the agent reports Ready and the app answers, both through QEMU's
 // forwarded ports.
-func waitServing(ctx context.Context, exited <-chan error, agentHost, appHost int) error {
+func waitServing(ctx context.Context, exited <-chan error, credential string, agentHost, appHost int) error {
 	c := &http.Client{Timeout: 5 * time.Second}
 	get := func(port int, path string) (int, string) {
-		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		if port == agentHost {
+			req.Header.Set("Authorization", "Bearer "+credential)
+		}
+		resp, err := c.Do(req)
 		if err != nil {
 			return 0, err.Error()
 		}

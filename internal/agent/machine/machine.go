@@ -33,6 +33,9 @@ type UserData struct {
 	Name string `json:"name,omitempty"`
 	// ReadyTimeout bounds the boot (a Go duration such as "10m"). Default: the agent's.
 	ReadyTimeout string `json:"readyTimeout,omitempty"`
+	// Credential is the instance's credential (internal/agentauth), which requests to the
+	// agent's endpoints carry. Default: one made at first boot and kept in the state directory.
+	Credential string `json:"credential,omitempty"`
 }
 
 // Identity is what the agent is told about the machine at boot.
@@ -43,6 +46,8 @@ type Identity struct {
 	Address netip.Addr
 	// ReadyTimeout is from the user data; zero when it sets none.
 	ReadyTimeout time.Duration
+	// Credential is from the user data; "" when it sets none.
+	Credential string
 	// Source says where the user data came from: "nocloud", "imds" or "none".
 	Source string
 }
@@ -100,7 +105,7 @@ func Discover(ctx context.Context, s Sources) (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("user data from %s: %w", sd.source, err)
 	}
-	id := Identity{Name: ud.Name, Source: sd.source}
+	id := Identity{Name: ud.Name, Credential: ud.Credential, Source: sd.source}
 	if ud.ReadyTimeout != "" {
 		// ParseUserData checked it.
 		id.ReadyTimeout, _ = time.ParseDuration(ud.ReadyTimeout)
@@ -149,7 +154,7 @@ func ParseUserData(data []byte) (UserData, error) {
 		return ud, nil
 	}
 	if err := yaml.UnmarshalStrict(data, &ud); err != nil {
-		return ud, fmt.Errorf("want YAML with the fields name and readyTimeout: %w", err)
+		return ud, fmt.Errorf("want YAML with the fields name, readyTimeout and credential: %w", err)
 	}
 	if ud.Name != "" && !dnsLabel.MatchString(ud.Name) {
 		return ud, fmt.Errorf("name %q: want a DNS label (lower-case letters, digits and '-', at most 63)", ud.Name)
