@@ -18,7 +18,8 @@ import (
 // Calls that arrive while a snapshot is being taken wait for it; a snapshot serves later calls for
 // as long as it is fresh enough:
 //   - ListMaxAge (default 1m) while nothing moves: every instance of the target running (or at
-//     rest, stopped or terminated) and nothing launched or deleted since it was taken;
+//     rest, stopped or terminated), nothing launched or deleted since it was taken, and every
+//     instance this provider launched shown;
 //   - ListMaxAgeChanging (default 2s) otherwise, so that a booting instance is seen running and a
 //     terminated one gone about as soon as the controller looks again.
 type snapshot struct {
@@ -63,9 +64,10 @@ func (p *Provider) changed(t target) {
 func (p *Provider) fresh(ctx context.Context, t target) (*snapshot, error) {
 	s := p.snapshotsOf(t)
 	now := p.opts.Now()
+	awaited := p.awaitsLaunch(t)
 	s.mu.Lock()
 	since := now.Add(-p.opts.ListMaxAgeChanging)
-	if last := s.last; last != nil && !last.moving && s.changed.Before(last.at) {
+	if last := s.last; last != nil && !last.moving && !awaited && s.changed.Before(last.at) {
 		since = now.Add(-p.opts.ListMaxAge)
 	}
 	if s.taking != nil && s.takingAt.Before(since) {
@@ -73,6 +75,19 @@ func (p *Provider) fresh(ctx context.Context, t target) (*snapshot, error) {
 	}
 	s.mu.Unlock()
 	return p.takenAfter(ctx, t, since)
+}
+
+// awaitsLaunch reports whether an instance this provider launched in t has not been seen in a
+// snapshot yet (EC2's eventual consistency): the snapshots of t are then changing.
+func (p *Provider) awaitsLaunch(t target) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.launched {
+		if l.target == t {
+			return true
+		}
+	}
+	return false
 }
 
 // takenAfter returns a snapshot of t whose calls were sent at or after since: the latest, the
