@@ -52,22 +52,27 @@ func (p *Provider) client(ctx context.Context, t target) (ec2API, error) {
 	return c, nil
 }
 
-// retryer is the SDK's standard retryer (backoff with jitter, throttling retried) with more
-// attempts, and without retrying what another instance type or subnet answers better: EC2 sends
-// InsufficientInstanceCapacity with a 500, which the SDK would otherwise retry in place.
+// retryer is the SDK's adaptive retryer: its standard retries (backoff with jitter, throttling
+// retried, more attempts) and a sending rate that EC2's throttling lowers and that recovers as the
+// throttling stops, so that a region whose request budget the account's other callers spend is
+// not answered with a storm of retries. It does not retry what another instance type or subnet
+// answers better: EC2 sends InsufficientInstanceCapacity with a 500, which the SDK would
+// otherwise retry in place.
 func (p *Provider) retryer() aws.Retryer {
-	return retry.NewStandard(func(o *retry.StandardOptions) {
-		o.MaxAttempts = p.opts.MaxAttempts
-		if p.opts.MaxBackoff > 0 {
-			o.MaxBackoff = p.opts.MaxBackoff
-			o.Backoff = retry.NewExponentialJitterBackoff(p.opts.MaxBackoff)
-		}
-		o.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) aws.Ternary {
-			if c := errorCode(err); c == codeNoCapacity || c == codeUnsupported {
-				return aws.FalseTernary
+	return retry.NewAdaptiveMode(func(a *retry.AdaptiveModeOptions) {
+		a.StandardOptions = append(a.StandardOptions, func(o *retry.StandardOptions) {
+			o.MaxAttempts = p.opts.MaxAttempts
+			if p.opts.MaxBackoff > 0 {
+				o.MaxBackoff = p.opts.MaxBackoff
+				o.Backoff = retry.NewExponentialJitterBackoff(p.opts.MaxBackoff)
 			}
-			return aws.UnknownTernary
-		})}, o.Retryables...)
+			o.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) aws.Ternary {
+				if c := errorCode(err); c == codeNoCapacity || c == codeUnsupported {
+					return aws.FalseTernary
+				}
+				return aws.UnknownTernary
+			})}, o.Retryables...)
+		})
 	})
 }
 

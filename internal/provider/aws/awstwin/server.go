@@ -83,8 +83,10 @@ func (tw *Twin) call(req request) (any, *apiError) {
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
 	tw.calls[req.action]++
-	if tw.faults.throttle > 0 {
-		tw.faults.throttle--
+	if over := tw.overLimit(req.region); over || tw.faults.throttle > 0 {
+		if !over {
+			tw.faults.throttle--
+		}
 		tw.faults.throttled++
 		return nil, errorf(http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
 	}

@@ -11,7 +11,8 @@
 // shutting-down to terminated after configurable delays.
 //
 // Faults are injected on request, the ones EC2's users meet: no capacity for an instance type or
-// in a subnet, an instance type unsupported, throttling, DescribeInstances lagging behind launches
+// in a subnet, an instance type unsupported, throttling (the next calls, or beyond a token bucket
+// per region as EC2 does), DescribeInstances lagging behind launches
 // (eventual consistency), an instance stopped or terminated from outside, an action the caller's
 // IAM policy does not allow.
 package awstwin
@@ -23,6 +24,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // EC2 instance states.
@@ -121,6 +124,9 @@ type Twin struct {
 	seq       uint64
 	calls     map[string]int
 	faults    faults
+	limit     rate.Limit               // RateLimit's; 0: none
+	burst     int                      // RateLimit's
+	buckets   map[string]*rate.Limiter // by region
 
 	md       metadata        // each instance's metadata service (imds.go)
 	tornDown map[string]bool // instances torn down on the Backend, by ID
