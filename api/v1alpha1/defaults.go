@@ -131,6 +131,7 @@ func SetFleetDefaults(f *Fleet, defaultProvider string) {
 		s.Regions[0].Default = true
 	}
 	setGlobalDefaults(s)
+	setTenancyDefaults(s)
 }
 
 // DefaultRegion returns the region new instances go to. The fleet must have been defaulted.

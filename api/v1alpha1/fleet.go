@@ -60,6 +60,8 @@ func (f *Fleet) BootImage() string {
 type FleetRequests struct {
 	// Rollout is the latest `herd rollout promote|abort`.
 	Rollout *RolloutRequest `json:"rollout,omitempty"`
+	// TenantPins keep tenants of a fleet with spec.tenancy on images of their own, by tenant.
+	TenantPins map[string]TenantPin `json:"tenantPins,omitempty"`
 }
 
 // RolloutRequest is a user's command to one rollout.
@@ -104,6 +106,9 @@ type FleetSpec struct {
 	Regions []Region `json:"regions,omitempty"`
 	// Global routes users to the fleet's regions through herd's authoritative DNS. Default: none.
 	Global *Global `json:"global,omitempty"`
+	// Tenancy gives each tenant instances of its own, routed by a key of the request (see
+	// tenancy.go); spec.replicas is then unused. Default: none (every instance serves every request).
+	Tenancy *Tenancy `json:"tenancy,omitempty"`
 }
 
 // Replicas bounds the fleet's size.

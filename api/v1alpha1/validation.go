@@ -229,6 +229,7 @@ func ValidateFleet(f *Fleet) ErrorList {
 	}
 	errs.addFieldErrors(validateRegions(s), "name a region of spec.regions")
 	errs = append(errs, validateGlobal(s)...)
+	errs.addFieldErrors(validateTenancy(s), "use Rolling: each tenant's instances are replaced on their own")
 	return errs
 }
 
