@@ -32,12 +32,18 @@ func awsCLI(t *testing.T) string {
 	return ""
 }
 
-// cli runs the AWS CLI against the twin with dummy credentials and nothing of the host's AWS
-// configuration, and decodes its JSON answer into out.
+// cli runs the AWS CLI's ec2 commands against the twin (cliService).
 func cli(t *testing.T, tw *awstwin.Twin, out any, args ...string) {
 	t.Helper()
+	cliService(t, tw, out, "ec2", args...)
+}
+
+// cliService runs the AWS CLI's commands of service against the twin with dummy credentials and
+// nothing of the host's AWS configuration, and decodes its JSON answer into out.
+func cliService(t *testing.T, tw *awstwin.Twin, out any, service string, args ...string) {
+	t.Helper()
 	home := t.TempDir()
-	cmd := exec.Command(awsCLI(t), append([]string{"--endpoint-url", tw.URL, "--region", region, "--output", "json", "ec2"}, args...)...)
+	cmd := exec.Command(awsCLI(t), append([]string{"--endpoint-url", tw.URL, "--region", region, "--output", "json", service}, args...)...)
 	// The host's own AWS settings stay out; the rest (PATH, pyenv's) is what finds the CLI.
 	var env []string
 	for _, kv := range os.Environ() {
@@ -56,13 +62,13 @@ func cli(t *testing.T, tw *awstwin.Twin, out any, args ...string) {
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = string(ee.Stderr)
 		}
-		t.Fatalf("aws ec2 %v: %v\n%s%s", args, err, b, stderr)
+		t.Fatalf("aws %s %v: %v\n%s%s", service, args, err, b, stderr)
 	}
 	if out == nil {
 		return
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		t.Fatalf("aws ec2 %v answered what is not JSON: %v\n%s", args, err, b)
+		t.Fatalf("aws %s %v answered what is not JSON: %v\n%s", service, args, err, b)
 	}
 }
 

@@ -38,15 +38,19 @@ type request struct {
 	region string
 }
 
-// ServeHTTP answers one EC2 Query API call.
+// ServeHTTP answers one call: Route 53's by its path (route53.go), EC2's Query API otherwise.
 func (tw *Twin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, route53Prefix) {
+		tw.serveRoute53(w, r)
+		return
+	}
 	requestID := newRequestID()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
 		writeError(w, requestID, errorf(http.StatusBadRequest, "InvalidRequest", "read the request: %v", err))
 		return
 	}
-	region, aerr := tw.authenticate(r, body)
+	region, aerr := tw.authenticate(r, body, "ec2")
 	if aerr != nil {
 		writeError(w, requestID, aerr)
 		return
@@ -141,8 +145,8 @@ func newRequestID() string {
 
 // authenticate checks the request's Signature Version 4 the way EC2 does (the canonical request
 // from the signed headers and the body's hash, the key derived from the secret, the date, the
-// region and the service) and returns the region the signature is scoped to.
-func (tw *Twin) authenticate(r *http.Request, body []byte) (string, *apiError) {
+// region and the service) for service, and returns the region the signature is scoped to.
+func (tw *Twin) authenticate(r *http.Request, body []byte, service string) (string, *apiError) {
 	fail := func(format string, args ...any) (string, *apiError) {
 		return "", errorf(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: "+format, args...)
 	}
@@ -157,7 +161,7 @@ func (tw *Twin) authenticate(r *http.Request, body []byte) (string, *apiError) {
 		parts[k] = v
 	}
 	scope := strings.Split(parts["Credential"], "/")
-	if len(scope) != 5 || scope[3] != "ec2" || scope[4] != "aws4_request" {
+	if len(scope) != 5 || scope[3] != service || scope[4] != "aws4_request" {
 		return fail("malformed credential scope %q", parts["Credential"])
 	}
 	if scope[0] != tw.opts.AccessKeyID {

@@ -5,7 +5,9 @@
 // the AWS CLI (`aws --endpoint-url`) can drive it too.
 //
 // It serves the actions herd's aws provider calls: RunInstances (with ClientToken idempotency),
-// DescribeInstances (filters and pagination), TerminateInstances, CreateTags and DescribeImages.
+// DescribeInstances (filters and pagination), TerminateInstances, CreateTags and DescribeImages;
+// and Route 53's REST-XML API on the same server (route53.go): ChangeResourceRecordSets,
+// ListResourceRecordSets and GetChange on hosted zones a test adds.
 // Instances are records kept in memory per region (the region of the request's signature, as in
 // EC2, where each region is its own endpoint); they move from pending to running and from
 // shutting-down to terminated after configurable delays.
@@ -130,6 +132,8 @@ type Twin struct {
 
 	md       metadata        // each instance's metadata service (imds.go)
 	tornDown map[string]bool // instances torn down on the Backend, by ID
+
+	r53 route53State // Route 53's hosted zones and changes (route53.go)
 }
 
 // faults are the failures injected on request.
