@@ -132,6 +132,7 @@ func SetFleetDefaults(f *Fleet, defaultProvider string) {
 	}
 	setGlobalDefaults(s)
 	setTenancyDefaults(s)
+	setDiscoveryDefaults(f)
 }
 
 // DefaultRegion returns the region new instances go to. The fleet must have been defaulted.

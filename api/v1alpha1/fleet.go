@@ -109,6 +109,9 @@ type FleetSpec struct {
 	// Tenancy gives each tenant instances of its own, routed by a key of the request (see
 	// tenancy.go); spec.replicas is then unused. Default: none (every instance serves every request).
 	Tenancy *Tenancy `json:"tenancy,omitempty"`
+	// Discovery publishes the fleet to other fleets' instances as NAME.herd.internal. Default: on
+	// (see Discovery) when the fleet has a listener.
+	Discovery *Discovery `json:"discovery,omitempty"`
 }
 
 // Replicas bounds the fleet's size.

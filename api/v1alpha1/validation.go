@@ -230,6 +230,7 @@ func ValidateFleet(f *Fleet) ErrorList {
 	errs.addFieldErrors(validateRegions(s), "name a region of spec.regions")
 	errs = append(errs, validateGlobal(s)...)
 	errs.addFieldErrors(validateTenancy(s), "use Rolling: each tenant's instances are replaced on their own")
+	errs.addFieldErrors(validateDiscovery(s), "")
 	return errs
 }
 

@@ -78,6 +78,9 @@ type Options struct {
 	ClientRTTs func() []ClientRTT
 	// Front, if set, reports the global front door for GET /v1/front.
 	Front func() FrontDoor
+	// DiscoveryZone is the zone fleets are published in to each other's instances, named in
+	// apply's warnings. Default: v1alpha1.DefaultDiscoveryZone.
+	DiscoveryZone string
 	// Orphans, if set, reports the instances no fleet owns for GET /v1/orphans (orphans.go).
 	Orphans func() ([]v1alpha1.Orphan, error)
 }
@@ -437,4 +440,12 @@ func (s *Server) undoRollout(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("rollout undone", "fleet", name, "revision", target.Revision, "image", target.Image)
 	writeJSON(w, http.StatusOK, f)
+}
+
+// discoveryZone is the zone apply's warnings name.
+func (s *Server) discoveryZone() string {
+	if s.opts.DiscoveryZone != "" {
+		return s.opts.DiscoveryZone
+	}
+	return v1alpha1.DefaultDiscoveryZone
 }

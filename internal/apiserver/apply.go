@@ -41,6 +41,8 @@ type applied struct {
 	desiredGiven bool
 	// pin is spec.image resolved now.
 	pin *v1alpha1.PinnedImage
+	// warnings are what apply says of the fleet as written, whatever is stored.
+	warnings []string
 }
 
 func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
@@ -59,6 +61,9 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 	for i := range req.Fleets {
 		f := &req.Fleets[i]
 		fleets[i] = applied{fleet: f, desiredGiven: f.Spec.Replicas.Desired != nil}
+		if w := v1alpha1.DiscoveryWarning(f, s.discoveryZone()); w != "" {
+			fleets[i].warnings = append(fleets[i].warnings, w)
+		}
 		f.Status, f.Requests = v1alpha1.FleetStatus{}, v1alpha1.FleetRequests{}
 		v1alpha1.SetFleetDefaults(f, s.opts.DefaultProvider)
 	}
@@ -130,7 +135,8 @@ func (s *Server) validateApply(fleets []v1alpha1.Fleet) []FieldProblem {
 		}
 	}
 	problems = append(problems, listenerClashes(fleets, nil)...)
-	return append(problems, hostnameClashes(fleets, nil)...)
+	problems = append(problems, hostnameClashes(fleets, nil)...)
+	return append(problems, discoveryClashes(fleets, nil)...)
 }
 
 // pinApplied resolves each applied fleet's spec.image to the bundle its instances will boot: a
@@ -233,6 +239,7 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 		next[i] = *a.fleet
 	}
 	plan.problems = append(listenerClashes(next, stored), hostnameClashes(next, stored)...)
+	plan.problems = append(plan.problems, discoveryClashes(next, stored)...)
 	if len(plan.problems) > 0 {
 		return plan, nil
 	}
@@ -241,9 +248,9 @@ func (s *Server) planApply(ctx context.Context, fleets []applied) (applyPlan, er
 	for i, a := range fleets {
 		f := &next[i]
 		cur := byName[f.Metadata.Name]
-		res := ApplyResult{Name: f.Metadata.Name}
+		res := ApplyResult{Name: f.Metadata.Name, Warnings: a.warnings}
 		if cur != nil && f.Spec.Autoscaling != nil {
-			res.Warnings = keepAutoscaledDesired(f, cur, a.desiredGiven)
+			res.Warnings = append(res.Warnings, keepAutoscaledDesired(f, cur, a.desiredGiven)...)
 		}
 		gen, err := store.FleetGeneration(cur, &f.Spec, a.pin)
 		if err != nil {

@@ -41,6 +41,7 @@ func TestApplyKeepsAutoscaledDesired(t *testing.T) {
 		return fleetJSON("web", func(f *v1alpha1.Fleet) {
 			f.Spec.Replicas = v1alpha1.Replicas{Min: new(int32(1)), Max: new(int32(10)), Desired: desired}
 			f.Spec.Autoscaling = &v1alpha1.Autoscaling{Target: 100}
+			f.Spec.Discovery = &v1alpha1.Discovery{Enabled: new(false)} // no listener: no warning that it gets no name
 		})
 	}
 	if code, body := call(t, srv, token, "POST", "/v1/apply", autoscaled(nil)); code != 200 {
@@ -163,6 +164,7 @@ func TestApplyKeepsAutoscaledRegionDesired(t *testing.T) {
 		return fleetJSON("web", func(f *v1alpha1.Fleet) {
 			f.Spec.Replicas = v1alpha1.Replicas{Min: new(int32(1)), Max: new(int32(10))}
 			f.Spec.Autoscaling = &v1alpha1.Autoscaling{Target: 100}
+			f.Spec.Discovery = &v1alpha1.Discovery{Enabled: new(false)} // no listener: no warning that it gets no name
 			f.Spec.Regions = []v1alpha1.Region{{Name: "eu"}, {Name: "us"}}
 			if euDesired != nil {
 				f.Spec.Regions[0].Replicas = &v1alpha1.Replicas{Desired: euDesired}

@@ -29,14 +29,16 @@ type claimValue struct {
 }
 
 // claimNames returns the claims a fleet's spec takes: one per load-balancer port, one for its
-// global hostname.
+// global hostname, one for its discovery name.
 func claimNames(f *v1alpha1.Fleet) []string {
 	var names []string
 	for _, l := range f.Spec.Listeners {
 		names = append(names, "port-"+strconv.Itoa(int(l.Port)))
 	}
-	if f.Spec.Global != nil && f.Spec.Global.Hostname != "" {
-		names = append(names, "hostname-"+f.Spec.Global.Hostname)
+	for _, u := range []uniqueName{globalHostname, discoveryName} {
+		if n := u.claimName(f); n != "" {
+			names = append(names, n)
+		}
 	}
 	return names
 }

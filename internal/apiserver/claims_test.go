@@ -170,10 +170,10 @@ func TestApplyReleasesClaims(t *testing.T) {
 	for _, step := range []struct {
 		method, path, body, want string
 	}{
-		{"POST", "/v1/apply", fleetJSON("web", withListener(8080)), `port-8080={"fleet":"web"}`},
-		{"POST", "/v1/apply", fleetJSON("web", withListener(8081)), `port-8081={"fleet":"web"}`},
-		{"POST", "/v1/apply", fleetJSON("api", withListener(8080)), `port-8080={"fleet":"api"} port-8081={"fleet":"web"}`},
-		{"DELETE", "/v1/fleets/web", "", `port-8080={"fleet":"api"}`},
+		{"POST", "/v1/apply", fleetJSON("web", withListener(8080)), `discovery-name-web={"fleet":"web"} port-8080={"fleet":"web"}`},
+		{"POST", "/v1/apply", fleetJSON("web", withListener(8081)), `discovery-name-web={"fleet":"web"} port-8081={"fleet":"web"}`},
+		{"POST", "/v1/apply", fleetJSON("api", withListener(8080)), `discovery-name-api={"fleet":"api"} discovery-name-web={"fleet":"web"} port-8080={"fleet":"api"} port-8081={"fleet":"web"}`},
+		{"DELETE", "/v1/fleets/web", "", `discovery-name-api={"fleet":"api"} port-8080={"fleet":"api"}`},
 	} {
 		if code, body := call(t, srv, token, step.method, step.path, step.body); code != http.StatusOK {
 			t.Fatalf("%s %s: %d %s", step.method, step.path, code, body)

@@ -55,3 +55,31 @@ func TestGetRoutesNeedsToken(t *testing.T) {
 		t.Errorf("GET /v1/routes without a routes source: %d %s, want 501", code, body)
 	}
 }
+
+// A discovery name another fleet publishes is refused at apply, naming that fleet; a fleet that
+// is not published (no listener) takes no name, and apply says so.
+func TestApplyDiscoveryNames(t *testing.T) {
+	srv, _ := newServer(t)
+	if code, body := call(t, srv, token, "POST", "/v1/apply", fleetJSON("api", withListener(8081))); code != 200 || strings.Contains(body, "warnings") {
+		t.Fatalf("a fleet with a listener: %d %s, want 200 without warnings", code, body)
+	}
+	code, body := call(t, srv, token, "POST", "/v1/apply", fleetJSON("api2", func(f *v1alpha1.Fleet) {
+		withListener(8082)(f)
+		f.Spec.Discovery = &v1alpha1.Discovery{Name: "api"}
+	}))
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, `spec.discovery.name`) ||
+		!strings.Contains(body, `api is already the discovery name of fleet \"api\": choose another`) {
+		t.Fatalf("clash: %d %s, want 422 naming fleet api and the fix", code, body)
+	}
+	code, body = call(t, srv, token, "POST", "/v1/apply", fleetJSON("batch", nil))
+	if code != 200 || !strings.Contains(body, "spec.discovery: the fleet has no listener, so it gets no name in herd.internal") {
+		t.Fatalf("a fleet without listeners: %d %s, want 200 with a warning", code, body)
+	}
+	code, body = call(t, srv, token, "POST", "/v1/apply", fleetJSON("batch2", func(f *v1alpha1.Fleet) {
+		on := true
+		f.Spec.Discovery = &v1alpha1.Discovery{Enabled: &on}
+	}))
+	if code != http.StatusUnprocessableEntity || !strings.Contains(body, "spec.discovery.enabled") || !strings.Contains(body, "the fleet has no listener") {
+		t.Fatalf("discovery on without listeners: %d %s, want 422", code, body)
+	}
+}

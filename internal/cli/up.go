@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controlplane"
 	"herd.dev/herd/internal/leader"
 	"herd.dev/herd/internal/store/etcd"
@@ -95,6 +96,7 @@ and each adds its address to the client config, whose client tries the others wh
 	cmd.Flags().IntVar(&opts.LeaderLeaseTTL, "leader-lease-ttl", leader.DefaultTTL, "seconds a dead leader keeps the controller before another replica takes over (with --store etcd); etcd raises it to 1.5x its election timeout, so 1 needs etcd's --election-timeout at most 500")
 	cmd.Flags().StringVar(&orphans, "orphans", orphansDelete, "what to do with instances no fleet owns: "+orphansDelete+" (once --orphan-grace has passed) or "+orphansKeep+" (only report them: herd get instances --orphans)")
 	cmd.Flags().DurationVar(&opts.OrphanGrace, "orphan-grace", time.Minute, "how long an instance no fleet owns is left before herd deletes it")
+	cmd.Flags().StringVar(&opts.DiscoveryZone, "discovery-zone", v1alpha1.DefaultDiscoveryZone, "zone the fleets are published in to each other's instances (spec.discovery): NAME.<zone> resolves, inside every instance, to the fleet's load balancer in the caller's region")
 	dns.register(cmd, "dns-", "serve this zone with herd's authoritative DNS (e.g. herd.test.): each fleet's spec.global hostname answered with its healthy regions' load balancers; default: no DNS")
 	return cmd
 }

@@ -119,6 +119,8 @@ func (p *parts) handler() *web.Handler {
 		Front:      func() apiserver.FrontDoor { return frontDoor(p.door) },
 		Orphans:    p.lead.Orphans,
 		Status:     p.status,
+
+		DiscoveryZone: p.opts.DiscoveryZone,
 	})
 	return web.New(web.Options{Store: p.st, Token: p.token, API: api, LBHealth: p.targets.Health, Usage: p.usage, Logger: p.log,
 		TokenFile: tokenFile(p.st, p.opts.DataDir), ConfigFile: p.opts.ConfigPath})

@@ -55,6 +55,9 @@ type Options struct {
 	Ready func(url string)
 	// DNS runs herd's authoritative DNS server for a zone. Default: none.
 	DNS DNSOptions
+	// DiscoveryZone is the zone fleets are published in to each other's instances
+	// (spec.discovery). Default: v1alpha1.DefaultDiscoveryZone.
+	DiscoveryZone string
 	// OrphanGrace is how long an instance no fleet owns is left before the controller deletes it.
 	// Default: controller.Options' (1m).
 	OrphanGrace time.Duration
