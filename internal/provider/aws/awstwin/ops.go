@@ -281,11 +281,10 @@ func (tw *Twin) describeImages(req request) (any, *apiError) {
 		if img.Region != req.region || len(ids) > 0 && !slices.Contains(ids, id) {
 			continue
 		}
-		if !filters.match(fields{tags: img.Tags, values: map[string]string{"image-id": id, "name": img.Name, "state": "available"}}) {
+		if !filters.match(fields{tags: img.Tags, values: map[string]string{"image-id": id, "name": img.Name, "state": img.state()}}) {
 			continue
 		}
-		out.Images = append(out.Images, xmlImage{ImageID: id, ImageState: "available", OwnerID: OwnerID, Name: img.Name,
-			CreationDate: "2026-01-01T00:00:00.000Z", Architecture: "x86_64", Tags: xmlTags(img.Tags)})
+		out.Images = append(out.Images, img.xml())
 	}
 	return out, nil
 }

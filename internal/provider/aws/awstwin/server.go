@@ -38,10 +38,15 @@ type request struct {
 	region string
 }
 
-// ServeHTTP answers one call: Route 53's by its path (route53.go), EC2's Query API otherwise.
+// ServeHTTP answers one call: Route 53's (route53.go) and the EBS direct APIs' (ebs.go) by their
+// paths, EC2's Query API otherwise.
 func (tw *Twin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, route53Prefix) {
 		tw.serveRoute53(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/snapshots") {
+		tw.serveEBS(w, r) // the EBS direct APIs (ebs.go)
 		return
 	}
 	requestID := newRequestID()
@@ -109,6 +114,8 @@ func (tw *Twin) call(req request) (any, *apiError) {
 		return tw.createTags(req)
 	case "DescribeImages":
 		return tw.describeImages(req)
+	case "RegisterImage", "CopyImage", "DeregisterImage", "DescribeSnapshots", "DeleteSnapshot":
+		return tw.imageAction(req) // images.go
 	case "":
 		return nil, errorf(http.StatusBadRequest, "MissingAction", "The request must contain the parameter Action.")
 	}
@@ -134,6 +141,8 @@ func setRequestID(answer any, id string) {
 		a.Namespace, a.RequestID = namespace, id
 	case *describeImagesResponse:
 		a.Namespace, a.RequestID = namespace, id
+	case interface{ setHeader(string) }:
+		a.setHeader(id)
 	}
 }
 
@@ -145,7 +154,10 @@ func newRequestID() string {
 
 // authenticate checks the request's Signature Version 4 the way EC2 does (the canonical request
 // from the signed headers and the body's hash, the key derived from the secret, the date, the
-// region and the service) for service, and returns the region the signature is scoped to.
+// region and the service) for service, and returns the region the signature is scoped to. The
+// payload's hash is the X-Amz-Content-Sha256 header's when the client sent one
+// (UNSIGNED-PAYLOAD for a block of the EBS direct APIs, whose data its checksum guards instead),
+// and it must be the body's.
 func (tw *Twin) authenticate(r *http.Request, body []byte, service string) (string, *apiError) {
 	fail := func(format string, args ...any) (string, *apiError) {
 		return "", errorf(http.StatusUnauthorized, "AuthFailure", "AWS was not able to validate the provided access credentials: "+format, args...)
@@ -180,9 +192,15 @@ func (tw *Twin) authenticate(r *http.Request, body []byte, service string) (stri
 		}
 		fmt.Fprintf(&canon, "%s:%s\n", h, strings.Join(strings.Fields(v), " "))
 	}
-	payload := sha256.Sum256(body)
+	sum := sha256.Sum256(body)
+	payload := hex.EncodeToString(sum[:])
+	if h := r.Header.Get("X-Amz-Content-Sha256"); h == "UNSIGNED-PAYLOAD" && service == "ebs" {
+		payload = h
+	} else if h != "" && h != payload {
+		return fail("X-Amz-Content-Sha256 is not the hash of the body")
+	}
 	canonicalRequest := strings.Join([]string{r.Method, canonicalPath(r.URL), canonicalQuery(r.URL.Query()),
-		canon.String(), parts["SignedHeaders"], hex.EncodeToString(payload[:])}, "\n")
+		canon.String(), parts["SignedHeaders"], payload}, "\n")
 	crHash := sha256.Sum256([]byte(canonicalRequest))
 	stringToSign := strings.Join([]string{algorithm, date, strings.Join(scope[1:], "/"), hex.EncodeToString(crHash[:])}, "\n")
 	key := []byte("AWS4" + tw.opts.SecretAccessKey)

@@ -6,8 +6,12 @@
 //
 // It serves the actions herd's aws provider calls: RunInstances (with ClientToken idempotency),
 // DescribeInstances (filters and pagination), TerminateInstances, CreateTags and DescribeImages;
-// and Route 53's REST-XML API on the same server (route53.go): ChangeResourceRecordSets,
-// ListResourceRecordSets and GetChange on hosted zones a test adds.
+// Route 53's REST-XML API on the same server (route53.go): ChangeResourceRecordSets,
+// ListResourceRecordSets and GetChange on hosted zones a test adds; and what herd image push
+// calls: the EBS direct APIs (ebs.go: StartSnapshot, PutSnapshotBlock with each block's SHA-256
+// checked, CompleteSnapshot with the aggregated checksum, ListSnapshotBlocks, GetSnapshotBlock;
+// REST-JSON under /snapshots, signed for "ebs") and EC2's RegisterImage, CopyImage,
+// DeregisterImage, DescribeSnapshots and DeleteSnapshot (images.go).
 // Instances are records kept in memory per region (the region of the request's signature, as in
 // EC2, where each region is its own endpoint); they move from pending to running and from
 // shutting-down to terminated after configurable delays.
@@ -96,10 +100,12 @@ func (in *Instance) PrivateDNSName() string {
 
 type instance = Instance
 
-// Image is an AMI the twin knows (Twin.AddImage).
+// Image is an AMI the twin knows (Twin.AddImage, RegisterImage, CopyImage).
 type Image struct {
 	ID, Region, Name string
 	Tags             map[string]string
+	// What RegisterImage and CopyImage set (images.go); AddImage's images leave them empty.
+	Registration
 }
 
 // launch is what a ClientToken was used for: EC2 answers a repeated token with the same
@@ -130,6 +136,7 @@ type Twin struct {
 	burst     int                      // RateLimit's
 	buckets   map[string]*rate.Limiter // by region
 
+	ebs      ebsState        // snapshots of the EBS direct APIs (ebs.go)
 	md       metadata        // each instance's metadata service (imds.go)
 	tornDown map[string]bool // instances torn down on the Backend, by ID
 
@@ -163,6 +170,7 @@ func New(t interface{ Cleanup(func()) }, opts Options) *Twin {
 		tokens:    map[string]*launch{},
 		calls:     map[string]int{},
 		faults:    faults{unsupported: map[string]bool{}, denied: map[string]bool{}},
+		ebs:       ebsState{snapshots: map[string]*Snapshot{}, tokens: map[string]string{}, completedAt: map[string]time.Time{}},
 	}
 	tw.srv = httptest.NewServer(tw)
 	tw.URL = tw.srv.URL

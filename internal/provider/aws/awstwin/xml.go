@@ -109,6 +109,7 @@ type xmlImage struct {
 	CreationDate string   `xml:"creationDate"`
 	Architecture string   `xml:"architecture"`
 	Tags         []xmlTag `xml:"tagSet>item,omitempty"`
+	xmlRegistration
 }
 
 type describeImagesResponse struct {
