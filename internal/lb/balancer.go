@@ -128,6 +128,7 @@ type routes struct {
 	byCookie   map[string]*target // sticky-cookie value -> target
 	hashHeader string             // header-hash header, or ""
 	nearest    bool               // GroupNearest: the nearest group with a usable target takes the request
+	tenants    *tenantRoutes      // a tenancy listener's routes per tenant, or nil
 }
 
 // pickKey is what a request contributes to picking: its sticky cookie value and its hash key.
@@ -135,6 +136,7 @@ type pickKey struct {
 	cookie string
 	key    uint64
 	hasKey bool
+	tenant []byte // on a tenancy listener: the tenant the request names
 }
 
 // keyOf extracts the pick key of a net/http request.
@@ -150,12 +152,22 @@ func (rt *routes) keyOf(r *http.Request) pickKey {
 			k.key, k.hasKey = fnvmix.FNV1a(v), true
 		}
 	}
+	if tr := rt.tenants; tr != nil {
+		if tr.key == TenantByHeader {
+			k.tenant = []byte(r.Header.Get(tr.header))
+		} else {
+			k.tenant = tenantOf(tr.key, []byte(r.Host), []byte(r.URL.Path))
+		}
+	}
 	return k
 }
 
 // pick chooses a target for a request with key k (zero for TCP), avoiding exclude; nil means no
 // target can take it.
 func (rt *routes) pick(k *pickKey, exclude *target) *target {
+	if rt.tenants != nil {
+		return rt.tenants.pick(k, exclude)
+	}
 	if len(rt.groups) == 0 {
 		return nil
 	}

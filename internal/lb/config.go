@@ -93,6 +93,9 @@ type Listener struct {
 	// to zero, or its first instance still booting) instead of being answered 503 at once. TCP
 	// listeners ignore it. Default: nil, no holding.
 	Hold *Hold `json:"hold,omitempty"`
+	// Tenancy, when set, routes each request only to the targets of its tenant (tenancy.go).
+	// Default: nil, every target serves every request.
+	Tenancy *Tenancy `json:"tenancy,omitempty"`
 	// Groups are the target groups, one per fleet revision. An empty list serves 503 to every request.
 	Groups []TargetGroup `json:"groups,omitempty"`
 }
@@ -243,6 +246,9 @@ type Target struct {
 	Address string `json:"address"`
 	// Weight is the target's relative share under the weighted policy, 1 to 1000. Default 1.
 	Weight int `json:"weight,omitempty"`
+	// Tenant is the tenant the target serves alone, on a listener with tenancy. Default "": none
+	// (on such a listener it gets no request).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("1s", "250ms") in JSON and YAML.
@@ -423,6 +429,7 @@ func (l Listener) validate(p string) []error {
 	default:
 		bad("protocol", "%q is not one of http, tcp", l.Protocol)
 	}
+	l.Tenancy.validate(bad, l.Protocol)
 	if l.TLS != nil && (l.TLS.CertFile == "" || l.TLS.KeyFile == "") {
 		bad("tls", "certFile and keyFile are both required")
 	}

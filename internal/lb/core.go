@@ -22,6 +22,8 @@ type exchange interface {
 	// fail answers the client with a proxy error: 503 (no target), 502 (the target failed) or 504
 	// (the target was too slow).
 	fail(code int)
+	// refuse answers the client with code and a plain-text body saying why (an unknown tenant).
+	refuse(code int, body string)
 }
 
 // outcome is how an attempt on one target ended.
@@ -48,11 +50,17 @@ const (
 // listener holds, attempts it, and on a failure that nothing reached the client from, retries once on
 // another target when the failure allows and the budget has room, or answers with an error.
 func (l *listener) forward(ctx context.Context, st *listenerState, x exchange, key *pickKey, idem bool, start time.Time) {
+	if st.routes.tenants != nil && !l.admitTenant(st, x, key, start) {
+		return
+	}
 	l.budget.deposit()
 	var tried *target
 	for {
 		t := st.routes.pick(key, tried)
 		if t == nil && tried == nil {
+			if st.routes.tenants != nil {
+				l.claim(st, key)
+			}
 			st, t = l.hold(ctx, st, key)
 		}
 		if t == nil {

@@ -263,6 +263,15 @@ func (h *h1conn) pickKey(rt *routes) pickKey {
 			break
 		}
 	}
+	if tr := rt.tenants; tr != nil {
+		if tr.key == TenantByHeader {
+			if r.hasTenant {
+				k.tenant = r.tenantValue.in(r.raw)
+			}
+		} else {
+			k.tenant = tenantOf(tr.key, r.host.in(r.raw), r.target.in(r.raw))
+		}
+	}
 	return k
 }
 

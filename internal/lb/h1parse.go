@@ -37,6 +37,9 @@ type reqHead struct {
 	cookies        []span
 	hashValue      span
 	hasHash        bool
+	host           span // the Host header's value
+	tenantValue    span // the tenancy header's value
+	hasTenant      bool
 	absHost        span // the authority of an absolute-form target, forwarded as Host
 	hasAbsHost     bool
 	h2Preface      bool
@@ -177,6 +180,7 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 			return badRequest("malformed Host header")
 		}
 		r.hosts++
+		r.host = valSpan
 	case eqFold(name, "content-length"):
 		if r.contentLength >= 0 {
 			return badRequest("more than one Content-Length")
@@ -208,6 +212,9 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 		if rt.cookie != "" {
 			r.cookies = append(r.cookies, valSpan)
 		}
+	}
+	if tr := rt.tenants; tr != nil && tr.key == TenantByHeader && !r.hasTenant && eqFold(name, tr.header) {
+		r.tenantValue, r.hasTenant = valSpan, true
 	}
 	if rt.hashHeader != "" && !r.hasHash && eqFold(name, rt.hashHeader) {
 		r.hashValue, r.hasHash = valSpan, true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -33,6 +34,19 @@ func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 func (h *h1conn) fail(code int) {
 	h.keep = h.clientKeep() && (!h.req.hasBody() || h.bodyDone)
 	h.writeError(code, !h.keep)
+}
+
+// refuse answers with code and a plain-text body.
+func (h *h1conn) refuse(code int, body string) {
+	h.keep = h.clientKeep() && (!h.req.hasBody() || h.bodyDone)
+	h.writeBy(time.Now().Add(5*time.Second), 0)
+	b := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %d\r\n", code, http.StatusText(code), len(body))
+	if !h.keep {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	h.bw.Write(append(b, body...))
+	h.bw.Flush()
 }
 
 // clientKeep reports whether the client wants its connection kept after this request.

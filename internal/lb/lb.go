@@ -54,6 +54,7 @@ type LB struct {
 	changes     changeHub
 	badRequests atomic.Uint64
 	rtt         *rttTable
+	tenants     tenantTable
 
 	mu        sync.Mutex // guards the fields below; never taken on the request path
 	cfg       Config
@@ -256,6 +257,11 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 		allZero = allZero && g.Weight == 0
 	}
 	var weights []int
+	var tenantOf map[*target]string
+	var all []*group
+	if lc.Tenancy != nil {
+		tenantOf = map[*target]string{}
+	}
 	for _, gc := range lc.Groups {
 		g := &group{name: gc.Name, bal: newBalancer(lc.Policy.Type)}
 		var tw []int
@@ -273,6 +279,9 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 			t.setTransport(ts)
 			t.startChecks(lb.checker, lc.HealthCheck, lc.BackendProtocol, lb.running)
 			kept[key] = true
+			if tenantOf != nil {
+				tenantOf[t] = tc.Tenant
+			}
 			g.targets = append(g.targets, t)
 			tw = append(tw, tc.Weight)
 		}
@@ -283,6 +292,7 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 		if allZero {
 			w = 1
 		}
+		all = append(all, g)
 		if w == 0 || len(g.targets) == 0 {
 			continue
 		}
@@ -295,6 +305,11 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 		}
 	}
 	rt.sched = smoothSchedule(weights)
+	if lc.Tenancy != nil {
+		// Every revision with targets of a tenant serves it, weight or not: a tenant is never sent
+		// to another tenant's targets to follow a fleet-wide weight.
+		rt.tenants = lb.buildTenants(lc, all, tenantOf)
+	}
 	return &listenerState{
 		cfg:          lc,
 		routes:       rt,

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -30,6 +31,11 @@ var (
 	descHeld = prometheus.NewDesc("herd_lb_held_requests",
 		"Requests waiting for a healthy target of the listener right now (scale from zero, first boot).",
 		[]string{"fleet", "listener"}, nil)
+	descTenantRequests = prometheus.NewDesc("herd_lb_tenant_requests_total",
+		"Requests per tenant of a fleet with tenancy (held ones included): one series per tenant that has had a request or an instance, no more.",
+		[]string{"fleet", "tenant"}, nil)
+	descTenantLast = prometheus.NewDesc("herd_lb_tenant_last_request_timestamp_seconds",
+		"When the latest request of each tenant came (idleAfter counts from it).", []string{"fleet", "tenant"}, nil)
 	descBad = prometheus.NewDesc("herd_lb_bad_requests_total",
 		"Requests rejected as malformed or over a limit, on all listeners.", nil, nil)
 	descClientRTT = prometheus.NewDesc("herd_lb_client_rtt_seconds",
@@ -54,7 +60,7 @@ func (lb *LB) MetricsHandler() http.Handler {
 type promCollector struct{ lb *LB }
 
 func (c promCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descHeld, descBad, descClientRTT, descClientNetworks} {
+	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descHeld, descTenantRequests, descTenantLast, descBad, descClientRTT, descClientNetworks} {
 		ch <- d
 	}
 }
@@ -96,6 +102,15 @@ func (c promCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descHeld, prometheus.GaugeValue, float64(s.Held), fleet, l.name)
 	}
+	c.lb.tenants.stats.Range(func(k, v any) bool {
+		fleet, tenant, _ := strings.Cut(k.(string), "/")
+		s := statOf(fleet, tenant, v.(*tenantStats))
+		ch <- prometheus.MustNewConstMetric(descTenantRequests, prometheus.CounterValue, float64(s.Requests), fleet, tenant)
+		if !s.LastRequest.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descTenantLast, prometheus.GaugeValue, float64(s.LastRequest.UnixNano())/1e9, fleet, tenant)
+		}
+		return true
+	})
 	ch <- prometheus.MustNewConstMetric(descBad, prometheus.CounterValue, float64(c.lb.badRequests.Load()))
 	r := c.lb.rtt
 	buckets := make(map[float64]uint64, len(LatencyBuckets))

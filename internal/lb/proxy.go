@@ -99,6 +99,14 @@ func (x *netExchange) attempt(st *listenerState, t *target) outcome {
 
 func (x *netExchange) fail(code int) { writeError(x.w, code) }
 
+func (x *netExchange) refuse(code int, body string) {
+	h := x.w.Header()
+	h["Content-Type"] = textPlain
+	h["X-Content-Type-Options"] = noSniff
+	x.w.WriteHeader(code)
+	_, _ = io.WriteString(x.w, body)
+}
+
 // prepareRequest turns the inbound request into the outbound one in place (nothing else reads it once
 // the handler runs): hop-by-hop headers go, X-Forwarded-For/Proto come. It returns the protocol the
 // client asked to upgrade to, if any.
