@@ -117,6 +117,10 @@ type Options struct {
 	// QueueMetrics, when set, receives the work queue's metrics (depth, adds, latency, retries)
 	// under the name QueueName; client_golang adapters exist for it. Default: none.
 	QueueMetrics workqueue.MetricsProvider
+	// TenantActivity, when set, says when each tenant of a fleet with tenancy last had a request,
+	// which scales an idle tenant to zero after spec.tenancy.idleAfter. Without it, a tenant is
+	// active from its claim for idleAfter.
+	TenantActivity TenantActivity
 }
 
 // TargetSink is told which instances of a fleet should receive traffic: the load balancer.
@@ -187,6 +191,10 @@ type Controller struct {
 	reconciles atomic.Int64
 	failures   atomic.Int64 // reconciles that returned an error
 	lastErrors sync.Map     // fleet -> string, for health reporting
+
+	// started is when the controller was made: the tenants' activity counts from it at least.
+	started      time.Time
+	tenantClaims tenantClaims
 }
 
 // New checks the options and returns a controller that is not yet running.
@@ -231,6 +239,7 @@ func New(opts Options) (*Controller, error) {
 		events:    opts.Events,
 		ownEvents: own,
 		instances: map[string]map[string]*v1alpha1.Instance{},
+		started:   opts.Clock.Now(),
 		orphans:   orphans{found: map[orphanKey]*v1alpha1.Orphan{}, kick: make(chan struct{}, 1)},
 	}
 	// Changes are what bring a settled fleet back: the load balancer's (health) and the

@@ -45,7 +45,9 @@ func (s *scope) plan() *plan {
 	if s.multiRegion() {
 		s.wave()
 	} else if r := s.regions[s.fleet.Spec.Regions[0].Name]; !r.frozen() {
-		if rp := s.in(r); !rp.rollout() {
+		if rp := s.in(r); s.fleet.Spec.Tenancy != nil {
+			rp.planTenants()
+		} else if !rp.rollout() {
 			rp.scale(s.revision)
 		}
 	}

@@ -138,6 +138,9 @@ type scope struct {
 	ro      *v1alpha1.RolloutStatus
 	requeue time.Duration
 
+	// pinnedImages are the images of the revisions tenants are pinned to (tenancy.go), by revision.
+	pinnedImages map[string]string
+
 	// Events noted by planning or by provider calls, until a plan or the executor takes them
 	// (events.go).
 	recordEvents, statusEvents []event

@@ -40,6 +40,11 @@ type regionPlan struct {
 	*scope
 	region   v1alpha1.Region
 	replicas v1alpha1.Replicas // resolved: every field set
+	// tenant, when set, narrows the plan to one tenant of a fleet with tenancy (tenancy.go): its
+	// instances (members) are the ones scaled, tenantDesired of them, and new ones are its own.
+	tenant        string
+	members       []*v1alpha1.Instance
+	tenantDesired int
 }
 
 // regionState is what one reconcile observed of one region of the fleet.
@@ -155,6 +160,9 @@ func (s *regionPlan) inScope(in *v1alpha1.Instance) bool {
 
 // scoped returns the records of the region planned, by name.
 func (s *regionPlan) scoped() []*v1alpha1.Instance {
+	if s.tenant != "" {
+		return s.members
+	}
 	var out []*v1alpha1.Instance
 	for _, in := range s.sorted() {
 		if s.inScope(in) {
@@ -165,7 +173,12 @@ func (s *regionPlan) scoped() []*v1alpha1.Instance {
 }
 
 // desired is the number of instances the region planned should run.
-func (s *regionPlan) desired() int { return int(*s.replicas.Desired) }
+func (s *regionPlan) desired() int {
+	if s.tenant != "" {
+		return s.tenantDesired
+	}
+	return int(*s.replicas.Desired)
+}
 
 // totalDesired sums the desired instances of the spec's regions.
 func (s *scope) totalDesired() int32 {

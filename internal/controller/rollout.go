@@ -232,6 +232,9 @@ func (s *scope) imageOf(rev string) string {
 	if rev == s.revision {
 		return s.fleet.Spec.Image
 	}
+	if image, ok := s.pinnedImages[rev]; ok {
+		return image
+	}
 	for _, in := range s.records {
 		if in.Spec.Revision == rev {
 			return in.Spec.Image

@@ -49,7 +49,10 @@ func (s *regionPlan) scale(target string) {
 		}
 		region := s.placement()
 		for range toCreate {
-			s.newRecordOf(region, target, image)
+			in := s.newRecordOf(region, target, image)
+			if s.tenant != "" {
+				in.Metadata.Labels[v1alpha1.LabelTenant] = s.tenant
+			}
 		}
 		s.event(s.object, v1alpha1.EventNormal, "ScalingUp", "creating %d instances of revision %s%s (desired %d)", toCreate, target, s.where(), desired)
 	}

@@ -58,6 +58,9 @@ type termDeps struct {
 	ctrl      controller.Options // without Store and Providers
 	scaler    autoscaler.LoopOptions
 	targets   *lbsync.Sync
+	// claims, when set, routes the load balancer's claims of tenants without an instance to the
+	// term's controller (nil: to nobody, between terms).
+	claims func(func(fleet, tenant string))
 	// inTerm run beside the controller, for the term (the regional load balancers' configurer
 	// and the chaos engine's expiry): one writer of each at a time.
 	inTerm []func(context.Context) error
@@ -121,6 +124,10 @@ func (l *leading) runControllers(ctx context.Context, st store.Store, providers 
 	scaler, err := autoscaler.NewLoop(so)
 	if err != nil {
 		return err
+	}
+	if l.deps.claims != nil {
+		l.deps.claims(ctrl.ClaimTenant)
+		defer l.deps.claims(nil)
 	}
 	l.mu.Lock()
 	l.ctrl, l.since = ctrl, time.Now()

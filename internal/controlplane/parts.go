@@ -225,7 +225,7 @@ func (p *parts) buildLeading() {
 	// Load and revision figures come from the load balancers that carry each fleet's traffic:
 	// the regional ones for fleets served regionally, the embedded one for the others.
 	figures := lbmonitor.Figures{Embedded: p.monitor, Regional: p.regional}
-	p.lead = &leading{log: p.log, deps: termDeps{store: p.st, providers: p.providers, targets: p.targets,
+	p.lead = &leading{log: p.log, deps: termDeps{store: p.st, providers: p.providers, targets: p.targets, claims: p.balancer.SetTenantClaimer,
 		inTerm: []func(context.Context) error{
 			func(ctx context.Context) error { return p.regional.Run(ctx, p.cache) },
 			func(ctx context.Context) error { return p.door.Run(ctx, p.cache) },
@@ -233,7 +233,8 @@ func (p *parts) buildLeading() {
 		},
 		ctrl: controller.Options{Informer: p.cache, Logger: p.log, ResolveImage: p.resolveImage, Targets: p.targets, Health: p.monitor,
 			Serving: figures, Stats: figures, Reachability: p.regions, Events: p.recorder, QueueMetrics: p.queueMetrics,
-			ProviderCalls: p.decisions.ProviderCall, OrphanGrace: p.opts.OrphanGrace, KeepOrphans: p.opts.KeepOrphans, Orphans: p.decisions},
+			ProviderCalls: p.decisions.ProviderCall, OrphanGrace: p.opts.OrphanGrace, KeepOrphans: p.opts.KeepOrphans, Orphans: p.decisions,
+			TenantActivity: p.balancer},
 		scaler: autoscaler.LoopOptions{Events: p.recorder, Load: figures, CPU: p.agents, Logger: p.log, Observer: p.decisions},
 	}}
 }

@@ -120,6 +120,9 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 			ln.HealthCheck.Timeout = lb.Duration(hc.Timeout.Duration)
 		}
 		ln.HealthCheck.Paused = s.healthPaused(f.Metadata.Name)
+		if l.Protocol == v1alpha1.ProtocolHTTP {
+			ln.Tenancy = lbTenancy(f.Spec.Tenancy)
+		}
 		for _, rev := range revs {
 			g := lb.TargetGroup{Name: rev, Weight: len(byRev[rev])}
 			if weights != nil {
@@ -129,6 +132,7 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 				g.Targets = append(g.Targets, lb.Target{
 					ID:      in.Metadata.Name,
 					Address: net.JoinHostPort(in.Status.Address, strconv.Itoa(int(l.InstancePort))),
+					Tenant:  in.Metadata.Labels[v1alpha1.LabelTenant],
 				})
 			}
 			ln.Groups = append(ln.Groups, g)
@@ -136,6 +140,19 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 		out = append(out, ln)
 	}
 	return out
+}
+
+// lbTenancy is a fleet's spec.tenancy as the load balancer routes by it; nil without one.
+func lbTenancy(t *v1alpha1.Tenancy) *lb.Tenancy {
+	if t == nil {
+		return nil
+	}
+	key, err := v1alpha1.ParseTenancyKey(t.Key)
+	if err != nil {
+		return nil // refused at apply
+	}
+	// The API's key kinds are the load balancer's: header, host, pathPrefix.
+	return &lb.Tenancy{Key: lb.TenantKey(key.Kind), Header: key.Header, Tenants: t.Tenants, Open: t.Open}
 }
 
 // SetHealthPaused pauses the health checks of the fleets in paused and resumes those of every
