@@ -181,7 +181,7 @@ func leftovers(before hostState, host bool, grace time.Duration) []string {
 		found = append(found, "network namespace "+name)
 	}
 	for _, point := range sortedNew(before.mounts, after.mounts) {
-		// /run/netns is made a mount point by ip netns once and for good; the namespaces'
+		// /run/netns is made a shared mount point once and for good (as ip netns does); the namespaces'
 		// own mounts under it are reported as namespaces above.
 		if point != "/run/netns" && !strings.HasPrefix(point, "/run/netns/") {
 			found = append(found, "mount "+point)

@@ -1,6 +1,7 @@
 // Package hostnet is what the local provider and the network lab do with the host's network: its
 // named network namespaces (those `ip netns` keeps in NetnsDir: make, enter, kill what runs in,
-// delete), its links, the subnets free on it, and the host-wide names and lock they share.
+// delete), its links, addresses, routes and TUN devices (through rtnetlink, not the ip command),
+// the subnets free on it, and the host-wide names and lock they share.
 package hostnet
 
 import (

@@ -1,16 +1,13 @@
 package hostnet
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -29,25 +26,10 @@ func ShortHash(s string, n int) string {
 	return hex.EncodeToString(h[:])[:n]
 }
 
-// IP runs the ip command with args and returns an error naming the command and its output when
-// it fails.
-func IP(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
 // LinkExists reports whether a network interface of the host has this name.
 func LinkExists(name string) bool {
 	_, err := net.InterfaceByName(name)
 	return err == nil
-}
-
-// NsLinkExists reports whether netns ns has an interface dev.
-func NsLinkExists(ctx context.Context, ns, dev string) bool {
-	return exec.CommandContext(ctx, "ip", "-n", ns, "link", "show", "dev", dev).Run() == nil
 }
 
 // DeleteLink deletes a host interface if it exists and waits until it is gone.
@@ -55,7 +37,7 @@ func DeleteLink(ctx context.Context, name string) error {
 	if !LinkExists(name) {
 		return nil
 	}
-	if err := IP(ctx, "link", "delete", name); err != nil && LinkExists(name) {
+	if err := RemoveLink("", name); err != nil && LinkExists(name) {
 		return fmt.Errorf("delete link: %w", err)
 	}
 	return hostproc.WaitFor(ctx, 5*time.Second, func() bool { return !LinkExists(name) }, "link "+name+" to disappear")
@@ -64,11 +46,11 @@ func DeleteLink(ctx context.Context, name string) error {
 // EnsureNetns creates a network namespace with its loopback up, and forwarding on if asked.
 func EnsureNetns(ctx context.Context, ns string, forward bool) error {
 	if !NetnsExists(ns) {
-		if err := IP(ctx, "netns", "add", ns); err != nil && !NetnsExists(ns) {
+		if err := AddNetns(ns); err != nil && !NetnsExists(ns) {
 			return err
 		}
 	}
-	if err := IP(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
+	if err := LinkUp(ns, "lo"); err != nil {
 		return err
 	}
 	if forward {
@@ -85,8 +67,8 @@ func EnsureNetns(ctx context.Context, ns string, forward bool) error {
 // its host veth hostVeth ("" for none) if the kernel has not removed it yet.
 func DeleteNetns(ctx context.Context, ns, hostVeth string) error {
 	if NetnsExists(ns) {
-		if err := IP(ctx, "netns", "delete", ns); err != nil && NetnsExists(ns) {
-			return fmt.Errorf("delete netns: %w", err)
+		if err := removeNetns(ns); err != nil && NetnsExists(ns) {
+			return err
 		}
 	}
 	// The kernel destroys a namespace in the background: remove the veth pair now.

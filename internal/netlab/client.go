@@ -136,8 +136,8 @@ func (l *Lab) clientLink(c *ClientNetwork, inet *internetRecord) link {
 func (l *Lab) flushClientLink(ctx context.Context, c *ClientNetwork, inet *internetRecord) error {
 	lk := l.clientLink(c, inet)
 	for _, end := range []LinkEnd{lk.cfg.A, lk.cfg.B} {
-		if hostnet.NsLinkExists(ctx, end.Netns, end.Device) {
-			if err := hostnet.IP(ctx, "-n", end.Netns, "addr", "flush", "dev", end.Device); err != nil {
+		if hostnet.HasLink(end.Netns, end.Device) {
+			if err := hostnet.FlushAddresses(end.Netns, end.Device); err != nil {
 				return err
 			}
 		}
@@ -207,8 +207,8 @@ func (l *Lab) removeClient(ctx context.Context, name string) error {
 	ns := clientNetns(l.opts.DataDir, name)
 	errs = append(errs, hostnet.KillNetns(ctx, ns), hostnet.DeleteNetns(ctx, ns, ""))
 	inetNs, hub := internetNetns(l.opts.DataDir), hubDevice(l.opts.DataDir, "client/"+name)
-	if hostnet.NetnsExists(inetNs) && hostnet.NsLinkExists(ctx, inetNs, hub) {
-		errs = append(errs, hostnet.IP(ctx, "-n", inetNs, "link", "delete", hub))
+	if hostnet.NetnsExists(inetNs) {
+		errs = append(errs, hostnet.RemoveLink(inetNs, hub))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove client network %s: %w", name, err)

@@ -99,7 +99,7 @@ func (l *Lab) EnsureFront(ctx context.Context) (Front, error) {
 			return err
 		}
 		// The address lives on the internet namespace's loopback: every link's routes lead there.
-		if err := hostnet.IP(ctx, "-n", inet.Netns, "addr", "replace", addr.String()+"/32", "dev", "lo"); err != nil {
+		if err := hostnet.Address(inet.Netns, "lo", netip.PrefixFrom(addr, 32)); err != nil {
 			return fmt.Errorf("the front door's address: %w", err)
 		}
 		tokenPath := filepath.Join(dir, frontTokenFile)
@@ -168,7 +168,9 @@ func (l *Lab) removeFront(ctx context.Context) error {
 	}
 	inetNs := internetNetns(l.opts.DataDir)
 	if rec.Address != "" && hostnet.NetnsExists(inetNs) {
-		_ = hostnet.IP(ctx, "-n", inetNs, "addr", "del", rec.Address+"/32", "dev", "lo") // gone with a namespace made again
+		if a, err := netip.ParseAddr(rec.Address); err == nil {
+			_ = hostnet.RemoveAddress(inetNs, "lo", netip.PrefixFrom(a, 32)) // gone with a namespace made again
+		}
 	}
 	if err := l.releaseInternet(ctx, frontHostKey); err != nil {
 		return err

@@ -252,25 +252,20 @@ func ensureLinkDevices(ctx context.Context, l link) error {
 	}{{l.cfg.A, l.addrA, l.hub}, {l.cfg.B, l.hub, l.addrA}}
 	for _, e := range ends {
 		ns, dev := e.end.Netns, e.end.Device
-		if !hostnet.NsLinkExists(ctx, ns, dev) {
-			if err := hostnet.IP(ctx, "-n", ns, "tuntap", "add", "dev", dev, "mode", "tun"); err != nil && !hostnet.NsLinkExists(ctx, ns, dev) {
-				return err
-			}
-		}
-		if err := hostnet.IP(ctx, "-n", ns, "addr", "replace", e.local.String(), "peer", e.peer.String(), "dev", dev); err != nil {
+		if err := hostnet.EnsureTun(ns, dev); err != nil {
 			return err
 		}
-		if err := hostnet.IP(ctx, "-n", ns, "link", "set", dev, "up"); err != nil {
+		if err := hostnet.PointToPoint(ns, dev, e.local, e.peer); err != nil {
 			return err
 		}
 	}
 	if l.defaultRoute {
-		if err := hostnet.IP(ctx, "-n", l.cfg.A.Netns, "route", "replace", "default", "dev", l.cfg.A.Device); err != nil {
+		if err := hostnet.RouteDev(l.cfg.A.Netns, netip.Prefix{}, l.cfg.A.Device); err != nil {
 			return err
 		}
 	}
 	if l.networkA.IsValid() {
-		if err := hostnet.IP(ctx, "-n", l.cfg.B.Netns, "route", "replace", l.networkA.String(), "dev", l.cfg.B.Device); err != nil {
+		if err := hostnet.RouteDev(l.cfg.B.Netns, l.networkA, l.cfg.B.Device); err != nil {
 			return err
 		}
 	}

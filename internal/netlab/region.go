@@ -213,20 +213,11 @@ func (l *Lab) ensureRegionNet(ctx context.Context, reg Bridge, shape Shape) (*re
 	if err := hostnet.EnsureNetns(ctx, rn.RouterNetns, false); err != nil {
 		return nil, fmt.Errorf("router namespace: %w", err)
 	}
-	if !hostnet.LinkExists(rn.HostVeth) && !hostnet.NsLinkExists(ctx, rn.RouterNetns, routerLAN) {
-		if err := hostnet.IP(ctx, "link", "add", rn.HostVeth, "type", "veth", "peer", "name", routerLAN, "netns", rn.RouterNetns); err != nil {
-			return nil, fmt.Errorf("router's leg on the bridge: %w", err)
-		}
+	if err := hostnet.AddVeth(rn.HostVeth, rn.Bridge, routerLAN, rn.RouterNetns); err != nil {
+		return nil, fmt.Errorf("router's leg on the bridge: %w", err)
 	}
-	steps := [][]string{
-		{"link", "set", rn.HostVeth, "master", rn.Bridge, "up"},
-		{"-n", rn.RouterNetns, "addr", "replace", fmt.Sprintf("%s/%d", rn.LANAddress, subnet.Bits()), "dev", routerLAN},
-		{"-n", rn.RouterNetns, "link", "set", routerLAN, "up"},
-	}
-	for _, s := range steps {
-		if err := hostnet.IP(ctx, s...); err != nil {
-			return nil, fmt.Errorf("router's leg on the bridge: %w", err)
-		}
+	if err := hostnet.Address(rn.RouterNetns, routerLAN, netip.PrefixFrom(hostnet.HostAddr(subnet, routerLANHost), subnet.Bits())); err != nil {
+		return nil, fmt.Errorf("router's leg on the bridge: %w", err)
 	}
 	lk := l.regionLink(rn, inet)
 	if err := ensureLinkDevices(ctx, lk); err != nil {
@@ -331,8 +322,8 @@ func (l *Lab) removeRegionNet(ctx context.Context, region string) error {
 	}
 	inetNs := internetNetns(l.opts.DataDir)
 	hub := hubDevice(l.opts.DataDir, "region/"+region)
-	if hostnet.NetnsExists(inetNs) && hostnet.NsLinkExists(ctx, inetNs, hub) {
-		if err := hostnet.IP(ctx, "-n", inetNs, "link", "delete", hub); err != nil {
+	if hostnet.NetnsExists(inetNs) {
+		if err := hostnet.RemoveLink(inetNs, hub); err != nil {
 			errs = append(errs, fmt.Errorf("remove the internet's end of the link: %w", err))
 		}
 	}

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -11,35 +12,34 @@ import (
 
 // ensureBridge creates the region's bridge with the gateway address, or completes it.
 func ensureBridge(ctx context.Context, bridge, gatewayCIDR string) error {
-	if !hostnet.LinkExists(bridge) {
-		if err := hostnet.IP(ctx, "link", "add", bridge, "type", "bridge"); err != nil && !hostnet.LinkExists(bridge) {
-			return fmt.Errorf("create bridge: %w", err)
-		}
+	gateway, err := netip.ParsePrefix(gatewayCIDR)
+	if err != nil {
+		return fmt.Errorf("the bridge's gateway address: %w", err)
 	}
-	if err := hostnet.IP(ctx, "addr", "replace", gatewayCIDR, "dev", bridge); err != nil {
-		return fmt.Errorf("address the bridge: %w", err)
-	}
-	if err := hostnet.IP(ctx, "link", "set", bridge, "up"); err != nil {
-		return fmt.Errorf("bring the bridge up: %w", err)
-	}
-	return nil
+	return hostnet.EnsureBridge(bridge, gateway)
 }
 
 // setupInstanceNetwork gives the instance its network namespace with eth0 on the region's bridge
 // (host end hostVeth), its address, a default route through the bridge, and forwarding on.
 func setupInstanceNetwork(ctx context.Context, r *record) error {
 	ns := r.Netns
-	steps := [][]string{
-		{"netns", "add", ns},
-		{"link", "add", r.HostVeth, "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"link", "set", r.HostVeth, "master", r.Bridge, "up"},
-		{"-n", ns, "addr", "add", fmt.Sprintf("%s/%d", r.Address, r.PrefixLen), "dev", "eth0"},
-		{"-n", ns, "link", "set", "eth0", "up"},
-		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "route", "add", "default", "via", r.Gateway},
+	addr, err := netip.ParseAddr(r.Address)
+	if err != nil {
+		return fmt.Errorf("set up the network of %s: address: %w", r.Spec.Name, err)
 	}
-	for _, s := range steps {
-		if err := hostnet.IP(ctx, s...); err != nil {
+	gateway, err := netip.ParseAddr(r.Gateway)
+	if err != nil {
+		return fmt.Errorf("set up the network of %s: gateway: %w", r.Spec.Name, err)
+	}
+	steps := []func() error{
+		func() error { return hostnet.AddNetns(ns) },
+		func() error { return hostnet.AddVeth(r.HostVeth, r.Bridge, "eth0", ns) },
+		func() error { return hostnet.Address(ns, "eth0", netip.PrefixFrom(addr, r.PrefixLen)) },
+		func() error { return hostnet.LinkUp(ns, "lo") },
+		func() error { return hostnet.RouteVia(ns, gateway) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
 			return fmt.Errorf("set up the network of %s: %w", r.Spec.Name, err)
 		}
 	}
