@@ -13,11 +13,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"herd.dev/herd/internal/agentauth"
@@ -27,8 +27,6 @@ import (
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/statefile"
 )
-
-var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // Create implements provider.Provider. It checks the host and the image, gives the instance its
 // address and network, starts its agent and returns it Booting; the cluster boots in the
@@ -40,8 +38,8 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if spec.Region == "" {
 		spec.Region = DefaultRegion
 	}
-	if !labelRE.MatchString(spec.Region) || len(spec.Region) > 63 {
-		return provider.Instance{}, fmt.Errorf("instance %s: region %q must be a DNS label", spec.Name, spec.Region)
+	if msgs := validation.IsDNS1123Label(spec.Region); len(msgs) > 0 {
+		return provider.Instance{}, fmt.Errorf("instance %s: region %q must be a DNS label: %s", spec.Name, spec.Region, strings.Join(msgs, "; "))
 	}
 	if errs := p.ValidateOptions(field.NewPath("options"), spec.Options); len(errs) > 0 {
 		return provider.Instance{}, fmt.Errorf("instance %s: region %s: %w", spec.Name, spec.Region, errs.ToAggregate())
