@@ -30,6 +30,7 @@ Bundles are kept under --data-dir/images.`,
 	cmd.AddCommand(
 		newImageBuildCmd(g, store),
 		newImageDiskCmd(g, store),
+		newImagePushCmd(g, store),
 		newImageLsCmd(g, store),
 		newImageInspectCmd(g, store),
 		newImageRmCmd(g),
