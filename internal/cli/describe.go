@@ -45,6 +45,7 @@ func newDescribeCmd(g *globals) *cobra.Command {
 			describeFleet(g.out, f)
 			describeGlobal(ctx, g.out, c, f)
 			describeFront(g.out, f.Metadata.Name, fd)
+			describeTenants(g.out, f, insts)
 			describeInstances(g.out, f, insts)
 			fmt.Fprintln(g.out, "Events:")
 			if len(evs) == 0 {

@@ -16,7 +16,7 @@ func newGetCmd(g *globals) *cobra.Command {
 	var fleet string
 	var orphans bool
 	cmd := &cobra.Command{
-		Use:   "get fleets|instances|regions|routes|rtt [NAME]",
+		Use:   "get fleets|instances|regions|routes|rtt|tenants [NAME]",
 		Short: "List fleets, instances, the regions of fleets, global routes or the round trips to regions",
 		Long: `get lists fleets, instances, or regions: one line per fleet and region, with the region's
 desired, running and ready instances, the revision it runs (during a wave, the old one until the
@@ -30,7 +30,11 @@ averaged): what a latency-based answer ranks regions by. For rtt, NAME is a clie
 
 get instances --orphans lists the instances the providers run that no fleet owns (no record, and
 no fleet that would adopt them: left by a process killed at the wrong moment or a store restored
-from an older copy), why, and when herd up deletes each ("kept" under herd up --orphans=keep).`,
+from an older copy), why, and when herd up deletes each ("kept" under herd up --orphans=keep).
+
+get tenants FLEET lists the tenants of a fleet with spec.tenancy: each tenant's instances, how
+many are ready, the revisions they run, the image it is pinned to, whether spec.tenancy.tenants
+declares it; the warm pool shows as "(warm)".`,
 		Example: `  herd get fleets
   herd get instances --fleet hello -o wide
   herd get instances --orphans        # instances no fleet owns, and when herd deletes each
@@ -39,9 +43,10 @@ from an older copy), why, and when herd up deletes each ("kept" under herd up --
   herd get regions hello -o wide
   herd get routes                     # each global hostname's answer per region, and why
   herd get rtt
-  herd get rtt 10.216.1.0/24 -o json`,
+  herd get rtt 10.216.1.0/24 -o json
+  herd get tenants saas`,
 		Args:      cobra.RangeArgs(1, 2),
-		ValidArgs: []string{"fleets", "instances", "regions", "routes", "rtt"},
+		ValidArgs: []string{"fleets", "instances", "regions", "routes", "rtt", "tenants"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch resource(args[0]) {
 			case "region":
@@ -50,6 +55,8 @@ from an older copy), why, and when herd up deletes each ("kept" under herd up --
 				return getRTT(cmd.Context(), g, args[1:], output)
 			case "route":
 				return getRoutes(cmd.Context(), g, args[1:], output)
+			case "tenant":
+				return getTenants(cmd.Context(), g, args[1:], output)
 			}
 			format, kind, name, err := resourceArgs(args, output)
 			if err != nil {
@@ -126,6 +133,8 @@ func resource(s string) string {
 		return "route"
 	case "rtt", "rtts":
 		return "rtt"
+	case "tenant", "tenants":
+		return "tenant"
 	}
 	return s
 }
