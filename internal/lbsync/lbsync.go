@@ -125,7 +125,12 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 		}
 		for _, rev := range revs {
 			g := lb.TargetGroup{Name: rev, Weight: len(byRev[rev])}
-			if weights != nil {
+			switch {
+			case f.Spec.Tenancy != nil:
+				// Each tenant's revisions share its requests by its own instances (lb/tenancy.go):
+				// the fleet-wide weight is unused, and a count of thousands is no valid weight.
+				g.Weight = 1
+			case weights != nil:
 				g.Weight = int(weights[rev])
 			}
 			for _, in := range byRev[rev] {
