@@ -8,11 +8,12 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/global/routes"
 )
 
-// getRoutes is `herd get routes [HOSTNAME] [-o wide|yaml|json]`: each global hostname, its
-// policy, and per region how it takes part in the DNS answers and why. HOSTNAME may also be a
-// fleet's name.
+// getRoutes is `herd get routes [HOSTNAME] [-o wide|yaml|json]`: each global hostname and each
+// discovery name (policy nearest: the caller's own region first), its policy, and per region how
+// it takes part in the DNS answers and why. HOSTNAME may also be a fleet's name.
 func getRoutes(ctx context.Context, g *globals, args []string, output string) error {
 	format := outputFormat(output)
 	if err := format.check(); err != nil {
@@ -38,22 +39,27 @@ func getRoutes(ctx context.Context, g *globals, args []string, output string) er
 				rs = append(rs, r)
 			}
 		}
-		if len(rs) == 0 {
-			return fmt.Errorf("no route for %q: give a fleet's spec.global.hostname or the fleet's name (herd get routes lists them)", hostname)
+		ds := table.Discovery[:0]
+		for _, r := range table.Discovery {
+			if r.DiscoveryHostname(table.DiscoveryZone) == want || r.Fleet == hostname {
+				ds = append(ds, r)
+			}
 		}
-		table.Routes = rs
+		if len(rs)+len(ds) == 0 {
+			return fmt.Errorf("no route for %q: give a fleet's spec.global.hostname, its discovery name or the fleet's name (herd get routes lists them)", hostname)
+		}
+		table.Routes, table.Discovery = rs, ds
 	}
 	if format == "yaml" || format == "json" {
 		return printObject(g.out, format, table)
 	}
-	if len(table.Routes) == 0 {
-		fmt.Fprintln(g.errOut, "No routes found: give a fleet spec.global (docs/global-routing.md).")
+	if len(table.Routes)+len(table.Discovery) == 0 {
+		fmt.Fprintln(g.errOut, "No routes found: give a fleet spec.global (docs/global-routing.md), or a listener to publish it (spec.discovery).")
 		return nil
 	}
 	headers := []string{"HOSTNAME", "FLEET", "POLICY", "TTL", "REGION", "ANSWER", "READY", "ADDRESS", "WHY"}
 	t := newTable(g.out, headers...)
-	for _, r := range table.Routes {
-		answer := r.Answer()
+	row := func(hostname, policy string, r routes.Route, answer []string) {
 		for i, rg := range r.Regions {
 			var addrs []string
 			for _, a := range rg.Addresses {
@@ -62,9 +68,19 @@ func getRoutes(ctx context.Context, g *globals, args []string, output string) er
 			if len(addrs) == 0 {
 				addrs = []string{"<none>"}
 			}
-			t.row(r.Hostname, r.Fleet, r.Policy, fmt.Sprintf("%ds", r.TTLSeconds), rg.Name, answer[i],
+			t.row(hostname, r.Fleet, policy, fmt.Sprintf("%ds", r.TTLSeconds), rg.Name, answer[i],
 				fmt.Sprintf("%d/%d", rg.Ready, rg.MinReady), strings.Join(addrs, ","), rg.Why)
 		}
+	}
+	for _, r := range table.Routes {
+		row(r.Hostname, string(r.Policy), r, r.Answer())
+	}
+	for _, r := range table.Discovery {
+		policy := "nearest"
+		if len(r.AllowFrom) > 0 {
+			policy += " (from " + strings.Join(r.AllowFrom, ",") + ")"
+		}
+		row(r.DiscoveryHostname(table.DiscoveryZone), policy, r, r.DiscoveryAnswer())
 	}
 	return t.flush()
 }

@@ -97,6 +97,7 @@ and each adds its address to the client config, whose client tries the others wh
 	cmd.Flags().StringVar(&orphans, "orphans", orphansDelete, "what to do with instances no fleet owns: "+orphansDelete+" (once --orphan-grace has passed) or "+orphansKeep+" (only report them: herd get instances --orphans)")
 	cmd.Flags().DurationVar(&opts.OrphanGrace, "orphan-grace", time.Minute, "how long an instance no fleet owns is left before herd deletes it")
 	cmd.Flags().StringVar(&opts.DiscoveryZone, "discovery-zone", v1alpha1.DefaultDiscoveryZone, "zone the fleets are published in to each other's instances (spec.discovery): NAME.<zone> resolves, inside every instance, to the fleet's load balancer in the caller's region")
+	cmd.Flags().StringVar(&opts.DiscoveryListen, "discovery-listen", "", "UDP and TCP address herd's DNS answers the discovery zone on, for the instances' cluster DNS (e.g. 0.0.0.0:5354); default: not served")
 	dns.register(cmd, "dns-", "serve this zone with herd's authoritative DNS (e.g. herd.test.): each fleet's spec.global hostname answered with its healthy regions' load balancers; default: no DNS")
 	return cmd
 }

@@ -58,6 +58,9 @@ type Options struct {
 	// DiscoveryZone is the zone fleets are published in to each other's instances
 	// (spec.discovery). Default: v1alpha1.DefaultDiscoveryZone.
 	DiscoveryZone string
+	// DiscoveryListen is the UDP and TCP address herd's DNS answers the discovery zone on, which
+	// the instances' cluster DNS must reach. Default: none (not served).
+	DiscoveryListen string
 	// OrphanGrace is how long an instance no fleet owns is left before the controller deletes it.
 	// Default: controller.Options' (1m).
 	OrphanGrace time.Duration

@@ -23,6 +23,17 @@ type DNSOptions struct {
 	MaxUDPSize  int
 	// Listener, when set, is used instead of opening Listen (tests pass one on port 0).
 	Listener *dns.Listener
+	// Discovery serves the discovery zone (dns.Options.Discovery): the fleets published to
+	// each other's instances (herd up --discovery-zone, --discovery-listen).
+	Discovery bool
+}
+
+// flag is the prefix of the herd up flags that set the options, for errors.
+func (o DNSOptions) flag() string {
+	if o.Discovery {
+		return "--discovery-"
+	}
+	return "--dns-"
 }
 
 // lbAddresses gives each region's load balancer data address: the regional load balancer's for a
@@ -40,6 +51,21 @@ func (a lbAddresses) RegionLBAddresses(ctx context.Context, region string) ([]ne
 		}
 	}
 	return a.embedded, nil
+}
+
+// instanceLBAddresses gives the address the instances of a region reach its load balancer on:
+// inside the region's network where it tells one (regionnet.InstanceSide), else where clients do.
+type instanceLBAddresses struct{ lbAddresses }
+
+func (a instanceLBAddresses) RegionLBAddresses(ctx context.Context, region string) ([]netip.Addr, error) {
+	for _, n := range a.networks {
+		if in, ok := n.(regionnet.InstanceSide); ok {
+			if addr, ok := in.InstanceAddress(ctx, region); ok {
+				return []netip.Addr{addr}, nil
+			}
+		}
+	}
+	return a.lbAddresses.RegionLBAddresses(ctx, region)
 }
 
 // embeddedLBAddresses are the addresses clients reach herd up's own load balancer on: the
@@ -65,15 +91,15 @@ func listenDNS(opts DNSOptions, table func(context.Context) (routes.Table, error
 	if opts.Listen == "" {
 		opts.Listen = "127.0.0.1:5353"
 	}
-	log = log.With("component", "dns")
-	s, err := dns.New(dns.Options{Zone: opts.Zone, Nameservers: opts.Nameservers, MaxUDPSize: opts.MaxUDPSize, Logger: log, Events: events})
+	log = log.With("component", "dns", "discovery", opts.Discovery)
+	s, err := dns.New(dns.Options{Zone: opts.Zone, Nameservers: opts.Nameservers, MaxUDPSize: opts.MaxUDPSize, Logger: log, Events: events, Discovery: opts.Discovery})
 	if err != nil {
-		return nil, fmt.Errorf("--dns-zone: %w", err)
+		return nil, fmt.Errorf("%szone: %w", opts.flag(), err)
 	}
 	l := opts.Listener
 	if l == nil {
 		if l, err = dns.Listen(opts.Listen); err != nil {
-			return nil, fmt.Errorf("--dns-listen: %w", err)
+			return nil, fmt.Errorf("%slisten: %w", opts.flag(), err)
 		}
 	}
 	log.Info("dns serving", "zone", s.Zone(), "listen", l.Addr().String())

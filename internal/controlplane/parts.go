@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/agentmetrics"
@@ -79,6 +81,8 @@ type parts struct {
 
 	api *apiServer
 	dns *dnsServer // nil without --dns-zone
+	// discovery answers the discovery zone to the instances; nil without --discovery-listen
+	discovery *dnsServer
 }
 
 // build builds every part. What it opened (the API's and the DNS server's sockets) is closed by
@@ -110,8 +114,9 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 	p.buildLeading()
 	// herd's DNS answers from the store, the regions' reachability from the clients' side and
 	// the round trips each regional load balancer measures to its client networks.
+	lbs := lbAddresses{networks: p.networks, embedded: embeddedLBAddresses(p.opts.LBAddress)}
 	p.routes = routes.NewLive(routes.LiveOptions{Informer: p.cache, Reach: p.regions, RTT: p.rtts,
-		LB: lbAddresses{networks: p.networks, embedded: embeddedLBAddresses(p.opts.LBAddress)}})
+		LB: lbs, InstanceLB: instanceLBAddresses{lbs}, DiscoveryZone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone)})
 	if p.api, err = listenAPI(p.opts); err != nil {
 		return err
 	}
@@ -126,6 +131,12 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 			return err
 		}
 	}
+	if p.opts.DiscoveryListen != "" {
+		opts := DNSOptions{Zone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone), Listen: p.opts.DiscoveryListen, Discovery: true}
+		if p.discovery, err = listenDNS(opts, p.routes.Table, p.recorder, p.log); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -136,6 +147,9 @@ func (p *parts) close() {
 	}
 	if p.dns != nil {
 		p.dns.close()
+	}
+	if p.discovery != nil {
+		p.discovery.close()
 	}
 }
 
@@ -259,6 +273,9 @@ func (p *parts) running() []runnable {
 		{"usage", p.usage.Start},
 		{"region probes", p.regions.Run},
 		{"region round trips", p.rtts.Run},
+	}
+	if p.discovery != nil {
+		out = append(out, runnable{"discovery-dns", p.discovery.Start})
 	}
 	if p.dns != nil {
 		out = append(out, runnable{"dns", p.dns.Start})

@@ -14,7 +14,10 @@ import (
 	"herd.dev/herd/internal/regionnet"
 )
 
-var _ regionnet.Networks = (*Lab)(nil)
+var (
+	_ regionnet.Networks     = (*Lab)(nil)
+	_ regionnet.InstanceSide = (*Lab)(nil)
+)
 
 // EnsureRegion implements regionnet.Networks: EnsureNetwork with the region's options, then
 // EnsureRegionLB.
@@ -34,6 +37,13 @@ func (l *Lab) EnsureRegion(ctx context.Context, region string, options map[strin
 func (l *Lab) DataAddress(_ context.Context, region string) (netip.Addr, bool) {
 	rn, err := l.Region(region)
 	return rn.WANAddress, err == nil && rn.WANAddress.IsValid()
+}
+
+// InstanceAddress implements regionnet.InstanceSide: the router's address on the region's
+// bridge, where the region's instances reach its load balancer without crossing the shaped link.
+func (l *Lab) InstanceAddress(_ context.Context, region string) (netip.Addr, bool) {
+	rn, err := l.Region(region)
+	return rn.LANAddress, err == nil && rn.LANAddress.IsValid()
 }
 
 // EnsureFrontDoor implements regionnet.Networks with EnsureFront: the front door in the internet

@@ -88,6 +88,15 @@ type Networks interface {
 	Chaos
 }
 
+// InstanceSide is a Networks whose instances reach their region's load balancer on another
+// address than the region's clients do (the network lab's router has a leg on the instances'
+// bridge): the address herd's DNS answers discovery names with (spec.discovery).
+type InstanceSide interface {
+	// InstanceAddress is where the region's instances reach its load balancer; ok is false while
+	// the region has no network.
+	InstanceAddress(ctx context.Context, region string) (addr netip.Addr, ok bool)
+}
+
 // Chaos cuts or degrades a region's link to its clients. Each action lasts until Restore, or
 // until the provider starts again, which undoes it.
 type Chaos interface {

@@ -116,8 +116,8 @@ func (s *Server) answer(r *mdns.Msg, qn mdns.Question, c client) int {
 	if h == nil {
 		h = snap.glue[name]
 	}
-	if h == nil {
-		if !snap.ents[name] {
+	if h == nil || !snap.allowed(h, c) {
+		if h != nil || !snap.ents[name] {
 			r.Rcode = mdns.RcodeNameError
 		}
 		r.Ns = snap.soa

@@ -76,7 +76,13 @@ func testTable() routes.Table {
 // startServer serves t on a loopback port and returns the server and its address.
 func startServer(t *testing.T, table routes.Table, ev EventRecorder) (*Server, string) {
 	t.Helper()
-	s, err := New(Options{Zone: testZone, Events: ev, Nameservers: []Nameserver{{Name: "ns1.herd.test", Addresses: []netip.Addr{nsAddr}}}})
+	return serve(t, Options{Zone: testZone, Events: ev, Nameservers: []Nameserver{{Name: "ns1.herd.test", Addresses: []netip.Addr{nsAddr}}}}, table)
+}
+
+// serve serves t with a server of opts on a loopback port and returns the server and its address.
+func serve(t *testing.T, opts Options, table routes.Table) (*Server, string) {
+	t.Helper()
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,9 @@ func (h *host) pick(s *snapshot, c client) (int, int) {
 	if h.failOpen || len(h.regions) == 0 {
 		return -1, 0
 	}
+	if s.discovery {
+		return h.callersRegion(s, c), 0
+	}
 	switch h.route.Policy {
 	case v1alpha1.PolicyWeighted:
 		return h.weighted(c), c.network().Bits()

@@ -54,6 +54,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Events, when set, records every answer change as an event on the fleet.
 	Events EventRecorder
+	// Discovery makes the server answer the published fleets (routes.Table.Discovery) as
+	// NAME.<zone>, to the instances of other fleets: with the caller's own region while it has a
+	// Ready instance, and nothing to a fleet that allowFrom leaves out (discovery.go).
+	Discovery bool
 }
 
 // Server answers queries for one zone from the latest snapshot.
@@ -63,6 +67,7 @@ type Server struct {
 	zone        string
 	nameservers []Nameserver
 	maxUDP      int
+	discovery   bool
 
 	snap   atomic.Pointer[snapshot]
 	mu     sync.Mutex // serializes Update, so changes are computed against the snapshot they replace
@@ -91,9 +96,9 @@ func New(opts Options) (*Server, error) {
 	for i := range opts.Nameservers {
 		opts.Nameservers[i].Name = mdns.Fqdn(strings.ToLower(opts.Nameservers[i].Name))
 	}
-	s := &Server{log: opts.Logger, events: opts.Events, zone: zone, nameservers: opts.Nameservers, maxUDP: opts.MaxUDPSize}
+	s := &Server{log: opts.Logger, events: opts.Events, zone: zone, nameservers: opts.Nameservers, maxUDP: opts.MaxUDPSize, discovery: opts.Discovery}
 	s.serial = uint32(time.Now().Unix())
-	s.snap.Store(compile(zone, s.nameservers, routes.Table{}, s.serial))
+	s.snap.Store(compile(zone, s.nameservers, routes.Table{}, s.serial, s.discovery))
 	return s, nil
 }
 
@@ -112,7 +117,7 @@ func (s *Server) Update(t routes.Table) {
 	s.last = &t
 	// The SOA serial moves with every snapshot, so a secondary (or a person with dig) sees a change.
 	s.serial = max(s.serial+1, uint32(time.Now().Unix()))
-	next := compile(s.zone, s.nameservers, t, s.serial)
+	next := compile(s.zone, s.nameservers, t, s.serial, s.discovery)
 	old := s.snap.Swap(next)
 	for _, c := range answerChanges(old, next) {
 		s.report(c)

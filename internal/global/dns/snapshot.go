@@ -25,6 +25,10 @@ type snapshot struct {
 	// below them (NODATA, not NXDOMAIN, per RFC 8020).
 	ents map[string]bool
 	rtt  map[netip.Prefix]map[string]time.Duration
+	// discovery is set on a discovery zone's server: the hosts are the published fleets, answered
+	// by who asks (callers).
+	discovery bool
+	callers   map[netip.Addr]routes.FleetRegion
 }
 
 // host is one hostname's answers.
@@ -51,10 +55,10 @@ func (h *host) answerSet() []string {
 	return out
 }
 
-func compile(zone string, nameservers []Nameserver, t routes.Table, serial uint32) *snapshot {
+func compile(zone string, nameservers []Nameserver, t routes.Table, serial uint32, discovery bool) *snapshot {
 	s := &snapshot{
 		zone: zone, hosts: map[string]*host{}, ents: map[string]bool{}, glue: map[string]*host{},
-		rtt: t.RTT,
+		rtt: t.RTT, discovery: discovery, callers: t.Callers,
 	}
 	mname := zone
 	if len(nameservers) > 0 {
@@ -74,9 +78,16 @@ func compile(zone string, nameservers []Nameserver, t routes.Table, serial uint3
 			s.addENTs(n.Name)
 		}
 	}
-	for i := range t.Routes {
-		r := &t.Routes[i]
+	hostRoutes := t.Routes
+	if discovery {
+		hostRoutes = t.Discovery
+	}
+	for i := range hostRoutes {
+		r := &hostRoutes[i]
 		name := mdns.Fqdn(strings.ToLower(r.Hostname))
+		if discovery {
+			name = strings.ToLower(r.Hostname) + "." + zone
+		}
 		if !mdns.IsSubDomain(zone, name) || name == zone {
 			continue // outside the zone this server serves: another server's
 		}

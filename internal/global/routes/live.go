@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"sync"
@@ -25,6 +26,11 @@ type LiveOptions struct {
 	LB       LBAddresses
 	Reach    Reachability
 	RTT      RTTSource
+	// InstanceLB gives the addresses the instances reach each region's load balancer on, for
+	// the discovery routes. Default: LB.
+	InstanceLB LBAddresses
+	// DiscoveryZone is the zone of the discovery names, copied into every table.
+	DiscoveryZone string
 	// Interval: see DefaultInterval (the default).
 	Interval time.Duration
 	// OnChange, when set, is called with every new table, from Start's goroutine; the table must
@@ -40,9 +46,11 @@ type LiveOptions struct {
 type Live struct {
 	opts LiveOptions
 
-	mu     sync.Mutex
-	global map[string]*v1alpha1.Fleet // the fleets with spec.global
-	ready  map[FleetRegion]int32
+	mu        sync.Mutex
+	global    map[string]*v1alpha1.Fleet // the fleets with spec.global
+	published map[string]*v1alpha1.Fleet // the fleets with spec.discovery on
+	ready     map[FleetRegion]int32
+	callers   map[netip.Addr]FleetRegion // the instances by address
 
 	kick  chan struct{}
 	first chan struct{}
@@ -59,6 +67,21 @@ type outside struct {
 	addrErrs    map[string]string
 	unreachable map[string]string
 	rtt         map[netip.Prefix]map[string]time.Duration
+	// inside are the addresses the instances reach the load balancers on, for the published
+	// fleets' regions.
+	inside insideAddrs
+}
+
+type insideAddrs struct {
+	addrs map[string][]netip.Addr
+	errs  map[string]string
+}
+
+func (o insideAddrs) RegionLBAddresses(_ context.Context, region string) ([]netip.Addr, error) {
+	if why, ok := o.errs[region]; ok {
+		return nil, errors.New(why)
+	}
+	return o.addrs[region], nil
 }
 
 func (o outside) RegionLBAddresses(_ context.Context, region string) ([]netip.Addr, error) {
@@ -75,9 +98,25 @@ func (o outside) RegionUnreachable(region string) (string, bool) {
 
 func (o outside) ClientRTTs() map[netip.Prefix]map[string]time.Duration { return o.rtt }
 
-// readOutside reads the inputs that are not in the store for regions.
-func (l *Live) readOutside(ctx context.Context, regions map[string]bool) outside {
-	o := outside{addrs: map[string][]netip.Addr{}, addrErrs: map[string]string{}, unreachable: map[string]string{}}
+// readOutside reads the inputs that are not in the store for regions, and the addresses inside
+// the published fleets' regions.
+func (l *Live) readOutside(ctx context.Context, regions, published map[string]bool) outside {
+	o := outside{addrs: map[string][]netip.Addr{}, addrErrs: map[string]string{}, unreachable: map[string]string{},
+		inside: insideAddrs{addrs: map[string][]netip.Addr{}, errs: map[string]string{}}}
+	inside := l.opts.InstanceLB
+	if inside == nil {
+		inside = l.opts.LB
+	}
+	for r := range published {
+		if inside == nil {
+			break
+		}
+		if a, err := inside.RegionLBAddresses(ctx, r); err != nil {
+			o.inside.errs[r] = err.Error()
+		} else {
+			o.inside.addrs[r] = a
+		}
+	}
 	for r := range regions {
 		if l.opts.LB != nil {
 			if a, err := l.opts.LB.RegionLBAddresses(ctx, r); err != nil {
@@ -103,7 +142,8 @@ func NewLive(opts LiveOptions) *Live {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
 	}
-	l := &Live{opts: opts, global: map[string]*v1alpha1.Fleet{}, ready: map[FleetRegion]int32{},
+	l := &Live{opts: opts, global: map[string]*v1alpha1.Fleet{}, published: map[string]*v1alpha1.Fleet{},
+		ready: map[FleetRegion]int32{}, callers: map[netip.Addr]FleetRegion{},
 		kick: make(chan struct{}, 1), first: make(chan struct{})}
 	opts.Informer.AddHandler(informer.Handler{Fleet: l.fleetChanged, Instance: l.instanceChanged})
 	return l
@@ -120,15 +160,25 @@ func (l *Live) fleetChanged(old, new *v1alpha1.Fleet) {
 	case old != nil:
 		delete(l.global, old.Metadata.Name)
 	}
+	switch {
+	case new != nil && new.Published(): // stored fleets are defaulted at apply
+		l.published[new.Metadata.Name] = new
+	case old != nil:
+		delete(l.published, old.Metadata.Name)
+	}
 	l.mu.Unlock()
-	if (old != nil && old.Spec.Global != nil) || (new != nil && new.Spec.Global != nil) {
+	if (old != nil && (old.Spec.Global != nil || old.Published())) || (new != nil && (new.Spec.Global != nil || new.Published())) {
 		l.wake()
 	}
 }
 
 func (l *Live) instanceChanged(old, new *v1alpha1.Instance) {
+	callersChanged := l.callerChanged(old, new)
 	was, is := readyIn(old), readyIn(new)
 	if was == is {
+		if callersChanged {
+			l.wake()
+		}
 		return
 	}
 	l.mu.Lock()
@@ -142,10 +192,35 @@ func (l *Live) instanceChanged(old, new *v1alpha1.Instance) {
 	}
 	_, wasGlobal := l.global[was.Fleet]
 	_, isGlobal := l.global[is.Fleet]
+	_, wasPublished := l.published[was.Fleet]
+	_, isPublished := l.published[is.Fleet]
 	l.mu.Unlock()
-	if wasGlobal || isGlobal {
+	if wasGlobal || isGlobal || wasPublished || isPublished || callersChanged {
 		l.wake()
 	}
+}
+
+// callerChanged keeps the instances' addresses, and reports whether they changed while a fleet
+// is published (the only time they are read).
+func (l *Live) callerChanged(old, new *v1alpha1.Instance) bool {
+	oldAddr, hadAddr := callerAddr(old)
+	newAddr, hasAddr := callerAddr(new)
+	var next FleetRegion
+	if hasAddr {
+		next = FleetRegion{new.Spec.Fleet, new.Spec.Region}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	changed := false
+	if hadAddr && (!hasAddr || oldAddr != newAddr) && l.callers[oldAddr] == (FleetRegion{old.Spec.Fleet, old.Spec.Region}) {
+		delete(l.callers, oldAddr)
+		changed = true
+	}
+	if hasAddr && l.callers[newAddr] != next {
+		l.callers[newAddr] = next
+		changed = true
+	}
+	return changed && len(l.published) > 0
 }
 
 // readyIn is the fleet and region an instance counts as Ready in, or none.
@@ -201,7 +276,19 @@ func (l *Live) Start(ctx context.Context) error {
 func (l *Live) recompute(ctx context.Context, changed bool) {
 	l.mu.Lock()
 	in := Inputs{Fleets: make([]*v1alpha1.Fleet, 0, len(l.global)), Ready: map[FleetRegion]int32{}}
-	regions := map[string]bool{}
+	regions, inside := map[string]bool{}, map[string]bool{}
+	for _, f := range l.published {
+		in.Published = append(in.Published, f)
+		for _, r := range f.Spec.Regions {
+			inside[r.Name] = true
+			if n := l.ready[FleetRegion{f.Metadata.Name, r.Name}]; n > 0 {
+				in.Ready[FleetRegion{f.Metadata.Name, r.Name}] = n
+			}
+		}
+	}
+	if len(l.published) > 0 {
+		in.Callers = maps.Clone(l.callers)
+	}
 	for _, f := range l.global {
 		in.Fleets = append(in.Fleets, f)
 		for _, r := range failoverOrder(f) {
@@ -212,13 +299,16 @@ func (l *Live) recompute(ctx context.Context, changed bool) {
 		}
 	}
 	l.mu.Unlock()
-	o := l.readOutside(ctx, regions)
+	o := l.readOutside(ctx, regions, inside)
 	if !changed && l.table != nil && reflect.DeepEqual(o, l.outside) {
 		return
 	}
 	l.outside = o
-	in.LB, in.Reach, in.RTT = o, o, o
+	in.LB, in.Reach, in.RTT, in.InstanceLB = o, o, o, o.inside
 	next := Compute(ctx, in)
+	if len(next.Discovery) > 0 {
+		next.DiscoveryZone = l.opts.DiscoveryZone
+	}
 	l.mu.Lock()
 	first := l.table == nil
 	differs := first || !reflect.DeepEqual(*l.table, next)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -24,6 +25,16 @@ type Table struct {
 	// RTT is the smoothed round-trip time from each client network (/24, /48 for IPv6) to each
 	// region's load balancer, as the load balancers measured it.
 	RTT map[netip.Prefix]map[string]time.Duration `json:"rtt,omitempty"`
+	// Discovery are the fleets published to other fleets' instances (spec.discovery), sorted by
+	// name: Hostname is the name's label, without the discovery zone; Regions are in the order of
+	// spec.regions, each with the address the instances reach its load balancer on, healthy
+	// with a Ready instance whatever its reachability from outside.
+	Discovery []Route `json:"discovery,omitempty"`
+	// DiscoveryZone is the zone the discovery names are in (herd up --discovery-zone).
+	DiscoveryZone string `json:"discoveryZone,omitempty"`
+	// Callers are the instances by address, with their fleet and region: who asks, when a
+	// discovery query comes from that address.
+	Callers map[netip.Addr]FleetRegion `json:"callers,omitempty"`
 }
 
 // Route is one fleet's hostname and the regions that may answer it.
@@ -40,6 +51,8 @@ type Route struct {
 	Geo             []GeoRule              `json:"geo,omitempty"`
 	GeoDefault      string                 `json:"geoDefault,omitempty"`
 	LatencyFallback v1alpha1.RoutingPolicy `json:"latencyFallback,omitempty"`
+	// AllowFrom, on a discovery route, are the only fleets whose instances get an answer.
+	AllowFrom []string `json:"allowFrom,omitempty"`
 }
 
 // RegionRoute is one region of a route.
@@ -109,10 +122,19 @@ type Inputs struct {
 	LB    LBAddresses
 	Reach Reachability
 	RTT   RTTSource
+	// Published are the fleets with spec.discovery on (defaulted), and InstanceLB the addresses
+	// the instances reach each region's load balancer on (LB when nil).
+	Published  []*v1alpha1.Fleet
+	InstanceLB LBAddresses
+	// Callers are the instances by address: Instances' when nil.
+	Callers map[netip.Addr]FleetRegion
 }
 
 // FleetRegion names one region of one fleet.
-type FleetRegion struct{ Fleet, Region string }
+type FleetRegion struct {
+	Fleet  string `json:"fleet"`
+	Region string `json:"region"`
+}
 
 // Compute builds the table from the fleets with spec.global (defaulted, as stored). A region whose
 // load balancer's address cannot be had is in the table without addresses and unhealthy, with the
@@ -127,9 +149,8 @@ func Compute(ctx context.Context, in Inputs) Table {
 			}
 		}
 	}
-	addrs := map[string][]netip.Addr{}
-	addrErr := map[string]error{}
 	var t Table
+	global := regionAddresses{lb: in.LB}
 	for _, f := range in.Fleets {
 		g := f.Spec.Global
 		if g == nil || g.Hostname == "" {
@@ -147,35 +168,9 @@ func Compute(ctx context.Context, in Inputs) Table {
 			minReady = *g.MinHealthyInstances
 		}
 		for _, name := range failoverOrder(f) {
-			if _, done := addrs[name]; !done && addrErr[name] == nil && in.LB != nil {
-				a, err := in.LB.RegionLBAddresses(ctx, name)
-				if err != nil {
-					addrErr[name] = err
-				} else {
-					addrs[name] = a
-				}
-			}
-			rg := RegionRoute{Name: name, Addresses: addrs[name], Weight: 1, Ready: ready[FleetRegion{f.Metadata.Name, name}], MinReady: minReady, Reachable: true}
+			rg := global.region(ctx, name, ready[FleetRegion{f.Metadata.Name, name}], minReady, true, in.Reach)
 			if w, ok := g.Weights[name]; ok {
 				rg.Weight = w
-			}
-			unreachableWhy := ""
-			if in.Reach != nil {
-				unreachableWhy, rg.Reachable = in.Reach.RegionUnreachable(name)
-				rg.Reachable = !rg.Reachable
-			}
-			switch {
-			case addrErr[name] != nil:
-				rg.Why = fmt.Sprintf("no load balancer address: %v", addrErr[name])
-			case len(rg.Addresses) == 0:
-				rg.Why = "no load balancer address"
-			case !rg.Reachable:
-				rg.Why = "unreachable from outside the region: " + unreachableWhy
-			case rg.Ready < minReady:
-				rg.Why = fmt.Sprintf("%d Ready instances, fewer than minHealthyInstances %d", rg.Ready, minReady)
-			default:
-				rg.Healthy = true
-				rg.Why = fmt.Sprintf("reachable, %d Ready instances (min %d)", rg.Ready, minReady)
 			}
 			r.Regions = append(r.Regions, rg)
 		}
@@ -194,7 +189,104 @@ func Compute(ctx context.Context, in Inputs) Table {
 	if in.RTT != nil {
 		t.RTT = in.RTT.ClientRTTs()
 	}
+	t.Discovery = discoveryRoutes(ctx, in, ready)
+	t.Callers = in.Callers
+	if t.Callers == nil && len(t.Discovery) > 0 {
+		t.Callers = callers(in.Instances)
+	}
 	return t
+}
+
+// discoveryRoutes are the published fleets' routes: every region of spec.regions in order, with
+// the address its instances reach its load balancer on, healthy with one Ready instance. An
+// instance calls from inside a region, so the region's reachability from outside does not count.
+func discoveryRoutes(ctx context.Context, in Inputs, ready map[FleetRegion]int32) []Route {
+	lb := in.InstanceLB
+	if lb == nil {
+		lb = in.LB
+	}
+	addrs := regionAddresses{lb: lb}
+	var out []Route
+	for _, f := range in.Published {
+		if !f.Published() {
+			continue
+		}
+		r := Route{Fleet: f.Metadata.Name, Hostname: f.Spec.Discovery.Name, Policy: v1alpha1.PolicyFailover,
+			TTLSeconds: uint32(v1alpha1.DefaultGlobalTTL / time.Second), AllowFrom: f.Spec.Discovery.AllowFrom}
+		for _, rg := range f.Spec.Regions {
+			r.Regions = append(r.Regions, addrs.region(ctx, rg.Name, ready[FleetRegion{f.Metadata.Name, rg.Name}], 1, false, nil))
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Route) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	return out
+}
+
+// callers maps the instances' addresses to their fleet and region.
+func callers(instances []*v1alpha1.Instance) map[netip.Addr]FleetRegion {
+	out := map[netip.Addr]FleetRegion{}
+	for _, inst := range instances {
+		if a, ok := callerAddr(inst); ok {
+			out[a] = FleetRegion{inst.Spec.Fleet, inst.Spec.Region}
+		}
+	}
+	return out
+}
+
+// callerAddr is the address an instance's queries come from.
+func callerAddr(inst *v1alpha1.Instance) (netip.Addr, bool) {
+	if inst == nil || inst.Status.Address == "" {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(inst.Status.Address)
+	return a.Unmap(), err == nil
+}
+
+// regionAddresses reads each region's load balancer addresses once per Compute.
+type regionAddresses struct {
+	lb    LBAddresses
+	addrs map[string][]netip.Addr
+	errs  map[string]error
+}
+
+// region is one region of a route, healthy when its load balancer has an address, it is
+// reachable from outside (when that counts; reach nil: always) and it has minReady Ready
+// instances; Why says which failed.
+func (a *regionAddresses) region(ctx context.Context, name string, ready, minReady int32, fromOutside bool, reach Reachability) RegionRoute {
+	if a.addrs == nil {
+		a.addrs, a.errs = map[string][]netip.Addr{}, map[string]error{}
+	}
+	if _, done := a.addrs[name]; !done && a.errs[name] == nil && a.lb != nil {
+		addrs, err := a.lb.RegionLBAddresses(ctx, name)
+		if err != nil {
+			a.errs[name] = err
+		} else {
+			a.addrs[name] = addrs
+		}
+	}
+	rg := RegionRoute{Name: name, Addresses: a.addrs[name], Weight: 1, Ready: ready, MinReady: minReady, Reachable: true}
+	unreachableWhy := ""
+	if reach != nil {
+		unreachableWhy, rg.Reachable = reach.RegionUnreachable(name)
+		rg.Reachable = !rg.Reachable
+	}
+	switch {
+	case a.errs[name] != nil:
+		rg.Why = fmt.Sprintf("no load balancer address: %v", a.errs[name])
+	case len(rg.Addresses) == 0:
+		rg.Why = "no load balancer address"
+	case !rg.Reachable:
+		rg.Why = "unreachable from outside the region: " + unreachableWhy
+	case rg.Ready < minReady:
+		rg.Why = fmt.Sprintf("%d Ready instances, fewer than minHealthyInstances %d", rg.Ready, minReady)
+	case !fromOutside:
+		rg.Healthy = true
+		rg.Why = fmt.Sprintf("%d Ready instances (min %d)", rg.Ready, minReady)
+	default:
+		rg.Healthy = true
+		rg.Why = fmt.Sprintf("reachable, %d Ready instances (min %d)", rg.Ready, minReady)
+	}
+	return rg
 }
 
 // SortGeo orders rules longest prefix first (then by address), so the first match is the most
@@ -218,6 +310,29 @@ func failoverOrder(f *v1alpha1.Fleet) []string {
 		}
 	}
 	return order
+}
+
+// DiscoveryHostname is a discovery route's name in zone, without the trailing dot.
+func (r *Route) DiscoveryHostname(zone string) string {
+	return r.Hostname + "." + strings.TrimSuffix(zone, ".")
+}
+
+// DiscoveryAnswer says, for each region of a discovery route, how it takes part in the answers:
+// "in" (it answers its own callers, and those of regions that cannot), "out", or
+// "in (fail open)" when no region is healthy.
+func (r *Route) DiscoveryAnswer() []string {
+	idx, failOpen := r.Eligible()
+	out := make([]string, len(r.Regions))
+	for i := range out {
+		out[i] = "out"
+	}
+	for _, i := range idx {
+		out[i] = "in"
+		if failOpen {
+			out[i] = "in (fail open)"
+		}
+	}
+	return out
 }
 
 // Answer says, for each region in order, how it takes part in the hostname's answers now:

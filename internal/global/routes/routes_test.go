@@ -98,3 +98,34 @@ func TestCompute(t *testing.T) {
 		t.Errorf("fail open answer %s", got)
 	}
 }
+
+// A published fleet has a discovery route with the addresses inside its regions, healthy with one
+// Ready instance even when the region is unreachable from outside; the instances are the callers.
+func TestComputeDiscovery(t *testing.T) {
+	api := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "api"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Port: 8081, InstancePort: 30080}},
+		Regions:   []v1alpha1.Region{{Name: "eu"}, {Name: "us"}},
+		Discovery: &v1alpha1.Discovery{AllowFrom: []string{"web"}},
+	}}
+	v1alpha1.SetFleetDefaults(api, "local")
+	ready := instance("api", "eu", v1alpha1.PhaseReady)
+	ready.Status.Address = "10.213.1.10"
+	web := instance("web", "us", v1alpha1.PhaseBooting)
+	web.Status.Address = "10.213.2.11"
+	tab := Compute(context.Background(), Inputs{
+		Published: []*v1alpha1.Fleet{api}, Instances: []*v1alpha1.Instance{ready, web},
+		LB:         fakeLB{"eu": {netip.MustParseAddr("10.216.0.1")}},
+		InstanceLB: fakeLB{"eu": {netip.MustParseAddr("10.213.1.2")}, "us": {netip.MustParseAddr("10.213.2.2")}},
+		Reach:      fakeReach{"eu": "partitioned"},
+	})
+	if len(tab.Discovery) != 1 || tab.Discovery[0].Hostname != "api" || !slices.Equal(tab.Discovery[0].AllowFrom, []string{"web"}) {
+		t.Fatalf("discovery routes %+v, want api allowing web", tab.Discovery)
+	}
+	eu, us := tab.Discovery[0].Regions[0], tab.Discovery[0].Regions[1]
+	if !eu.Healthy || eu.Addresses[0] != netip.MustParseAddr("10.213.1.2") || us.Healthy || us.Why != "0 Ready instances, fewer than minHealthyInstances 1" {
+		t.Errorf("regions eu %+v us %+v, want eu healthy at its inside address, us without Ready instances", eu, us)
+	}
+	if got := tab.Callers[netip.MustParseAddr("10.213.2.11")]; got != (FleetRegion{"web", "us"}) || len(tab.Callers) != 2 {
+		t.Errorf("callers %v, want both instances, web's in us", tab.Callers)
+	}
+}
