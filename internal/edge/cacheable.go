@@ -70,6 +70,7 @@ type fetched struct {
 // fetch asks the origin for r (validating stored when there is one) and stores what may be stored.
 func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, stored *object) fetched {
 	reqTime := e.now()
+	purges := e.purges.Load()
 	resp, err := e.roundTrip(r, b, true, stored)
 	respTime := e.now()
 	staleOnError := func() bool {
@@ -85,7 +86,7 @@ func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, 
 	case resp.StatusCode == http.StatusNotModified && stored != nil:
 		resp.Body.Close()
 		o := stored.refreshed(resp.Header, reqTime, respTime, b.Policy)
-		e.store.put(pk, r, b.Policy, o, varyNames(o.header))
+		e.put(pk, r, b.Policy, o, purges)
 		e.metrics.validations.Inc()
 		return fetched{obj: o, xcache: "RefreshHit"}
 	case isServerError(resp.StatusCode) && staleOnError():
@@ -111,9 +112,10 @@ func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, 
 			dropHop(header)
 			o := &object{status: resp.StatusCode, header: header, body: body, cc: cc,
 				requestTime: reqTime, responseTime: respTime, lifetime: life}
-			e.store.put(pk, r, b.Policy, o, varyNames(header))
-			e.flights.clear(pk)
-			e.metrics.stores.Inc()
+			if e.put(pk, r, b.Policy, o, purges) {
+				e.flights.clear(pk)
+				e.metrics.stores.Inc()
+			}
 			return fetched{obj: o, xcache: "Miss"}
 		}
 		prefix, reason = body, "size"

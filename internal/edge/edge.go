@@ -3,18 +3,25 @@ package edge
 import (
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
 // Edge is one edge location: an http.Handler that serves from its cache and goes to the origin for
 // what it lacks.
 type Edge struct {
-	cfg     Config
-	store   *store
-	flights *coalescer
-	metrics *Metrics
-	log     *slog.Logger
-	now     func() time.Time
+	// cfg is swapped whole by Reconfigure; a request reads it once and keeps its behavior.
+	cfg       atomic.Pointer[Config]
+	transport http.RoundTripper
+	store     *store
+	flights   *coalescer
+	metrics   *Metrics
+	log       *slog.Logger
+	now       func() time.Time
+	// purges counts invalidations by pattern: a response fetched while one happened is served but
+	// not stored, since it may be the very content the invalidation was meant to drop.
+	purges atomic.Int64
 }
 
 // New makes an edge location from cfg.
@@ -26,14 +33,32 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Edge{
-		cfg:     cfg,
-		store:   newStore(cfg.MaxBytes),
-		flights: newCoalescer(),
-		metrics: newMetrics(),
-		log:     log.With("component", "edge"),
-		now:     time.Now,
-	}, nil
+	e := &Edge{
+		transport: cfg.Transport,
+		store:     newStore(cfg.MaxBytes),
+		flights:   newCoalescer(),
+		metrics:   newMetrics(cfg.MetricLabels),
+		log:       log.With("component", "edge"),
+		now:       time.Now,
+	}
+	e.cfg.Store(&cfg)
+	return e, nil
+}
+
+// Reconfigure replaces the behaviors and the memory bound of a running edge, keeping what it has
+// stored: a changed origin or policy applies to the next request. Its Transport and MetricLabels
+// stay those New was given.
+func (e *Edge) Reconfigure(cfg Config) error {
+	cfg.Transport = e.transport
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	if old := e.cfg.Load(); old.MaxBytes != cfg.MaxBytes {
+		e.store.c.SetMaximum(uint64(cfg.MaxBytes))
+	}
+	e.cfg.Store(&cfg)
+	return nil
 }
 
 // Metrics returns the edge's counters, to register with Prometheus.
@@ -41,7 +66,8 @@ func (e *Edge) Metrics() *Metrics { return e.metrics }
 
 // ServeHTTP answers r from the cache or the origin.
 func (e *Edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b := e.cfg.behavior(r.URL.Path)
+	e.metrics.requests.Inc()
+	b := e.cfg.Load().behavior(r.URL.Path)
 	if b == nil {
 		http.Error(w, "no behavior matches this path", http.StatusNotFound)
 		return
@@ -82,6 +108,39 @@ func (e *Edge) pass(w http.ResponseWriter, r *http.Request, b *Behavior) {
 	e.stream(w, r, resp, nil, "Pass")
 }
 
+// put stores o unless an invalidation by pattern happened since the exchange that produced it
+// began (purges is the count then), and reports whether it did.
+func (e *Edge) put(pk string, r *http.Request, p Policy, o *object, purges int64) bool {
+	if e.purges.Load() != purges {
+		return false
+	}
+	e.store.put(pk, r, p, o, varyNames(o.header))
+	return true
+}
+
+// Invalidate drops every stored object whose path, or path and query, matches one of patterns (as
+// behaviors' path patterns match: '*' any run of characters, '?' one), on every host, and returns
+// how many URIs it dropped. Responses on their way from the origin meanwhile are served but not
+// stored.
+func (e *Edge) Invalidate(patterns []string) int {
+	e.purges.Add(1)
+	n := 0
+	for pk := range e.store.c.Keys() {
+		target := pk[max(strings.IndexByte(pk, '/'), 0):]
+		path, _, _ := strings.Cut(target, "?")
+		for _, p := range patterns {
+			if MatchPath(p, path) || MatchPath(p, target) {
+				if e.store.invalidate(pk) {
+					e.metrics.invalidations.Inc()
+					n++
+				}
+				break
+			}
+		}
+	}
+	return n
+}
+
 func (e *Edge) invalidate(pk string) {
 	if e.store.invalidate(pk) {
 		e.metrics.invalidations.Inc()
@@ -104,3 +163,6 @@ func (e *Edge) originFailed(w http.ResponseWriter, err error) {
 	e.metrics.originErrors.Inc()
 	http.Error(w, "origin unreachable", http.StatusBadGateway)
 }
+
+// Stats are the edge's figures, from the counters its Metrics export.
+func (e *Edge) Stats() Stats { return e.metrics.Stats() }

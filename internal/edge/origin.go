@@ -85,7 +85,7 @@ func originRequest(r *http.Request, target *url.URL, p Policy, toStore bool, sto
 // roundTrip sends r to the behavior's origin, and to its secondary when the primary cannot be
 // reached or answers 5xx; only a request without a body is sent twice.
 func (e *Edge) roundTrip(r *http.Request, b *Behavior, toStore bool, stored *object) (*http.Response, error) {
-	resp, err := e.cfg.Transport.RoundTrip(originRequest(r, b.Origin.Primary, b.Policy, toStore, stored))
+	resp, err := e.transport.RoundTrip(originRequest(r, b.Origin.Primary, b.Policy, toStore, stored))
 	e.metrics.originRequests.Inc()
 	if b.Origin.Secondary == nil || (r.Body != nil && r.Body != http.NoBody && !toStore) {
 		return resp, err
@@ -99,5 +99,5 @@ func (e *Edge) roundTrip(r *http.Request, b *Behavior, toStore bool, stored *obj
 	e.log.Debug("primary origin failed, trying the secondary", "origin", b.Origin.Primary.Host, "err", err)
 	e.metrics.originFailovers.Inc()
 	e.metrics.originRequests.Inc()
-	return e.cfg.Transport.RoundTrip(originRequest(r, b.Origin.Secondary, b.Policy, toStore, stored))
+	return e.transport.RoundTrip(originRequest(r, b.Origin.Secondary, b.Policy, toStore, stored))
 }
