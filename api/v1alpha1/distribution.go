@@ -7,6 +7,27 @@ type Distribution struct {
 	TypeMeta `json:",inline"`
 	Metadata ObjectMeta       `json:"metadata"`
 	Spec     DistributionSpec `json:"spec"`
+	// Status is where herd up's edge location serves the Distribution, as the replica that
+	// answered sees it; it is not stored, and an apply ignores it.
+	Status DistributionStatus `json:"status,omitzero"`
+}
+
+// DistributionStatus is an edge location's view of its Distribution.
+type DistributionStatus struct {
+	// Listeners are the Distribution's listeners, in order: where each serves, or why not.
+	Listeners []EdgeListenerStatus `json:"listeners,omitempty"`
+	// Error says why the location does not serve the Distribution as written (an origin's fleet
+	// that does not exist, say); it serves the last version it could meanwhile.
+	Error string `json:"error,omitempty"`
+}
+
+// EdgeListenerStatus is one listener of an edge location.
+type EdgeListenerStatus struct {
+	Name string `json:"name"`
+	// Address is the address it serves on, when it does.
+	Address string `json:"address,omitempty"`
+	// Error says why it does not.
+	Error string `json:"error,omitempty"`
 }
 
 // DistributionSpec is what the edge serves.

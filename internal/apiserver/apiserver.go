@@ -83,6 +83,9 @@ type Options struct {
 	DiscoveryZone string
 	// Orphans, if set, reports the instances no fleet owns for GET /v1/orphans (orphans.go).
 	Orphans func() ([]v1alpha1.Orphan, error)
+	// Edges, if set, are the edge locations of the Distributions: /v1/distributions and below, and
+	// distributions in /v1/apply (distributions.go).
+	Edges Edges
 }
 
 // RegionLB is a region's own load balancer, as the control plane last saw it.
@@ -156,6 +159,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/orphans", s.listOrphans)
 	s.routeGlobal()
 	s.routeImages()
+	s.routeDistributions()
 	if opts.Metrics != nil {
 		s.mux.Handle("GET /metrics", opts.Metrics)
 	}

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -19,13 +20,17 @@ import (
 	"herd.dev/herd/internal/store"
 )
 
-// ApplyRequest carries the fleets of one file; they are stored together or not at all.
+// ApplyRequest carries the fleets and distributions of one file; they are stored together or not
+// at all.
 type ApplyRequest struct {
-	Fleets []v1alpha1.Fleet `json:"fleets"`
+	Fleets        []v1alpha1.Fleet        `json:"fleets"`
+	Distributions []v1alpha1.Distribution `json:"distributions,omitempty"`
 }
 
-// ApplyResult says what happened to each fleet: created, configured or unchanged.
+// ApplyResult says what happened to each fleet or distribution: created, configured or unchanged.
 type ApplyResult struct {
+	// Kind is "distribution" for a distribution, "" for a fleet.
+	Kind   string `json:"kind,omitempty"`
 	Name   string `json:"name"`
 	Result string `json:"result"`
 	// Warnings say what of the fleet as written was not applied, and why.
@@ -53,8 +58,12 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("malformed apply request: %w", err))
 		return
 	}
-	if len(req.Fleets) == 0 {
-		s.fail(w, r, http.StatusBadRequest, errors.New("apply request holds no fleet"))
+	if len(req.Fleets) == 0 && len(req.Distributions) == 0 {
+		s.fail(w, r, http.StatusBadRequest, errors.New("apply request holds no fleet and no distribution"))
+		return
+	}
+	if len(req.Distributions) > 0 && s.opts.Edges == nil {
+		s.fail(w, r, http.StatusBadRequest, errors.New("this control plane runs no edge locations: serve the distribution with `herd edge -f FILE`"))
 		return
 	}
 	fleets := make([]applied, len(req.Fleets))
@@ -82,6 +91,14 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 			s.storeError(w, r, "fleets", err)
 			return
 		}
+		if len(req.Distributions) > 0 && len(plan.problems) == 0 {
+			dplan, err := s.planDistributions(r.Context(), slices.Clone(req.Distributions), req.Fleets)
+			if err != nil {
+				s.storeError(w, r, "distributions", err)
+				return
+			}
+			plan.results, plan.ops, plan.problems = append(plan.results, dplan.results...), append(plan.ops, dplan.ops...), dplan.problems
+		}
 		if len(plan.problems) > 0 {
 			writeJSON(w, http.StatusUnprocessableEntity, ErrorBody{Error: "invalid fleet spec", Fields: plan.problems})
 			return
@@ -98,7 +115,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		for _, res := range plan.results {
-			s.log.Info("fleet applied", "fleet", res.Name, "result", res.Result, "warnings", len(res.Warnings))
+			s.log.Info("applied", "kind", cmp.Or(res.Kind, "fleet"), "name", res.Name, "result", res.Result, "warnings", len(res.Warnings))
 		}
 		writeJSON(w, http.StatusOK, plan.results)
 		return

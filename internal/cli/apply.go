@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -16,8 +17,9 @@ func newApplyCmd(g *globals) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE",
-		Short: "Create or update fleets from a YAML file",
-		Long: `Create or update the fleets described in a YAML (or JSON) file; '-' reads standard input.
+		Short: "Create or update fleets and distributions from a YAML file",
+		Long: `Create or update the fleets and distributions described in a YAML (or JSON) file; '-' reads
+standard input. herd up runs an edge location for each distribution.
 A file may hold several documents separated by '---'. Every document is validated first and every
 problem is printed with its field; if any is invalid, nothing is applied.`,
 		Example: `  herd apply -f examples/hello/fleet.yaml`,
@@ -40,6 +42,7 @@ problem is printed with its field; if any is invalid, nothing is applied.`,
 				return err
 			}
 			var fleets []v1alpha1.Fleet
+			var dists []v1alpha1.Distribution
 			for _, d := range docs {
 				switch o := d.Object.(type) {
 				case *v1alpha1.Fleet:
@@ -47,22 +50,23 @@ problem is printed with its field; if any is invalid, nothing is applied.`,
 				case *v1alpha1.NodeImage:
 					return fmt.Errorf("%s: document %d is a NodeImage: build it with `herd image build -f %s`; nothing was applied", file, d.Index+1, file)
 				case *v1alpha1.Distribution:
-					return fmt.Errorf("%s: document %d is a Distribution: serve it with `herd edge -f %s`; nothing was applied", file, d.Index+1, file)
+					dists = append(dists, *o)
 				}
 			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			results, err := c.Apply(cmd.Context(), fleets)
+			results, err := c.ApplyAll(cmd.Context(), fleets, dists)
 			if err != nil {
 				return fmt.Errorf("nothing was applied:\n%w", err)
 			}
 			for _, r := range results {
+				kind := cmp.Or(r.Kind, "fleet")
 				for _, w := range r.Warnings {
-					fmt.Fprintf(g.errOut, "Warning: fleet/%s: %s\n", r.Name, w)
+					fmt.Fprintf(g.errOut, "Warning: %s/%s: %s\n", kind, r.Name, w)
 				}
-				fmt.Fprintf(g.out, "fleet/%s %s\n", r.Name, r.Result)
+				fmt.Fprintf(g.out, "%s/%s %s\n", kind, r.Name, r.Result)
 			}
 			return nil
 		},

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,22 +9,21 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controlplane"
-	"herd.dev/herd/internal/edge"
+	"herd.dev/herd/internal/edgeplane"
 	"herd.dev/herd/internal/kubebin"
 	"herd.dev/herd/internal/localca"
 )
 
-// newEdgeCmd is `herd edge`: one edge location serving a Distribution.
+// newEdgeCmd is `herd edge`: one edge location serving a Distribution, and the commands on the
+// edge locations herd up runs.
 func newEdgeCmd(g *globals) *cobra.Command {
 	var file, metricsAddr, lbAddress, dataDir string
 	cmd := &cobra.Command{
@@ -36,7 +33,10 @@ func newEdgeCmd(g *globals) *cobra.Command {
 behaviors cache them by the HTTP caching standard, and its origins answer the misses. An origin
 that names a fleet is reached through herd up's load balancer at --lb-address on the fleet's
 listener port (the fleet is read from herd up's API); an https listener of herd's local CA is
-trusted through --data-dir's CA. Prometheus metrics are served on --metrics-addr at /metrics.`,
+trusted through --data-dir's CA. Prometheus metrics are served on --metrics-addr at /metrics.
+
+herd up runs an edge location of its own for every Distribution applied with herd apply;
+herd edge invalidate and herd edge stats act on those.`,
 		Example: `  herd edge -f examples/hello/distribution.yaml
   curl -i http://127.0.0.1:8081/    # X-Cache: Miss, then Hit`,
 		Args: cobra.NoArgs,
@@ -59,6 +59,71 @@ trusted through --data-dir's CA. Prometheus metrics are served on --metrics-addr
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9464", `address of /metrics; "" turns it off`)
 	cmd.Flags().StringVar(&lbAddress, "lb-address", "127.0.0.1", "address of herd up's load balancer, for origins that name a fleet")
 	cmd.Flags().StringVar(&dataDir, "data-dir", controlplane.DefaultDataDir(), "herd up's data directory, for the local CA")
+	cmd.AddCommand(newEdgeInvalidateCmd(g), newEdgeStatsCmd(g))
+	return cmd
+}
+
+func newEdgeInvalidateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "invalidate DISTRIBUTION PATH...",
+		Short: "Drop a distribution's cached objects whose paths match, at every edge location herd up runs",
+		Long: `Drop the objects whose path (or path and query) matches one of the patterns, '*' standing for
+any run of characters and '?' for one, at every edge location of the distribution; the next request
+for them goes to the origin. It returns once the edge location of the herd up that answered has
+done it; every other replica's does it as its watch of the store delivers the invalidation.`,
+		Example: `  herd edge invalidate site '/images/*'
+  herd edge invalidate site '/*'         # everything`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := edgeplane.CheckPaths(args[1:]); err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			res, err := c.Invalidate(cmd.Context(), args[0], args[1:])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "invalidation %s done in %s: %d objects dropped\n", res.ID, res.Took, res.Dropped)
+			return nil
+		},
+	}
+}
+
+func newEdgeStatsCmd(g *globals) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "stats DISTRIBUTION",
+		Short: "Show a distribution's hit ratio, bytes served, origin offload and coalesced requests",
+		Long: `Show the figures of the distribution's edge location in the herd up that answers, counted since it
+started: the same counters as its herd_edge_* metrics on /metrics. The hit ratio is the share of
+answers served from the cache; the origin offload is the share of requests that made no origin
+request.`,
+		Example: `  herd edge stats site
+  herd edge stats site -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			format, c, err := formatAndClient(g, output)
+			if err != nil {
+				return err
+			}
+			st, err := c.EdgeStats(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if format == "yaml" || format == "json" {
+				return printObject(g.out, format, st)
+			}
+			s := st.Stats
+			t := newTable(g.out, "DISTRIBUTION", "REQUESTS", "HIT-RATIO", "BYTES-SERVED", "ORIGIN-OFFLOAD", "ORIGIN-REQUESTS", "COALESCED", "ORIGIN-ERRORS", "INVALIDATED")
+			t.row(st.Distribution, s.Requests, fmt.Sprintf("%.3f", st.HitRatio), s.BytesServed, fmt.Sprintf("%.3f", st.OriginOffload),
+				s.OriginRequests, s.Coalesced, s.OriginErrors, s.Invalidations)
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: yaml or json")
 	return cmd
 }
 
@@ -90,140 +155,65 @@ func readDistribution(file string) (*v1alpha1.Distribution, error) {
 }
 
 func runEdge(ctx context.Context, g *globals, log *slog.Logger, d *v1alpha1.Distribution, o edgeOptions) error {
-	cfg, err := edge.FromDistribution(d, func(eo v1alpha1.EdgeOrigin) (*url.URL, error) {
+	ca, err := edgeCA(d, o.dataDir)
+	if err != nil {
+		return err
+	}
+	loc, err := edgeplane.NewLocation(d, edgeplane.LocationOptions{LocalCA: ca, Logger: log, Origins: func(eo v1alpha1.EdgeOrigin) (*url.URL, error) {
 		if eo.URL != "" {
 			return url.Parse(eo.URL)
 		}
-		return fleetOrigin(ctx, g, eo, o.lbAddress)
-	})
-	if err != nil {
-		return err
-	}
-	cfg.Transport, err = edgeTransport(o.dataDir)
-	if err != nil {
-		return err
-	}
-	e, err := edge.New(cfg, log)
-	if err != nil {
-		return err
-	}
-	servers := map[string]*http.Server{}
-	listeners := map[string]net.Listener{}
-	addrs := map[string]string{}
-	defer func() {
-		for _, ln := range listeners {
-			ln.Close()
-		}
-	}()
-	for _, l := range d.Spec.Listeners {
-		srv := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-		if l.TLS != nil {
-			if srv.TLSConfig, err = edgeTLS(l, o.dataDir); err != nil {
-				return fmt.Errorf("listener %s: %w", l.Name, err)
-			}
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(l.Address, strconv.Itoa(int(l.Port))))
+		c, err := g.client()
 		if err != nil {
-			return fmt.Errorf("listener %s: %w", l.Name, err)
+			return nil, fmt.Errorf("reading fleet %s needs herd up: %w", eo.Fleet, err)
 		}
-		if srv.TLSConfig != nil {
-			ln = tls.NewListener(ln, srv.TLSConfig)
+		f, err := c.GetFleet(ctx, eo.Fleet)
+		if err != nil {
+			return nil, fmt.Errorf("fleet %s: %w", eo.Fleet, err)
 		}
-		servers[l.Name], listeners[l.Name], addrs[l.Name] = srv, ln, ln.Addr().String()
+		return edgeplane.FleetOrigin(eo.Fleet, f.Spec.Listeners, eo, o.lbAddress)
+	}})
+	if loc != nil {
+		defer loc.Close()
 	}
+	if err != nil {
+		return err
+	}
+	addrs := map[string]string{}
+	for _, l := range loc.Status().Listeners {
+		addrs[l.Name] = l.Address
+	}
+	var metrics *http.Server
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(e.Metrics())
+		reg.MustRegister(loc.Edge().Metrics())
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		ln, err := net.Listen("tcp", o.metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
-		servers["metrics"], listeners["metrics"], addrs["metrics"] = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln, ln.Addr().String()
-	}
-	grp, gctx := errgroup.WithContext(ctx)
-	for name, srv := range servers {
-		ln := listeners[name]
-		delete(listeners, name) // Serve closes it
-		grp.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("listener %s: %w", name, err)
-			}
-			return nil
-		})
-		log.Info("edge listening", "component", "edge", "distribution", d.Metadata.Name, "listener", name, "address", addrs[name])
+		addrs["metrics"] = ln.Addr().String()
+		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go metrics.Serve(ln)
+		defer metrics.Close()
 	}
 	if o.ready != nil {
 		o.ready(addrs)
 	}
-	grp.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(gctx), 5*time.Second)
-		defer cancel()
-		for _, srv := range servers {
-			srv.Shutdown(sctx)
-		}
-		return nil
-	})
-	return grp.Wait()
+	<-ctx.Done()
+	return nil
 }
 
-// fleetOrigin is where the load balancer serves a fleet's listener.
-func fleetOrigin(ctx context.Context, g *globals, eo v1alpha1.EdgeOrigin, lbAddress string) (*url.URL, error) {
-	c, err := g.client()
-	if err != nil {
-		return nil, fmt.Errorf("reading fleet %s needs herd up: %w", eo.Fleet, err)
+// edgeCA is herd's local CA in dataDir when a listener asks for one of its certificates or the CA
+// is there (https origins behind herd's load balancer are trusted through it); nil otherwise.
+func edgeCA(d *v1alpha1.Distribution, dataDir string) (*localca.CA, error) {
+	need := false
+	for _, l := range d.Spec.Listeners {
+		need = need || (l.TLS != nil && l.TLS.LocalCA)
 	}
-	f, err := c.GetFleet(ctx, eo.Fleet)
-	if err != nil {
-		return nil, fmt.Errorf("fleet %s: %w", eo.Fleet, err)
+	if _, err := os.Stat(localca.CertFile(localca.Dir(dataDir))); err != nil && !need {
+		return nil, nil
 	}
-	for _, l := range f.Spec.Listeners {
-		if l.Protocol == v1alpha1.ProtocolTCP || (eo.Listener != "" && l.Name != eo.Listener) {
-			continue
-		}
-		scheme := "http"
-		if l.TLS != nil {
-			scheme = "https"
-		}
-		return &url.URL{Scheme: scheme, Host: net.JoinHostPort(lbAddress, strconv.Itoa(int(l.Port)))}, nil
-	}
-	if eo.Listener != "" {
-		return nil, fmt.Errorf("fleet %s has no http listener named %q", eo.Fleet, eo.Listener)
-	}
-	return nil, fmt.Errorf("fleet %s has no http listener", eo.Fleet)
-}
-
-// edgeTransport sends origin requests, trusting herd's local CA besides the system's roots.
-func edgeTransport(dataDir string) (http.RoundTripper, error) {
-	pem, err := os.ReadFile(localca.CertFile(localca.Dir(dataDir)))
-	if err != nil {
-		return edge.NewTransport(nil), nil
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	pool.AppendCertsFromPEM(pem)
-	return edge.NewTransport(pool), nil
-}
-
-// edgeTLS is an HTTPS listener's configuration: its certificate files, or one from herd's local CA.
-func edgeTLS(l v1alpha1.EdgeListener, dataDir string) (*tls.Config, error) {
-	certFile, keyFile := l.TLS.CertFile, l.TLS.KeyFile
-	if l.TLS.LocalCA {
-		ca, err := localca.Open(localca.Dir(dataDir))
-		if err != nil {
-			return nil, err
-		}
-		if certFile, keyFile, err = ca.Ensure("edge-"+l.Name, []string{"localhost", "127.0.0.1", l.Address}); err != nil {
-			return nil, err
-		}
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}, nil
+	return localca.Open(localca.Dir(dataDir))
 }

@@ -90,7 +90,7 @@ spec:
 		t.Fatalf("origin received %d requests, want 1", originHits.Load())
 	}
 	_, metrics := get(http.DefaultClient, "http://"+a["metrics"]+"/metrics")
-	for _, want := range []string{"herd_edge_hits_total 1", "herd_edge_misses_total 1", "herd_edge_origin_requests_total 1", "herd_edge_bytes_served_total 22"} {
+	for _, want := range []string{`herd_edge_hits_total{distribution="site"} 1`, `herd_edge_misses_total{distribution="site"} 1`, `herd_edge_origin_requests_total{distribution="site"} 1`, `herd_edge_bytes_served_total{distribution="site"} 22`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
 		}

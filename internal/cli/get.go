@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -16,8 +17,8 @@ func newGetCmd(g *globals) *cobra.Command {
 	var fleet string
 	var orphans bool
 	cmd := &cobra.Command{
-		Use:   "get fleets|instances|regions|routes|rtt|tenants [NAME]",
-		Short: "List fleets, instances, the regions of fleets, global routes or the round trips to regions",
+		Use:   "get fleets|instances|distributions|regions|routes|rtt|tenants [NAME]",
+		Short: "List fleets, instances, distributions, the regions of fleets, global routes, the round trips to regions or tenants",
 		Long: `get lists fleets, instances, or regions: one line per fleet and region, with the region's
 desired, running and ready instances, the revision it runs (during a wave, the old one until the
 wave reaches it), its state (Ready, Scaling, Pending, Degraded, ProviderFailed, Unreachable) and
@@ -34,7 +35,10 @@ from an older copy), why, and when herd up deletes each ("kept" under herd up --
 
 get tenants FLEET lists the tenants of a fleet with spec.tenancy: each tenant's instances, how
 many are ready, the revisions they run, the image it is pinned to, whether spec.tenancy.tenants
-declares it; the warm pool shows as "(warm)".`,
+declares it; the warm pool shows as "(warm)".
+
+get distributions lists the distributions herd up runs edge locations for: each listener's address
+(or why it does not serve) and the origins.`,
 		Example: `  herd get fleets
   herd get instances --fleet hello -o wide
   herd get instances --orphans        # instances no fleet owns, and when herd deletes each
@@ -44,9 +48,10 @@ declares it; the warm pool shows as "(warm)".`,
   herd get routes                     # each global hostname's answer per region, and why
   herd get rtt
   herd get rtt 10.216.1.0/24 -o json
-  herd get tenants saas`,
+  herd get tenants saas
+  herd get distributions`,
 		Args:      cobra.RangeArgs(1, 2),
-		ValidArgs: []string{"fleets", "instances", "regions", "routes", "rtt", "tenants"},
+		ValidArgs: []string{"fleets", "instances", "distributions", "regions", "routes", "rtt", "tenants"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch resource(args[0]) {
 			case "region":
@@ -57,6 +62,8 @@ declares it; the warm pool shows as "(warm)".`,
 				return getRoutes(cmd.Context(), g, args[1:], output)
 			case "tenant":
 				return getTenants(cmd.Context(), g, args[1:], output)
+			case "distribution":
+				return getDistributions(cmd.Context(), g, args[1:], output)
 			}
 			format, kind, name, err := resourceArgs(args, output)
 			if err != nil {
@@ -135,17 +142,15 @@ func resource(s string) string {
 		return "rtt"
 	case "tenant", "tenants":
 		return "tenant"
+	case "distribution", "distributions", "dist":
+		return "distribution"
 	}
 	return s
 }
 
 // getRegions prints the regions of one fleet (args[0]) or of every fleet.
 func getRegions(ctx context.Context, g *globals, args []string, output string) error {
-	format := outputFormat(output)
-	if err := format.check(); err != nil {
-		return err
-	}
-	c, err := g.client()
+	format, c, err := formatAndClient(g, output)
 	if err != nil {
 		return err
 	}
@@ -249,4 +254,61 @@ func pinnedShort(f *v1alpha1.Fleet) string {
 		return digest
 	}
 	return f.Pinned.Ref + "@" + digest
+}
+
+// getDistributions prints one distribution (args[0]) or all, with where herd up's edge location
+// serves each.
+func getDistributions(ctx context.Context, g *globals, args []string, output string) error {
+	format, c, err := formatAndClient(g, output)
+	if err != nil {
+		return err
+	}
+	var ds []v1alpha1.Distribution
+	if len(args) == 1 {
+		d, err := c.GetDistribution(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		ds = []v1alpha1.Distribution{*d}
+	} else if ds, err = c.ListDistributions(ctx); err != nil {
+		return err
+	}
+	if format == "yaml" || format == "json" {
+		if len(args) == 1 {
+			return printObject(g.out, format, ds[0])
+		}
+		return printObject(g.out, format, ds)
+	}
+	if len(ds) == 0 {
+		fmt.Fprintln(g.errOut, "No distributions found.")
+		return nil
+	}
+	t := newTable(g.out, "NAME", "LISTENERS", "ORIGINS", "BEHAVIORS", "STATUS", "AGE")
+	for _, d := range ds {
+		var listeners, origins []string
+		status := "Serving"
+		for _, l := range d.Status.Listeners {
+			if l.Error != "" {
+				status = "Degraded"
+				listeners = append(listeners, l.Name+"=error")
+				continue
+			}
+			listeners = append(listeners, l.Address)
+		}
+		for _, o := range d.Spec.Origins {
+			origins = append(origins, o.Name+"="+cmp.Or(o.URL, "fleet/"+o.Fleet))
+		}
+		if d.Status.Error != "" || len(d.Status.Listeners) == 0 {
+			status = "Degraded: " + cmp.Or(d.Status.Error, "no edge location here")
+		} else if status == "Degraded" {
+			for _, l := range d.Status.Listeners {
+				if l.Error != "" {
+					status += ": " + l.Name + ": " + l.Error
+					break
+				}
+			}
+		}
+		t.row(d.Metadata.Name, strings.Join(listeners, ","), strings.Join(origins, ","), len(d.Spec.Behaviors), status, age(d.Metadata.CreationTimestamp))
+	}
+	return t.flush()
 }

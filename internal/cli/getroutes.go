@@ -15,11 +15,7 @@ import (
 // discovery name (policy nearest: the caller's own region first), its policy, and per region how
 // it takes part in the DNS answers and why. HOSTNAME may also be a fleet's name.
 func getRoutes(ctx context.Context, g *globals, args []string, output string) error {
-	format := outputFormat(output)
-	if err := format.check(); err != nil {
-		return err
-	}
-	c, err := g.client()
+	format, c, err := formatAndClient(g, output)
 	if err != nil {
 		return err
 	}

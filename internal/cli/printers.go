@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"herd.dev/herd/internal/client"
 )
 
 // outputFormat is the -o flag: "" (table), wide, yaml or json.
@@ -112,4 +114,14 @@ func shortDuration(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dd", int(d.Hours()/24))
 	}
+}
+
+// formatAndClient checks -o and makes the API client, as every listing command does first.
+func formatAndClient(g *globals, output string) (outputFormat, *client.Client, error) {
+	format := outputFormat(output)
+	if err := format.check(); err != nil {
+		return format, nil, err
+	}
+	c, err := g.client()
+	return format, c, err
 }

@@ -17,6 +17,7 @@ import (
 	"herd.dev/herd/internal/chaos"
 	"herd.dev/herd/internal/controller"
 	"herd.dev/herd/internal/cpmetrics"
+	"herd.dev/herd/internal/edgeplane"
 	"herd.dev/herd/internal/events"
 	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/global/health"
@@ -59,6 +60,8 @@ type parts struct {
 	balancer *lb.LB
 	targets  *lbsync.Sync
 	monitor  *lbmonitor.Monitor
+	// edges run one edge location per Distribution, in every replica.
+	edges *edgeplane.Set
 
 	recorder     *events.Recorder
 	decisions    *cpmetrics.Decisions
@@ -164,6 +167,7 @@ func (p *parts) buildDataPlane() error {
 	}
 	p.localCA = ca
 	p.targets.UseLocalCA(ca)
+	p.edges = edgeplane.NewSet(edgeplane.SetOptions{Store: p.st, LBAddress: p.opts.LBAddress, LocalCA: ca, Logger: p.log})
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
 	p.monitor = lbmonitor.New(p.balancer, lbmonitor.Options{RegionOf: p.targets.RegionOf})
@@ -273,6 +277,7 @@ func (p *parts) running() []runnable {
 		{"usage", p.usage.Start},
 		{"region probes", p.regions.Run},
 		{"region round trips", p.rtts.Run},
+		{"edge locations", p.edges.Run},
 	}
 	if p.discovery != nil {
 		out = append(out, runnable{"discovery-dns", p.discovery.Start})
