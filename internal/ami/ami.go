@@ -132,24 +132,35 @@ type Image struct {
 	Reused bool `json:"-"`
 }
 
-// Find returns the AMIs of the account in region tagged with the node image digest.
-func Find(ctx context.Context, a AWS, region, digest string) ([]Image, error) {
+// find returns the AMIs of the account in region tagged with the node image digest.
+func find(ctx context.Context, api ec2API, region, digest string) ([]Image, error) {
+	images, err := describe(ctx, api, region, types.Filter{Name: aws.String("tag:" + TagImage), Values: []string{digest}})
+	return images[digest], err
+}
+
+// List returns the AMIs of the account in region tagged with a node image digest, by digest:
+// one call whatever the number of node images.
+func List(ctx context.Context, a AWS, region string) (map[string][]Image, error) {
 	api, err := a.ec2(ctx, region)
 	if err != nil {
 		return nil, err
 	}
-	return find(ctx, api, region, digest)
+	return describe(ctx, api, region, types.Filter{Name: aws.String("tag-key"), Values: []string{TagImage}})
 }
 
-func find(ctx context.Context, api ec2API, region, digest string) ([]Image, error) {
-	out, err := api.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"self"},
-		Filters: []types.Filter{{Name: aws.String("tag:" + TagImage), Values: []string{digest}}}})
+func describe(ctx context.Context, api ec2API, region string, filter types.Filter) (map[string][]Image, error) {
+	out, err := api.DescribeImages(ctx, &ec2.DescribeImagesInput{Owners: []string{"self"}, Filters: []types.Filter{filter}})
 	if err != nil {
-		return nil, fmt.Errorf("find the AMIs of %s in %s: %w", digest, region, explain(err))
+		return nil, fmt.Errorf("find herd's AMIs in %s: %w", region, explain(err))
 	}
-	var images []Image
+	images := map[string][]Image{}
 	for _, im := range out.Images {
-		images = append(images, Image{Region: region, ID: aws.ToString(im.ImageId), Name: aws.ToString(im.Name), State: string(im.State)})
+		for _, t := range im.Tags {
+			if aws.ToString(t.Key) == TagImage {
+				d := aws.ToString(t.Value)
+				images[d] = append(images[d], Image{Region: region, ID: aws.ToString(im.ImageId), Name: aws.ToString(im.Name), State: string(im.State)})
+			}
+		}
 	}
 	return images, nil
 }

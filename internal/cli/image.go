@@ -4,12 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"herd.dev/herd/internal/ami"
 	"herd.dev/herd/internal/apiserver"
 	"herd.dev/herd/internal/controlplane"
+	"herd.dev/herd/internal/disk"
 	"herd.dev/herd/internal/image"
 )
 
@@ -80,17 +84,29 @@ Needs the Go toolchain on PATH. Nothing is stored unless the whole build succeed
 }
 
 func newImageLsCmd(g *globals, store func() *image.Store) *cobra.Command {
+	var output, endpoint string
+	var regions []string
 	cmd := &cobra.Command{
-		Use:     "ls",
+		Use:     "ls [--aws-region R]... [-o json]",
 		Aliases: []string{"list"},
-		Short:   "List node image bundles",
-		Args:    cobra.NoArgs,
+		Short:   "List node image bundles, their disks and their AMIs",
+		Long: `List the node images: each one's digest, what it holds, the fleets that use it (as herd up
+says), the disk 'herd image disk' made of it (its path, size and allocated size), and, for each
+--aws-region, the AMIs of the account tagged with its digest ('herd image push aws').`,
+		Example: `  herd image ls
+  herd image ls --aws-region eu-west-1 --aws-region us-east-1 -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bundles, err := store().List()
+			format := outputFormat(output)
+			if format != "" && format != "json" {
+				return fmt.Errorf("-o %s: use json, or leave it out for a table", output)
+			}
+			s := store()
+			bundles, err := s.List()
 			if err != nil {
 				return err
 			}
-			if len(bundles) == 0 {
+			if len(bundles) == 0 && format == "" {
 				fmt.Fprintln(g.errOut, "No node images found.")
 				return nil
 			}
@@ -109,9 +125,28 @@ func newImageLsCmd(g *globals, store func() *image.Store) *cobra.Command {
 					uses[im.Digest] = im.UsedBy
 				}
 			}
-			return printImages(g.out, bundles, uses)
+			rows, err := imageRows(bundles, uses, filepath.Join(s.Root(), "disks"))
+			if err != nil {
+				return err
+			}
+			for _, region := range regions {
+				amis, err := ami.List(cmd.Context(), ami.AWS{Endpoint: endpoint}, region)
+				if err != nil {
+					return err
+				}
+				for i := range rows {
+					rows[i].AMIs = append(rows[i].AMIs, amis[rows[i].Digest]...)
+				}
+			}
+			if format == "json" {
+				return printObject(g.out, format, rows)
+			}
+			return printImageRows(g.out, rows, uses != nil, len(regions) > 0)
 		},
 	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json, or a table when left out")
+	cmd.Flags().StringArrayVar(&regions, "aws-region", nil, "an AWS region to list the AMIs of each image in (repeatable)")
+	cmd.Flags().StringVar(&endpoint, "aws-endpoint", "", "the URL of EC2's API, for an EC2-compatible cloud or a twin (default AWS's own)")
 	return cmd
 }
 
@@ -141,21 +176,79 @@ a full digest (sha256:...) or a unique prefix of one, as 'herd image ls' shows i
 	return cmd
 }
 
+// imageRow is what herd image ls shows of a node image.
+type imageRow struct {
+	Name       string       `json:"name"`
+	Digest     string       `json:"digest"`
+	Kubernetes string       `json:"kubernetes"`
+	Images     []string     `json:"images"`
+	Size       int64        `json:"size"`
+	Created    time.Time    `json:"created"`
+	UsedBy     []string     `json:"usedBy,omitempty"`
+	Disk       *disk.Record `json:"disk,omitempty"`
+	AMIs       []ami.Image  `json:"amis,omitempty"`
+}
+
+// imageRows describes bundles with the fleets that use each (uses) and the disks recorded in
+// disks.
+func imageRows(bundles []image.Bundle, uses map[string][]string, disks string) ([]imageRow, error) {
+	rows := []imageRow{}
+	for _, b := range bundles {
+		r := imageRow{Name: b.Config.Name, Digest: b.Digest, Kubernetes: b.Config.Kubernetes.Distribution + "/" + b.Config.Kubernetes.Version,
+			Size: b.Size, Created: b.Created, UsedBy: uses[b.Digest]}
+		for _, im := range b.AppImages() {
+			r.Images = append(r.Images, im.Ref)
+		}
+		if disks != "" {
+			d, ok, err := disk.LoadRecord(disks, b.Digest)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				r.Disk = &d
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
 // printImages lists bundles with their size and, when uses is not nil, the fleets that use each.
 func printImages(out io.Writer, bundles []image.Bundle, uses map[string][]string) error {
-	t := newTable(out, "NAME", "DIGEST", "KUBERNETES", "IMAGES", "SIZE", "AGE", "USED-BY")
-	for _, b := range bundles {
-		var refs []string
-		for _, im := range b.AppImages() {
-			refs = append(refs, im.Ref)
-		}
-		created := b.Created
+	rows, err := imageRows(bundles, uses, "")
+	if err != nil {
+		return err
+	}
+	return printImageRows(out, rows, uses != nil, false)
+}
+
+// printImageRows writes rows as a table; usesKnown says whether herd up said which fleets use
+// them, amis whether AMIs were asked for.
+func printImageRows(out io.Writer, rows []imageRow, usesKnown, amis bool) error {
+	headers := []string{"NAME", "DIGEST", "KUBERNETES", "IMAGES", "SIZE", "AGE", "DISK", "DISK-SIZE", "USED-BY"}
+	if amis {
+		headers = append(headers, "AMIS")
+	}
+	t := newTable(out, headers...)
+	for _, r := range rows {
 		usedBy := "?"
-		if uses != nil {
-			usedBy = orDash(strings.Join(uses[b.Digest], ","))
+		if usesKnown {
+			usedBy = orDash(strings.Join(r.UsedBy, ","))
 		}
-		t.row(b.Config.Name, "sha256:"+b.ShortDigest(), b.Config.Kubernetes.Distribution+"/"+b.Config.Kubernetes.Version,
-			strings.Join(refs, ","), image.FormatSize(b.Size), age(&created), usedBy)
+		diskPath, diskSize := "-", "-"
+		if r.Disk != nil {
+			diskPath, diskSize = r.Disk.Path, image.FormatSize(r.Disk.Size)+"/"+image.FormatSize(r.Disk.Allocated)
+		}
+		cells := []any{r.Name, "sha256:" + image.Bundle{Digest: r.Digest}.ShortDigest(), r.Kubernetes, strings.Join(r.Images, ","), image.FormatSize(r.Size),
+			age(&r.Created), diskPath, diskSize, usedBy}
+		if amis {
+			var list []string
+			for _, im := range r.AMIs {
+				list = append(list, im.Region+":"+im.ID)
+			}
+			cells = append(cells, orDash(strings.Join(list, ",")))
+		}
+		t.row(cells...)
 	}
 	return t.flush()
 }

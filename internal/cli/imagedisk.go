@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -57,6 +58,9 @@ binutils and systemd-boot-efi (make deps). Prints the disk's digest, size and al
 			})
 			if err != nil {
 				return err
+			}
+			if err := disk.SaveRecord(filepath.Join(store().Root(), "disks"), b.Digest, r); err != nil {
+				fmt.Fprintf(g.errOut, "herd image ls and push will not know this disk: %v\n", err)
 			}
 			fmt.Fprintf(g.out, "disk %s: %s size_mb=%d allocated_mb=%d\n", r.Path, r.Digest, r.Size>>20, r.Allocated>>20)
 			return nil

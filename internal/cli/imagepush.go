@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"herd.dev/herd/internal/ami"
+	"herd.dev/herd/internal/disk"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/version"
 )
@@ -56,6 +58,9 @@ digest. Credentials come from the SDK's default chain; docs/aws.md has the IAM p
 			}
 			if diskPath == "" {
 				diskPath = b.Config.Name + ".raw"
+				if d, ok, err := disk.LoadRecord(filepath.Join(store().Root(), "disks"), b.Digest); err == nil && ok {
+					diskPath = d.Path // the disk herd image disk made last
+				}
 			}
 			if _, err := os.Stat(diskPath); err != nil {
 				return fmt.Errorf("the disk: %w (make it with herd image disk %s, or give --disk)", err, args[0])
@@ -88,7 +93,7 @@ digest. Credentials come from the SDK's default chain; docs/aws.md has the IAM p
 	cmd.Flags().StringVar(&region, "region", "", "the AWS region to register the AMI in")
 	cmd.Flags().StringSliceVar(&copyTo, "copy-to", nil, "other regions to copy the AMI to, separated by commas")
 	cmd.Flags().StringVar(&endpoint, "endpoint", "", "the URL of EC2's and EBS's API, for an EC2-compatible cloud or a twin (default AWS's own)")
-	cmd.Flags().StringVar(&diskPath, "disk", "", "the raw disk to push (default NAME.raw, as herd image disk writes it)")
+	cmd.Flags().StringVar(&diskPath, "disk", "", "the raw disk to push (default the one herd image disk made last, or NAME.raw)")
 	cmd.Flags().IntVar(&parallel, "parallel", 16, "blocks sent at once")
 	return cmd
 }
