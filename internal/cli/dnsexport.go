@@ -29,14 +29,11 @@ ${HostedZoneId}. Latency records name AWS regions: map herd's with --aws-region.
   jq .ChangeBatch hello-route53.json > batch.json   # after replacing the placeholders`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := route53.Options{Addresses: map[string][]netip.Addr{}, AWSRegions: map[string]string{}}
-			for _, m := range awsRegions {
-				herdRegion, aws, ok := strings.Cut(m, "=")
-				if !ok || herdRegion == "" || aws == "" {
-					return fmt.Errorf("--aws-region %q: write HERD_REGION=AWS_REGION, e.g. eu=eu-west-1", m)
-				}
-				opts.AWSRegions[herdRegion] = aws
+			mapped, err := parseAWSRegions("--aws-region", awsRegions)
+			if err != nil {
+				return err
 			}
+			opts := route53.Options{Addresses: map[string][]netip.Addr{}, AWSRegions: mapped}
 			c, err := g.client()
 			if err != nil {
 				return err
@@ -67,4 +64,17 @@ ${HostedZoneId}. Latency records name AWS regions: map herd's with --aws-region.
 	}
 	cmd.Flags().StringSliceVar(&awsRegions, "aws-region", nil, "HERD_REGION=AWS_REGION for latency records (default: the herd region's name)")
 	return cmd
+}
+
+// parseAWSRegions reads the HERD_REGION=AWS_REGION values of flag.
+func parseAWSRegions(flag string, values []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, m := range values {
+		herdRegion, aws, ok := strings.Cut(m, "=")
+		if !ok || herdRegion == "" || aws == "" {
+			return nil, fmt.Errorf("%s %q: write HERD_REGION=AWS_REGION, e.g. eu=eu-west-1", flag, m)
+		}
+		out[herdRegion] = aws
+	}
+	return out, nil
 }

@@ -19,6 +19,7 @@ func newUpCmd(g *globals) *cobra.Command {
 	opts := controlplane.Options{}
 	var etcdPasswordFile, orphans string
 	var dns dnsFlags
+	var route53Regions []string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run the control plane (store, API, controller, load balancer) in the foreground",
@@ -49,6 +50,9 @@ and each adds its address to the client config, whose client tries the others wh
   # with herd's authoritative DNS for the fleets' spec.global hostnames (dig @127.0.0.1 -p 5353 ...)
   herd up --dns-zone herd.test. --dns-listen 127.0.0.1:5353
 
+  # and a Route 53 hosted zone kept in step with it (credentials from the AWS SDK's chain)
+  herd up --route53-zone Z0123456789ABCDEFGHIJ --route53-aws-region eu=eu-west-1,us=us-east-1
+
   # a second replica of the same control plane on this machine
   herd up --store etcd --etcd-endpoints ... --listen 127.0.0.1:7444 --lb-address 127.0.0.2`,
 		Args: cobra.NoArgs,
@@ -65,6 +69,12 @@ and each adds its address to the client config, whose client tries the others wh
 			}
 			if opts.DNS, err = dns.options(); err != nil {
 				return err
+			}
+			if opts.Route53.AWSRegions, err = parseAWSRegions("--route53-aws-region", route53Regions); err != nil {
+				return err
+			}
+			if opts.Route53.ZoneID == "" && (opts.Route53.Endpoint != "" || len(route53Regions) > 0) {
+				return errors.New("--route53-endpoint and --route53-aws-region only apply with --route53-zone: give the hosted zone's ID")
 			}
 			log, err := g.logger()
 			if err != nil {
@@ -98,6 +108,9 @@ and each adds its address to the client config, whose client tries the others wh
 	cmd.Flags().DurationVar(&opts.OrphanGrace, "orphan-grace", time.Minute, "how long an instance no fleet owns is left before herd deletes it")
 	cmd.Flags().StringVar(&opts.DiscoveryZone, "discovery-zone", v1alpha1.DefaultDiscoveryZone, "zone the fleets are published in to each other's instances (spec.discovery): NAME.<zone> resolves, inside every instance, to the fleet's load balancer in the caller's region")
 	cmd.Flags().StringVar(&opts.DiscoveryListen, "discovery-listen", "", "UDP and TCP address herd's DNS answers the discovery zone on, for the instances' cluster DNS (e.g. 0.0.0.0:5354); default: not served")
+	cmd.Flags().StringVar(&opts.Route53.ZoneID, "route53-zone", "", "keep this Route 53 hosted zone's records in step with herd's DNS: each fleet's spec.global hostname in the zone gets its healthy regions' load balancers, marked as herd's by a TXT record _herd.HOSTNAME; records herd did not create are never changed (docs/aws.md); default: none")
+	cmd.Flags().StringVar(&opts.Route53.Endpoint, "route53-endpoint", "", "Route 53 API URL, for an AWS-compatible API (default: AWS's)")
+	cmd.Flags().StringSliceVar(&route53Regions, "route53-aws-region", nil, "HERD_REGION=AWS_REGION for latency records (default: the herd region's name)")
 	dns.register(cmd, "dns-", "serve this zone with herd's authoritative DNS (e.g. herd.test.): each fleet's spec.global hostname answered with its healthy regions' load balancers; default: no DNS")
 	return cmd
 }

@@ -61,6 +61,8 @@ type Options struct {
 	// DiscoveryListen is the UDP and TCP address herd's DNS answers the discovery zone on, which
 	// the instances' cluster DNS must reach. Default: none (not served).
 	DiscoveryListen string
+	// Route53 keeps a Route 53 hosted zone in step with the routes. Default: none.
+	Route53 Route53Options
 	// OrphanGrace is how long an instance no fleet owns is left before the controller deletes it.
 	// Default: controller.Options' (1m).
 	OrphanGrace time.Duration

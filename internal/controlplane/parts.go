@@ -21,6 +21,7 @@ import (
 	"herd.dev/herd/internal/events"
 	"herd.dev/herd/internal/global/front"
 	"herd.dev/herd/internal/global/health"
+	"herd.dev/herd/internal/global/route53sync"
 	"herd.dev/herd/internal/global/routes"
 	"herd.dev/herd/internal/global/rtt"
 	"herd.dev/herd/internal/image"
@@ -86,6 +87,7 @@ type parts struct {
 	dns *dnsServer // nil without --dns-zone
 	// discovery answers the discovery zone to the instances; nil without --discovery-listen
 	discovery *dnsServer
+	route53   *route53sync.Syncer // nil without --route53-zone
 }
 
 // build builds every part. What it opened (the API's and the DNS server's sockets) is closed by
@@ -128,6 +130,9 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 		if err := p.lead.campaign(es, p.opts, p.api.url); err != nil {
 			return err
 		}
+	}
+	if err := p.buildRoute53(ctx); err != nil {
+		return err
 	}
 	if p.opts.DNS.Zone != "" {
 		if p.dns, err = listenDNS(p.opts.DNS, p.routes.Table, p.recorder, p.log); err != nil {
@@ -284,6 +289,9 @@ func (p *parts) running() []runnable {
 	}
 	if p.dns != nil {
 		out = append(out, runnable{"dns", p.dns.Start})
+	}
+	if p.route53 != nil {
+		out = append(out, runnable{"route53", p.route53.Run})
 	}
 	return out
 }

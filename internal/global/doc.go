@@ -23,7 +23,8 @@
 // clients' networks. Computed: routes turns the store's fleets and instances (followed through
 // the shared informer, change by change) and those two into the routes table the control plane
 // serves as GET /v1/routes. Out: dns answers from that table,
-// route53 writes a fleet's spec as the Route 53 objects that do the same job on AWS, and front
+// route53 writes a fleet's spec as the Route 53 objects that do the same job on AWS,
+// route53sync keeps a hosted zone's records in step with the table (herd up --route53-zone), and front
 // configures the front door (the same fleets, one target group per region) whose load balancer
 // sends each request to the nearest region its own health checks find healthy.
 package global
