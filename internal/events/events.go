@@ -123,7 +123,12 @@ func (r *Recorder) Start(ctx context.Context) error {
 	for {
 		select {
 		case ev := <-r.buf:
-			r.write(ctx, ev)
+			// A write under way when ctx ends is finished, within the same bound as the flush,
+			// rather than cut short: a canceled write would lose an event already taken off the
+			// buffer, such as the one a controller records as it is being stopped.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+			r.write(wctx, ev)
+			cancel()
 		case <-ctx.Done():
 			flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 			defer cancel()

@@ -137,3 +137,45 @@ func TestTrimKeepsNewest(t *testing.T) {
 		t.Fatalf("stored %v, want %s", got, want)
 	}
 }
+
+// slowStore holds each Txn until release is closed, and fails it if its context ends first, as a
+// store waiting on the network does.
+type slowStore struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowStore) Txn(ctx context.Context, ops ...store.Op) ([]store.Record, error) {
+	s.entered <- struct{}{}
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.Txn(ctx, ops...)
+}
+
+// An event whose write is under way when the writer is stopped is stored, not lost with the
+// canceled context.
+func TestStopFinishesTheWriteUnderWay(t *testing.T) {
+	st := &slowStore{Store: memory.New(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	r := New(Options{Store: st})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Start(ctx) }()
+	r.Eventf("Fleet/web", v1alpha1.EventNormal, "CanaryStep", "step under way")
+	select {
+	case <-st.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event's write never started")
+	}
+	cancel()
+	time.AfterFunc(50*time.Millisecond, func() { close(st.release) })
+	if err := <-done; err != nil {
+		t.Fatalf("recorder stopped with %v", err)
+	}
+	if n := count(stored(t, st.Store), "step under way"); n != 1 {
+		t.Fatalf("%d events stored, want the one under way when the writer stopped", n)
+	}
+}
