@@ -138,8 +138,8 @@ func TestTrimKeepsNewest(t *testing.T) {
 	}
 }
 
-// slowStore holds each Txn until release is closed, and fails it if its context ends first, as a
-// store waiting on the network does.
+// slowStore holds each Txn until release is closed, and fails it if its context ended meanwhile,
+// as a store waiting on the network does.
 type slowStore struct {
 	store.Store
 	entered chan struct{}
@@ -148,10 +148,9 @@ type slowStore struct {
 
 func (s *slowStore) Txn(ctx context.Context, ops ...store.Op) ([]store.Record, error) {
 	s.entered <- struct{}{}
-	select {
-	case <-s.release:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	<-s.release
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	return s.Store.Txn(ctx, ops...)
 }
@@ -171,7 +170,7 @@ func TestStopFinishesTheWriteUnderWay(t *testing.T) {
 		t.Fatal("the event's write never started")
 	}
 	cancel()
-	time.AfterFunc(50*time.Millisecond, func() { close(st.release) })
+	close(st.release)
 	if err := <-done; err != nil {
 		t.Fatalf("recorder stopped with %v", err)
 	}

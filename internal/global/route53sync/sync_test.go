@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 	"github.com/aws/aws-sdk-go-v2/service/route53/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/global/route53sync"
@@ -102,16 +103,12 @@ func herds(all []string) []string {
 func waitFor(t *testing.T, tw *awstwin.Twin, zone, what string, want []string) {
 	t.Helper()
 	want = slices.Sorted(slices.Values(want))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got := herds(sets(tw, zone))
-		if slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the zone holds\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got []string
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		got = herds(sets(tw, zone))
+		return slices.Equal(got, want), nil
+	}); err != nil {
+		t.Fatalf("%s: the zone holds\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -194,12 +191,10 @@ func TestZoneFollowsHerdsRoutes(t *testing.T) {
 	// Fleet web deleted: its records and owner record leave the zone.
 	w.set(func() { w.fleets = w.fleets[:1]; w.unreachable["eu"] = false })
 	waitFor(t, tw, zone, "web deleted", []string{helloOwner, helloEU4, helloEU6, helloUS4})
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.InSync() {
-		if time.Now().After(deadline) {
-			t.Fatal("Route 53 never said INSYNC of the last change")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return s.InSync(), nil
+	}); err != nil {
+		t.Fatal("Route 53 never said INSYNC of the last change")
 	}
 	cancel()
 	if err := <-done; err != nil {
