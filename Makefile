@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
 .PHONY: build test test-short test-disk lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha bench-global bench-dns bench-regions bench-aws conformance kubernetes deps
+	bench-autoscale bench-ha bench-global bench-dns bench-regions bench-aws bench-edge conformance kubernetes deps
 
 # herd, and beside it herd-agent, which every local instance runs (a binary of its own so that
 # instances do not carry the image builder's Helm and Kustomize in their memory).
@@ -59,6 +59,13 @@ bench-aws:
 
 bench-lb: build
 	./hack/bench-lb.sh
+
+# herd's edge (herd edge) against Varnish (Debian's, from make deps) and nginx's proxy_cache in front
+# of one origin: the same Zipf-distributed objects, 2.5 times the size of each cache, one core each,
+# the load generators on the other core (hack/bench-edge.sh says how). Its last line is
+#   edge: hit_rps_vs_varnish=<float> hit_rps_vs_nginx=<float> p99_vs_varnish=<float> origin_offload=<float> coalesced_origin_requests=<int>
+bench-edge: build deps
+	./hack/bench-edge.sh
 
 # Boot time, idle memory and idle CPU of one real local instance of examples/hello (needs root).
 # Installs what is missing first; its last line is the figure. It runs as make's own child, not

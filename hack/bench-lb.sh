@@ -43,13 +43,7 @@ WORK=$(mktemp -d /tmp/herd-bench-lb.XXXXXX)
 PIDS=()
 
 cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
+	stop_all
 	[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -57,73 +51,8 @@ trap 'exit 130' INT TERM
 
 log() { echo "bench-lb: $*" >&2; }
 
-# install_missing installs Debian packages whose command is missing, updating the package lists only
-# if a package is not found.
-install_missing() {
-	local missing=() cmd pkg
-	for pair in haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux openssl:openssl; do
-		cmd=${pair%%:*} pkg=${pair##*:}
-		command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
-	done
-	[ ${#missing[@]} -eq 0 ] && return
-	log "installing ${missing[*]}"
-	# RUNLEVEL=1 keeps the packages from starting their system services: only this script runs them.
-	export DEBIAN_FRONTEND=noninteractive RUNLEVEL=1
-	apt-get install -y "${missing[@]}" >/dev/null 2>&1 || {
-		apt-get update >/dev/null
-		apt-get install -y "${missing[@]}" >/dev/null
-	}
-}
-
-wait_port() {
-	local port=$1 i
-	for i in $(seq 1 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-		sleep 0.1
-	done
-	log "nothing listening on 127.0.0.1:$port"
-	exit 1
-}
-
-# on runs a command on one core at the benchmark's priority.
-on() {
-	local cpu=$1
-	shift
-	nice -n "$BENCH_NICE" taskset -c "$cpu" "$@"
-}
-
-# start runs a command in the background on one core and records its pid for cleanup. nice and
-# taskset exec the command, so the pid is the command's own.
-start() {
-	local cpu=$1
-	shift
-	nice -n "$BENCH_NICE" taskset -c "$cpu" "$@" >>"$WORK/$(basename "$1").log" 2>&1 &
-	PIDS+=($!)
-}
-
-# cpu_ticks prints the CPU time (user+sys, in clock ticks) of a process and its children (nginx's worker).
-cpu_ticks() {
-	local total=0 pid f
-	for pid in "$1" $(pgrep -P "$1" || true); do
-		read -ra f <"/proc/$pid/stat"
-		total=$((total + f[13] + f[14]))
-	done
-	echo "$total"
-}
-
-# rotated prints its arguments after the first, one a line, rotated by round-1: each round another
-# proxy goes first.
-rotated() {
-	local round=$1
-	shift
-	local n=$# i
-	local names=("$@")
-	for ((i = 0; i < n; i++)); do
-		echo "${names[$(((round - 1 + i) % n))]}"
-	done
-}
-
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+# shellcheck source=hack/bench/lib.sh
+. hack/bench/lib.sh
 
 write_configs() {
 	local servers_haproxy="" servers_nginx="" targets_herd="" i=0 port
@@ -218,7 +147,7 @@ $servers_nginx
 EOF
 }
 
-install_missing
+install_missing haproxy:haproxy nginx:nginx wrk:wrk taskset:util-linux openssl:openssl
 # One ECDSA P-256 certificate for every proxy's TLS listener (HAProxy wants it beside its key).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=localhost \
 	-addext subjectAltName=IP:127.0.0.1 -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null

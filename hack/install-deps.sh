@@ -8,8 +8,8 @@
 # headless browser), busybox-static (the shell image herd image build bakes
 # for add-ons' helper pods, such as the storage add-on's), bind9-dnsutils (dig, which the DNS
 # tests query herd's DNS with), knot and dnsperf (make bench-dns compares herd's DNS with Knot
-# under dnsperf's load), awscli (the EC2 twin's tests drive it with the AWS CLI, to prove it
-# speaks EC2's protocol and not only what the Go SDK accepts), for the test images of make conformance curl and netcat-openbsd
+# under dnsperf's load), varnish (make bench-edge compares herd's edge with Varnish), awscli (the
+# EC2 twin's tests drive it with the AWS CLI, to prove it speaks EC2's protocol and not only what the Go SDK accepts), for the test images of make conformance curl and netcat-openbsd
 # (the programs agnhost's and jessie-dnsutils' tests call), and for herd image disk mmdebstrap,
 # e2fsprogs, dosfstools, mtools, fdisk, binutils and systemd-boot-efi (the root, the file systems,
 # the partition table and the unified kernel image), with qemu-system-x86 and ovmf (UEFI firmware)
@@ -24,7 +24,7 @@
 set -euo pipefail
 
 packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium
-	busybox-static bind9-dnsutils knot dnsperf curl netcat-openbsd awscli
+	busybox-static bind9-dnsutils knot dnsperf varnish curl netcat-openbsd awscli
 	mmdebstrap e2fsprogs dosfstools mtools fdisk binutils systemd-boot-efi qemu-system-x86 ovmf)
 
 # Files each package must provide; checked after installing, so that a broken
@@ -34,14 +34,14 @@ required=(
 	/usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap
 	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
 	/usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /bin/busybox
-	/usr/bin/dig /usr/sbin/knotd /usr/bin/dnsperf /usr/bin/curl /bin/nc.openbsd /usr/bin/aws
+	/usr/bin/dig /usr/sbin/knotd /usr/bin/dnsperf /usr/sbin/varnishd /usr/bin/curl /bin/nc.openbsd /usr/bin/aws
 	/usr/bin/mmdebstrap /usr/sbin/mke2fs /usr/sbin/debugfs /usr/sbin/mkfs.fat /usr/bin/mcopy /usr/sbin/sfdisk
 	/usr/bin/objcopy /usr/bin/qemu-system-x86_64
 )
 
 # System services these packages ship; herd runs its own instances of them (and
-# its tests their own Prometheus, make bench-dns its own Knot).
-services=(containerd etcd prometheus knot)
+# its tests their own Prometheus, make bench-dns its own Knot, make bench-edge its own Varnish).
+services=(containerd etcd prometheus knot varnish varnishncsa)
 
 die() { echo "hack/install-deps.sh: $*" >&2; exit 1; }
 

@@ -4,7 +4,12 @@
 //
 // Requests are due at start + i/rate; connection k sends requests k, k+conns, k+2*conns, ... one at a
 // time, so a request whose connection is still busy waits, and its wait counts in its latency. Output is
-// one line of key=value pairs.
+// one line of key=value pairs; sent counts every request sent, warm-up included.
+//
+// With -objects N, request paths are -path followed by an object number from 0 to N-1 drawn from a
+// Zipf distribution of exponent -zipf (math/rand/v2's, rank 0 the most popular): the workload of an
+// edge cache. Each connection draws from its own generator with a fixed seed, so that every run sends
+// the same requests.
 package main
 
 import (
@@ -14,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -29,24 +35,50 @@ func main() {
 	duration := flag.Duration("duration", 10*time.Second, "measured time")
 	warmup := flag.Duration("warmup", 2*time.Second, "time at the same rate before measuring")
 	conns := flag.Int("conns", 64, "keep-alive connections")
+	objects := flag.Uint64("objects", 0, "with N > 0, request -path followed by 0 to N-1, Zipf-distributed")
+	zipf := flag.Float64("zipf", 1.01, "the Zipf exponent of -objects (> 1)")
 	flag.Parse()
-	if err := run(*addr, *path, *rate, *duration, *warmup, *conns); err != nil {
+	if *objects > 0 && *zipf <= 1 {
+		fmt.Fprintln(os.Stderr, "loadgen: -zipf must be greater than 1")
+		os.Exit(2)
+	}
+	if err := run(*addr, paths{prefix: *path, objects: *objects, s: *zipf}, *rate, *duration, *warmup, *conns); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
 }
 
+// paths are the request paths: the prefix alone, or followed by Zipf-distributed object numbers.
+type paths struct {
+	prefix  string
+	objects uint64
+	s       float64
+}
+
+// requests returns a function that makes the next request of connection k.
+func (p paths) requests(addr string, k int) func() []byte {
+	head := func(path string) []byte {
+		return []byte("GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: herd-loadgen\r\n\r\n")
+	}
+	if p.objects == 0 {
+		req := head(p.prefix)
+		return func() []byte { return req }
+	}
+	z := rand.NewZipf(rand.New(rand.NewPCG(uint64(k), 1)), p.s, 1, p.objects-1)
+	return func() []byte { return head(p.prefix + strconv.FormatUint(z.Uint64(), 10)) }
+}
+
 type result struct {
 	latencies []time.Duration // of measured requests
+	sent      int             // every request sent, warm-up included
 	errors    int
 	late      int // measured requests sent more than 1 ms after they were due: the server is behind, or the generator is
 }
 
-func run(addr, path string, rate float64, duration, warmup time.Duration, conns int) error {
+func run(addr string, p paths, rate float64, duration, warmup time.Duration, conns int) error {
 	if rate <= 0 || conns <= 0 {
 		return errors.New("rate and conns must be positive")
 	}
-	req := []byte("GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: herd-loadgen\r\n\r\n")
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now().Add(100 * time.Millisecond)
 	measureFrom := start.Add(warmup)
@@ -56,15 +88,16 @@ func run(addr, path string, rate float64, duration, warmup time.Duration, conns 
 	var wg sync.WaitGroup
 	for k := range conns {
 		wg.Go(func() {
-			results[k] = worker(addr, req, start, measureFrom, end, interval, k, conns)
+			results[k] = worker(addr, p.requests(addr, k), start, measureFrom, end, interval, k, conns)
 		})
 	}
 	wg.Wait()
 
 	var all []time.Duration
-	errs, late := 0, 0
+	errs, late, sent := 0, 0, 0
 	for _, r := range results {
 		all = append(all, r.latencies...)
+		sent += r.sent
 		errs += r.errors
 		late += r.late
 	}
@@ -76,13 +109,13 @@ func run(addr, path string, rate float64, duration, warmup time.Duration, conns 
 		i := min(len(all)-1, int(p*float64(len(all))))
 		return all[i].Microseconds()
 	}
-	fmt.Printf("rate=%.0f achieved=%.0f ok=%d errors=%d late=%d p50_us=%d p90_us=%d p99_us=%d p999_us=%d max_us=%d\n",
-		rate, float64(len(all))/duration.Seconds(), len(all), errs, late,
+	fmt.Printf("rate=%.0f achieved=%.0f sent=%d ok=%d errors=%d late=%d p50_us=%d p90_us=%d p99_us=%d p999_us=%d max_us=%d\n",
+		rate, float64(len(all))/duration.Seconds(), sent, len(all), errs, late,
 		pct(0.50), pct(0.90), pct(0.99), pct(0.999), all[len(all)-1].Microseconds())
 	return nil
 }
 
-func worker(addr string, req []byte, start, measureFrom, end time.Time, interval time.Duration, k, conns int) result {
+func worker(addr string, next func() []byte, start, measureFrom, end time.Time, interval time.Duration, k, conns int) result {
 	var res result
 	var c net.Conn
 	var br *bufio.Reader
@@ -109,7 +142,8 @@ func worker(addr string, req []byte, start, measureFrom, end time.Time, interval
 			}
 			br = bufio.NewReaderSize(c, 16<<10)
 		}
-		keep, err := roundTrip(c, br, req)
+		res.sent++
+		keep, err := roundTrip(c, br, next())
 		if err != nil {
 			c.Close()
 			c = nil

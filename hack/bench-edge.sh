@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Benchmarks herd's edge (herd edge) against Varnish and nginx's proxy_cache (both Debian's) on
+# loopback (make bench-edge). Each caches in front of the same origin (hack/bench/edge/origin, one
+# port per proxy so that each one's origin requests are counted apart): $OBJECTS objects of 2 to 14
+# KiB (about 8 KiB on average), cacheable for an hour, about 2.5 times the $CACHE_MB MiB each cache
+# is given (herd: spec.cacheSize; Varnish: -s malloc; nginx: max_size). The proxies are pinned to
+# one core (PROXY_CPU), the origin and the load generators to the other (LOAD_CPU).
+#   1. coalescing: $BURST requests at once for one object not cached yet, which the origin takes
+#      500 ms to answer (hack/bench/edge/burst); the origin counts how many reached it. nginx is given
+#      proxy_cache_lock, Varnish coalesces by default.
+#   2. warm-up: the Zipf workload of step 4 for $WARM s at a low rate, then the hot set.
+#   3. hit throughput: wrk -t1 -c$CONNS for $DURATION s over the $HOT most popular objects (all
+#      cached: every request is a hit), proxies in rotating order, $ROUNDS rounds; the median
+#      requests/s of each, with its CPU time per request (user+sys from /proc, which stays comparable
+#      when other work on the machine, not the proxy, is what limits the rate).
+#   4. the Zipf workload: objects drawn from a Zipf distribution of exponent $ZIPF (rank 0 the most
+#      popular; hack/bench/lb/loadgen -objects, the same sequence for every proxy) at a fixed rate,
+#      half the slowest proxy's median hit throughput so that none is saturated, the same rounds:
+#      the median p99 (coordinated-omission safe), and the origin offload, the share of client
+#      requests that did not reach the origin over all rounds.
+# The last line is:
+#   edge: hit_rps_vs_varnish=<f> hit_rps_vs_nginx=<f> p99_vs_varnish=<f> origin_offload=<f> coalesced_origin_requests=<int>
+# where origin_offload and coalesced_origin_requests are herd's (the others' are logged above it).
+# Every process it starts runs at nice $BENCH_NICE (default -15). Everything it starts is stopped
+# on exit. Knobs: ROUNDS DURATION CONNS OBJECTS ZIPF HOT CACHE_MB WARM BURST PROXY_CPU LOAD_CPU BENCH_NICE.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8}
+CONNS=${CONNS:-64}
+OBJECTS=${OBJECTS:-20000}
+ZIPF=${ZIPF:-1.01}
+HOT=${HOT:-1000}
+CACHE_MB=${CACHE_MB:-64}
+WARM=${WARM:-20}
+BURST=${BURST:-1000}
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+BENCH_NICE=${BENCH_NICE:--15}
+PROXIES=(herd varnish nginx)
+declare -A PORT=([herd]=18290 [varnish]=18291 [nginx]=18292)
+declare -A ORIGIN=([herd]=18300 [varnish]=18301 [nginx]=18302)
+HERD_METRICS=18299
+declare -A PID
+
+cd "$(dirname "$0")/.."
+WORK=$(mktemp -d /tmp/herd-bench-edge.XXXXXX)
+PIDS=()
+
+cleanup() {
+	stop_all
+	[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { echo "bench-edge: $*" >&2; }
+
+# shellcheck source=hack/bench/lib.sh
+. hack/bench/lib.sh
+
+# origin_count prints what the origin port of proxy $1 counted: objects=<int> slow=<int>.
+origin_count() { curl -fsS "http://127.0.0.1:${ORIGIN[$1]}/_count"; }
+
+# field prints the value of key $1 in a line of key=value pairs.
+field() { tr ' ' '\n' <<<"$2" | awk -F= -v k="$1" '$1 == k {print $2}'; }
+
+write_configs() {
+	cat >"$WORK/herd.yaml" <<EOF
+apiVersion: herd.dev/v1alpha1
+kind: Distribution
+metadata: {name: bench}
+spec:
+  cacheSize: $((CACHE_MB << 20))
+  listeners:
+    - {port: ${PORT[herd]}}
+  origins:
+    - {name: origin, url: "http://127.0.0.1:${ORIGIN[herd]}"}
+  behaviors:
+    - {pathPattern: "*", origin: origin}
+EOF
+	cat >"$WORK/varnish.vcl" <<EOF
+vcl 4.1;
+backend origin {
+    .host = "127.0.0.1";
+    .port = "${ORIGIN[varnish]}";
+}
+EOF
+	# The worker runs as root: it writes the cache under $WORK, which only root may write to.
+	cat >"$WORK/nginx.conf" <<EOF
+user root;
+worker_processes 1;
+worker_rlimit_nofile 16384;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    proxy_cache_path $WORK/nginx-cache levels=1:2 keys_zone=edge:16m max_size=${CACHE_MB}m inactive=1h use_temp_path=off;
+    upstream origin {
+        server 127.0.0.1:${ORIGIN[nginx]};
+        keepalive 256;
+    }
+    server {
+        listen 127.0.0.1:${PORT[nginx]} backlog=4096;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache edge;
+            proxy_cache_lock on;
+            proxy_cache_lock_timeout 10s;
+            add_header X-Cache \$upstream_cache_status;
+        }
+    }
+}
+EOF
+	# wrk's request for the hot set: object 0 to HOT-1 in turn, each request prepared once.
+	cat >"$WORK/hot.lua" <<EOF
+local n = $HOT
+local reqs = {}
+local i = 0
+function init(args)
+    for k = 0, n - 1 do reqs[k] = wrk.format("GET", "/obj/" .. k) end
+end
+function request()
+    i = (i + 1) % n
+    return reqs[i]
+end
+EOF
+}
+
+install_missing nginx:nginx wrk:wrk taskset:util-linux curl:curl
+[ -x /usr/sbin/varnishd ] || { log "no /usr/sbin/varnishd: make deps (hack/install-deps.sh) installs Varnish"; exit 1; }
+ulimit -n "$(ulimit -Hn)" # the burst's connections
+log "building"
+go build -o "$WORK/origin" ./hack/bench/edge/origin
+go build -o "$WORK/burst" ./hack/bench/edge/burst
+go build -o "$WORK/loadgen" ./hack/bench/lb/loadgen
+write_configs
+
+origins=""
+for p in "${PROXIES[@]}"; do origins+="${origins:+,}127.0.0.1:${ORIGIN[$p]}"; done
+GOMAXPROCS=1 start "$LOAD_CPU" "$WORK/origin" -addrs "$origins" -objects "$OBJECTS"
+GOMAXPROCS=1 start "$PROXY_CPU" bin/herd edge -f "$WORK/herd.yaml" --metrics-addr "127.0.0.1:$HERD_METRICS" \
+	--data-dir "$WORK/herd-data"
+PID[herd]=$!
+start "$PROXY_CPU" /usr/sbin/varnishd -F -j none -n "$WORK/varnish" -a "127.0.0.1:${PORT[varnish]}" \
+	-f "$WORK/varnish.vcl" -s "malloc,${CACHE_MB}m" -p thread_pools=1
+PID[varnish]=$!
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+start "$PROXY_CPU" "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g "daemon off;"
+PID[nginx]=$!
+for port in "${PORT[@]}" "${ORIGIN[@]}" "$HERD_METRICS"; do
+	wait_port "$port"
+done
+log "$(/usr/sbin/varnishd -V 2>&1 | head -1); $("$NGINX" -v 2>&1); $(wrk -v 2>&1 | head -1 || true)"
+log "proxies on cpu $PROXY_CPU; origin, wrk, loadgen and burst on cpu $LOAD_CPU; $OBJECTS objects, ${CACHE_MB} MiB caches;" \
+	"$ROUNDS rounds of ${DURATION}s; nice $BENCH_NICE; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# 1. Coalescing, on cold caches.
+declare -A COALESCED
+for p in "${PROXIES[@]}"; do
+	out=$(on "$LOAD_CPU" "$WORK/burst" -n "$BURST" -url "http://127.0.0.1:${PORT[$p]}/slow/burst" || true)
+	COALESCED[$p]=$(field slow "$(origin_count "$p")")
+	log "coalescing $p: $BURST requests at once ($out) made ${COALESCED[$p]} origin requests"
+done
+
+# 2. Warm-up: the Zipf workload, then the hot set.
+for p in "${PROXIES[@]}"; do
+	GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -path /obj/ -objects "$OBJECTS" \
+		-zipf "$ZIPF" -rate 2000 -duration "${WARM}s" -warmup 0s -conns "$CONNS" >/dev/null
+	on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s -s "$WORK/hot.lua" "http://127.0.0.1:${PORT[$p]}" >/dev/null
+	log "warmed $p: $(origin_count "$p")"
+done
+
+# 3. Hit throughput.
+declare -A RPS CPU
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+for round in $(seq 1 "$ROUNDS"); do
+	mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
+	for p in "${order[@]}"; do
+		before=$(field objects "$(origin_count "$p")")
+		t0=$(cpu_ticks "${PID[$p]}")
+		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$WORK/hot.lua" "http://127.0.0.1:${PORT[$p]}")
+		t1=$(cpu_ticks "${PID[$p]}")
+		misses=$(($(field objects "$(origin_count "$p")") - before))
+		rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+		reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+		cpu=$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')
+		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
+		log "hit round $round $p: ${rps} req/s, ${cpu} us CPU/request, $misses origin requests ${errs}"
+		RPS[$p]+="$rps "
+		CPU[$p]+="$cpu "
+	done
+done
+declare -A RPS_MED CPU_MED
+for p in "${PROXIES[@]}"; do
+	RPS_MED[$p]=$(medians_of "${RPS[$p]}")
+	CPU_MED[$p]=$(medians_of "${CPU[$p]}")
+done
+RATE=$(for p in "${PROXIES[@]}"; do echo "${RPS_MED[$p]}"; done | sort -g | awk 'NR == 1 {printf "%d", $1 / 2}')
+
+# 4. The Zipf workload at a fixed rate.
+log "Zipf workload at $RATE req/s (half the slowest proxy's hit throughput)"
+declare -A P99 SENT FETCHED
+for round in $(seq 1 "$ROUNDS"); do
+	mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
+	for p in "${order[@]}"; do
+		before=$(field objects "$(origin_count "$p")")
+		out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -path /obj/ \
+			-objects "$OBJECTS" -zipf "$ZIPF" -rate "$RATE" -duration "${DURATION}s" -warmup 1s -conns "$CONNS")
+		fetched=$(($(field objects "$(origin_count "$p")") - before))
+		sent=$(field sent "$out")
+		log "zipf round $round $p: $out origin_requests=$fetched"
+		P99[$p]+="$(field p99_us "$out") "
+		SENT[$p]=$((${SENT[$p]:-0} + sent))
+		FETCHED[$p]=$((${FETCHED[$p]:-0} + fetched))
+	done
+done
+declare -A P99_MED OFFLOAD
+for p in "${PROXIES[@]}"; do
+	P99_MED[$p]=$(medians_of "${P99[$p]}")
+	OFFLOAD[$p]=$(awk -v f="${FETCHED[$p]}" -v s="${SENT[$p]}" 'BEGIN {printf "%.4f", 1 - f / s}')
+	log "$p: median ${RPS_MED[$p]} hits/s, ${CPU_MED[$p]} us CPU/hit; median p99 ${P99_MED[$p]} us at $RATE req/s;" \
+		"origin offload ${OFFLOAD[$p]} (${FETCHED[$p]} of ${SENT[$p]}); ${COALESCED[$p]} origin requests for $BURST at once"
+done
+log "herd's own counters: $(curl -fsS "http://127.0.0.1:$HERD_METRICS/metrics" | awk '/^herd_edge_/ {printf "%s=%s ", $1, $2}')"
+log "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+awk -v h="${RPS_MED[herd]}" -v v="${RPS_MED[varnish]}" -v n="${RPS_MED[nginx]}" \
+	-v hp="${P99_MED[herd]}" -v vp="${P99_MED[varnish]}" -v o="${OFFLOAD[herd]}" -v c="${COALESCED[herd]}" 'BEGIN {
+	printf "edge: hit_rps_vs_varnish=%.2f hit_rps_vs_nginx=%.2f p99_vs_varnish=%.2f origin_offload=%.4f coalesced_origin_requests=%d\n",
+		h / v, h / n, hp / vp, o, c }'
