@@ -86,6 +86,9 @@ type Options struct {
 	// Edges, if set, are the edge locations of the Distributions: /v1/distributions and below, and
 	// distributions in /v1/apply (distributions.go).
 	Edges Edges
+	// Peers, if set, gives the API URLs of the other herd up replicas on the same store, whose
+	// edge locations' figures a distribution's stats add up. They share this Token.
+	Peers func(ctx context.Context) ([]string, error)
 }
 
 // RegionLB is a region's own load balancer, as the control plane last saw it.

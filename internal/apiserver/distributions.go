@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
@@ -29,13 +34,21 @@ type InvalidationRequest struct {
 	Paths []string `json:"paths"`
 }
 
-// EdgeStats are a distribution's figures at the edge location of the replica that answered.
+// EdgeStats are a distribution's figures, summed over the edge locations of every herd up replica
+// that answered.
 type EdgeStats struct {
 	Distribution  string     `json:"distribution"`
 	Stats         edge.Stats `json:"stats"`
 	HitRatio      float64    `json:"hitRatio"`
 	OriginOffload float64    `json:"originOffload"`
+	// Locations is how many edge locations the figures add up: one per replica that runs one.
+	Locations int `json:"locations"`
+	// Unreached says which replicas' figures could not be read, and why.
+	Unreached []string `json:"unreached,omitempty"`
 }
+
+// peerTimeout bounds the reading of the other replicas' figures.
+const peerTimeout = 3 * time.Second
 
 func (s *Server) routeDistributions() {
 	if s.opts.Edges == nil {
@@ -89,15 +102,86 @@ func (s *Server) routeDistributions() {
 			writeJSON(w, http.StatusOK, res)
 		}
 	})
+	// With ?scope=local the replica's own location only: what the others ask of each other.
 	s.mux.HandleFunc("GET /v1/distributions/{name}/stats", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		st, ok := s.opts.Edges.Stats(name)
-		if !ok {
-			s.fail(w, r, http.StatusNotFound, fmt.Errorf("distribution %q runs no edge location here (herd get distributions says why)", name))
+		res := EdgeStats{Distribution: name}
+		if st, ok := s.opts.Edges.Stats(name); ok {
+			res.Stats, res.Locations = st, 1
+		}
+		if r.URL.Query().Get("scope") != "local" && s.opts.Peers != nil {
+			s.addPeerStats(r.Context(), &res)
+		}
+		if res.Locations == 0 {
+			s.fail(w, r, http.StatusNotFound, fmt.Errorf("distribution %q runs no edge location (herd get distributions says why)%s", name, unreached(res.Unreached)))
 			return
 		}
-		writeJSON(w, http.StatusOK, EdgeStats{Distribution: name, Stats: st, HitRatio: st.HitRatio(), OriginOffload: st.OriginOffload()})
+		res.HitRatio, res.OriginOffload = res.Stats.HitRatio(), res.Stats.OriginOffload()
+		writeJSON(w, http.StatusOK, res)
 	})
+}
+
+func unreached(u []string) string {
+	if len(u) == 0 {
+		return ""
+	}
+	return "; not reached: " + strings.Join(u, "; ")
+}
+
+// addPeerStats adds the figures of the other replicas' locations of res's distribution, asked of
+// them all at once.
+func (s *Server) addPeerStats(ctx context.Context, res *EdgeStats) {
+	peers, err := s.opts.Peers(ctx)
+	if err != nil {
+		res.Unreached = append(res.Unreached, "the list of replicas: "+err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, api := range peers {
+		wg.Go(func() {
+			st, found, err := s.peerStats(ctx, api, res.Distribution)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				res.Unreached = append(res.Unreached, api+": "+err.Error())
+			case found:
+				res.Stats = res.Stats.Add(st)
+				res.Locations++
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(res.Unreached)
+}
+
+// peerStats reads one replica's own figures of a distribution, and whether it runs a location of it.
+func (s *Server) peerStats(ctx context.Context, api, name string) (edge.Stats, bool, error) {
+	u := strings.TrimSuffix(api, "/") + "/v1/distributions/" + url.PathEscape(name) + "/stats?scope=local"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return edge.Stats{}, false, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.opts.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return edge.Stats{}, false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var es EdgeStats
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&es); err != nil {
+			return edge.Stats{}, false, fmt.Errorf("reading its figures: %w", err)
+		}
+		return es.Stats, true, nil
+	case http.StatusNotFound:
+		return edge.Stats{}, false, nil // it runs no location of the distribution
+	}
+	return edge.Stats{}, false, fmt.Errorf("answered %s", resp.Status)
 }
 
 // planDistributions works out what an apply writes of its distributions: each validated with its

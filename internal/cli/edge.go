@@ -97,10 +97,11 @@ func newEdgeStatsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats DISTRIBUTION",
 		Short: "Show a distribution's hit ratio, bytes served, origin offload and coalesced requests",
-		Long: `Show the figures of the distribution's edge location in the herd up that answers, counted since it
-started: the same counters as its herd_edge_* metrics on /metrics. The hit ratio is the share of
-answers served from the cache; the origin offload is the share of requests that made no origin
-request.`,
+		Long: `Show the figures of the distribution's edge locations, added up over every herd up replica sharing
+the store (LOCATIONS says how many), each counted since it started: the same counters as the
+herd_edge_* metrics on each replica's /metrics. The hit ratio is the share of answers served from
+the cache; the origin offload is the share of requests that made no origin request. A replica
+whose figures could not be read is named on standard error.`,
 		Example: `  herd edge stats site
   herd edge stats site -o json`,
 		Args: cobra.ExactArgs(1),
@@ -116,9 +117,12 @@ request.`,
 			if format == "yaml" || format == "json" {
 				return printObject(g.out, format, st)
 			}
+			for _, u := range st.Unreached {
+				fmt.Fprintf(g.errOut, "warning: figures not read from %s\n", u)
+			}
 			s := st.Stats
-			t := newTable(g.out, "DISTRIBUTION", "REQUESTS", "HIT-RATIO", "BYTES-SERVED", "ORIGIN-OFFLOAD", "ORIGIN-REQUESTS", "COALESCED", "ORIGIN-ERRORS", "INVALIDATED")
-			t.row(st.Distribution, s.Requests, fmt.Sprintf("%.3f", st.HitRatio), s.BytesServed, fmt.Sprintf("%.3f", st.OriginOffload),
+			t := newTable(g.out, "DISTRIBUTION", "LOCATIONS", "REQUESTS", "HIT-RATIO", "BYTES-SERVED", "ORIGIN-OFFLOAD", "ORIGIN-REQUESTS", "COALESCED", "ORIGIN-ERRORS", "INVALIDATED")
+			t.row(st.Distribution, st.Locations, s.Requests, fmt.Sprintf("%.3f", st.HitRatio), s.BytesServed, fmt.Sprintf("%.3f", st.OriginOffload),
 				s.OriginRequests, s.Coalesced, s.OriginErrors, s.Invalidations)
 			return t.flush()
 		},

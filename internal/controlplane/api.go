@@ -119,6 +119,7 @@ func (p *parts) handler() *web.Handler {
 		Front:      func() apiserver.FrontDoor { return frontDoor(p.door) },
 		Orphans:    p.lead.Orphans,
 		Edges:      p.edges,
+		Peers:      p.lead.peers,
 		Status:     p.status,
 
 		DiscoveryZone: p.opts.DiscoveryZone,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controlplane"
+	"herd.dev/herd/internal/kubebin"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
 	"herd.dev/herd/internal/store/etcd"
@@ -244,6 +246,7 @@ func TestIntegrationHAReplicas(t *testing.T) {
 
 	applyManifest(t, api, fakeWeb(3))
 	sameAsProvider(t, prov, waitServing(t, api, 3, 30*time.Second))
+	edgeStatsAddUp(t, rs, api)
 
 	// The leader loses its lease: its session ends, as it would if it froze or was cut off.
 	admin := ec.Client(t)
@@ -286,6 +289,55 @@ func TestIntegrationHAReplicas(t *testing.T) {
 	for name, n := range prov.creates {
 		if n != 1 {
 			t.Errorf("instance %s was asked for %d times, want once", name, n)
+		}
+	}
+}
+
+// edgeStatsAddUp applies a distribution, which every replica runs a location of (its listener binds
+// in one of them only, as they share this host), sends requests through its listener, and reads
+// herd edge stats through each replica: each gives the sum of the three locations.
+func edgeStatsAddUp(t *testing.T, rs []*replica, api *client.Client) {
+	t.Helper()
+	origin, _ := countingOrigin(t, "o")
+	port := freePort(t)
+	docs, err := v1alpha1.DecodeAndValidate(fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
+kind: Distribution
+metadata: {name: site}
+spec:
+  listeners: [{port: %d}]
+  origins: [{name: o, url: %q}]
+  behaviors: [{pathPattern: "*", origin: o}]
+`, port, origin.URL), "fake", kubebin.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.ApplyAll(context.Background(), nil, []v1alpha1.Distribution{*docs[0].Object.(*v1alpha1.Distribution)}); err != nil {
+		t.Fatalf("apply the distribution: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, want := range []string{"Miss", "Hit", "Hit"} {
+		for {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/a", port))
+			if err == nil {
+				resp.Body.Close()
+				if x := resp.Header.Get("X-Cache"); x != want {
+					t.Fatalf("GET through the edge: X-Cache %q, want %q", x, want)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the distribution's listener does not serve: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i, r := range rs {
+		st, err := r.api.EdgeStats(context.Background(), "site")
+		if err != nil {
+			t.Fatalf("herd edge stats through replica %d: %v", i, err)
+		}
+		if s := st.Stats; st.Locations != len(rs) || s.Requests != 3 || s.Hits != 2 || s.Misses != 1 || len(st.Unreached) > 0 {
+			t.Fatalf("herd edge stats through replica %d: %+v, want 3 requests (2 hits, 1 miss) from %d locations", i, st, len(rs))
 		}
 	}
 }

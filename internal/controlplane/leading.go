@@ -293,6 +293,25 @@ func (l *leading) status(s map[string]string) {
 	}
 }
 
+// peers are the API URLs of the other replicas campaigning on the same etcd; none without an
+// election (one herd up on its own store).
+func (l *leading) peers(ctx context.Context) ([]string, error) {
+	if l.elector == nil {
+		return nil, nil
+	}
+	rs, err := leader.Replicas(ctx, l.etcd.Client(), electionPrefix(l.etcd))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range rs {
+		if r.API != l.self.API {
+			out = append(out, r.API)
+		}
+	}
+	return out, nil
+}
+
 // electionPrefix is where the replicas of the store's herd campaign: beside the records' prefix,
 // not under it, so that no kind's listing sees them.
 func electionPrefix(st *etcd.Store) string {

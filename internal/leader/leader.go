@@ -231,3 +231,21 @@ func Leader(ctx context.Context, cli *clientv3.Client, prefix string) (Replica, 
 	}
 	return r, true, nil
 }
+
+// Replicas returns every replica campaigning under prefix, the leader first: each holds a key
+// while its session lives.
+func Replicas(ctx context.Context, cli *clientv3.Client, prefix string) ([]Replica, error) {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Replica, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var r Replica
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return nil, fmt.Errorf("replica key %s: %w", kv.Key, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
