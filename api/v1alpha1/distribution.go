@@ -41,6 +41,11 @@ type DistributionSpec struct {
 	Behaviors []EdgeBehavior `json:"behaviors"`
 	// CacheSize bounds the memory the cache holds, in bytes. Default: 268435456 (256 MiB).
 	CacheSize int64 `json:"cacheSize,omitempty"`
+	// DiskCacheSize, if set, adds a disk tier of this many bytes behind the memory: what the edge
+	// stores is written to files under the data directory of the herd up (or herd edge) that runs
+	// the location (DATA_DIR/edge/NAME), found again after a restart, and never served torn after
+	// a crash. Read when the location starts. Default: 0 (memory only).
+	DiskCacheSize int64 `json:"diskCacheSize,omitempty"`
 }
 
 // EdgeListener is one address the edge listens on, cleartext or HTTPS.
@@ -89,6 +94,11 @@ type EdgeBehavior struct {
 	// MaxObjectSize is the largest body stored, in bytes; larger ones are streamed and not stored.
 	// Default: 10485760 (10 MiB).
 	MaxObjectSize int64 `json:"maxObjectSize,omitempty"`
+	// Compress serves br or gzip, as the client's Accept-Encoding prefers, of textual responses of
+	// 1,000 bytes or more that the origin sent without a coding and without no-transform; each
+	// coding is compressed once and stored as a variant (Vary: Accept-Encoding). The origin is
+	// asked for the identity. Default: false.
+	Compress bool `json:"compress,omitempty"`
 }
 
 // CachePolicy is a behavior's freshness and cache key.

@@ -64,6 +64,9 @@ func ValidateDistribution(d *Distribution) ErrorList {
 	if d.Spec.CacheSize < 0 {
 		fe = append(fe, field.Invalid(spec.Child("cacheSize"), d.Spec.CacheSize, "must be a positive number of bytes, or left out for 256 MiB"))
 	}
+	if d.Spec.DiskCacheSize < 0 {
+		fe = append(fe, field.Invalid(spec.Child("diskCacheSize"), d.Spec.DiskCacheSize, "must be a positive number of bytes, or left out for no disk tier"))
+	}
 	fe = append(fe, validateEdgeListeners(&errs, spec.Child("listeners"), d.Spec.Listeners)...)
 	origins, oerrs := validateEdgeOrigins(&errs, spec.Child("origins"), d.Spec.Origins)
 	fe = append(fe, oerrs...)

@@ -163,7 +163,7 @@ func runEdge(ctx context.Context, g *globals, log *slog.Logger, d *v1alpha1.Dist
 	if err != nil {
 		return err
 	}
-	loc, err := edgeplane.NewLocation(d, edgeplane.LocationOptions{LocalCA: ca, Logger: log, Origins: func(eo v1alpha1.EdgeOrigin) (*url.URL, error) {
+	loc, err := edgeplane.NewLocation(d, edgeplane.LocationOptions{LocalCA: ca, DataDir: o.dataDir, Logger: log, Origins: func(eo v1alpha1.EdgeOrigin) (*url.URL, error) {
 		if eo.URL != "" {
 			return url.Parse(eo.URL)
 		}

@@ -172,7 +172,7 @@ func (p *parts) buildDataPlane() error {
 	}
 	p.localCA = ca
 	p.targets.UseLocalCA(ca)
-	p.edges = edgeplane.NewSet(edgeplane.SetOptions{Store: p.st, LBAddress: p.opts.LBAddress, LocalCA: ca, Logger: p.log})
+	p.edges = edgeplane.NewSet(edgeplane.SetOptions{Store: p.st, LBAddress: p.opts.LBAddress, LocalCA: ca, DataDir: p.opts.DataDir, Logger: p.log})
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
 	p.monitor = lbmonitor.New(p.balancer, lbmonitor.Options{RegionOf: p.targets.RegionOf})

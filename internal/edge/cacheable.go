@@ -18,26 +18,43 @@ func (e *Edge) serveCacheable(w http.ResponseWriter, r *http.Request, b *Behavio
 	pk := primaryKey(r, b.Policy)
 	reqCC := requestDirectives(r.Header)
 	coalesce := b.Coalesce
+	coding := ""
+	if b.Policy.Compress {
+		coding = negotiate(r.Header)
+	}
 	for {
 		now := e.now()
-		stored := e.store.lookup(pk, r, b.Policy)
+		if coding != "" {
+			if c := e.store.lookup(pk, r, b.Policy, coding); c != nil && c.freshFor(reqCC, c.age(now)) {
+				e.metrics.hits.Inc()
+				e.serveObject(w, r, c, now, "Hit")
+				return
+			}
+		}
+		stored := e.store.lookup(pk, r, b.Policy, "")
 		if stored != nil {
 			age := stored.age(now)
 			if stored.freshFor(reqCC, age) {
 				e.metrics.hits.Inc()
-				e.serveObject(w, r, stored, now, "Hit")
+				e.serveObject(w, r, e.encoded(pk, stored, coding), now, "Hit")
 				return
 			}
 			if !reqCC.has("no-cache") && !stored.cc.has("no-cache") &&
 				stored.staleWithin("stale-while-revalidate", reqCC, age-stored.lifetime) {
 				e.revalidateInBackground(pk, r, b, stored)
 				e.metrics.hits.Inc()
-				e.serveObject(w, r, stored, now, "StaleHit")
+				e.serveObject(w, r, e.encoded(pk, stored, coding), now, "StaleHit")
 				return
 			}
 		}
 		if reqCC.has("only-if-cached") {
 			http.Error(w, "not in cache", http.StatusGatewayTimeout)
+			return
+		}
+		if r.Header.Get("Range") != "" && e.flights.uncacheable(pk) {
+			// The last response for the key was not stored (too large, say): the part asked
+			// for is asked of the origin, with the client's Range and conditionals.
+			e.answer(w, r, e.passOn(r, b))
 			return
 		}
 		land := func() {}
@@ -53,6 +70,9 @@ func (e *Edge) serveCacheable(w http.ResponseWriter, r *http.Request, b *Behavio
 		}
 		res := e.fetch(r, b, pk, reqCC, stored)
 		land()
+		if res.obj != nil {
+			res.obj = e.encoded(pk, res.obj, coding)
+		}
 		e.answer(w, r, res)
 		return
 	}
@@ -110,8 +130,10 @@ func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, 
 			resp.Body.Close()
 			header := resp.Header.Clone()
 			dropHop(header)
-			o := &object{status: resp.StatusCode, header: header, body: body, cc: cc,
-				requestTime: reqTime, responseTime: respTime, lifetime: life}
+			o := newObject(resp.StatusCode, header, body, cc, reqTime, respTime, life)
+			if b.Policy.Compress && compressible(o) {
+				varyOnEncoding(o.header) // served identity or coded by the client's Accept-Encoding
+			}
 			if e.put(pk, r, b.Policy, o, purges) {
 				e.flights.clear(pk)
 				e.metrics.stores.Inc()
@@ -122,7 +144,22 @@ func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, 
 	}
 	e.log.Debug("response not stored", "key", pk, "status", resp.StatusCode, "reason", reason)
 	e.flights.markUncacheable(pk, b.HitForMiss)
+	if reason == "size" && r.Header.Get("Range") != "" {
+		// The client wants a part of an object too large to store: the origin is asked for that
+		// part rather than the edge passing the whole object on.
+		resp.Body.Close()
+		return e.passOn(r, b)
+	}
 	return fetched{resp: resp, prefix: prefix, xcache: "Miss"}
+}
+
+// passOn sends r to the origin as it is, nothing to be stored.
+func (e *Edge) passOn(r *http.Request, b *Behavior) fetched {
+	resp, err := e.roundTrip(r, b, false, nil)
+	if err != nil {
+		return fetched{err: err}
+	}
+	return fetched{resp: resp, xcache: "Pass"}
 }
 
 // answer writes what fetch produced.

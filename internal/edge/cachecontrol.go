@@ -13,9 +13,15 @@ type directives map[string]string
 
 // parseCacheControl reads every Cache-Control field line of h. Malformed members are skipped rather
 // than rejected: a cache must not fail a request because of a directive it does not understand.
+// Without a Cache-Control field it is nil, which reads as empty: most requests have none, and the
+// hit path makes no map for them.
 func parseCacheControl(h http.Header) directives {
+	lines := h.Values("Cache-Control")
+	if len(lines) == 0 {
+		return nil
+	}
 	d := directives{}
-	for _, line := range h.Values("Cache-Control") {
+	for _, line := range lines {
 		for _, member := range splitList(line) {
 			name, value, _ := strings.Cut(member, "=")
 			name = strings.ToLower(strings.TrimSpace(name))
@@ -96,6 +102,9 @@ func requestDirectives(h http.Header) directives {
 		for _, p := range h.Values("Pragma") {
 			for _, m := range splitList(p) {
 				if strings.EqualFold(m, "no-cache") {
+					if d == nil {
+						d = directives{}
+					}
 					d["no-cache"] = ""
 				}
 			}

@@ -28,6 +28,9 @@ type Policy struct {
 	// are forwarded to the origin; other cookies are not.
 	Headers []string
 	Cookies []string
+	// Compress serves gzip or br to clients that accept them (compress.go), from the identity the
+	// origin is asked for.
+	Compress bool
 }
 
 // Behavior is how requests whose path matches PathPattern are served.
@@ -68,6 +71,10 @@ type Config struct {
 	// MetricLabels are constant labels on every metric (the distribution's name in herd up, which
 	// runs several edges). Default: none.
 	MetricLabels prometheus.Labels
+	// DiskDir, if set, holds the disk tier (disk.go), bounded by DiskBytes (default 1 GiB): what
+	// the memory tier stores is written there too, and found again after a restart.
+	DiskDir   string
+	DiskBytes int64
 }
 
 const (
@@ -75,6 +82,7 @@ const (
 	defaultHitForMiss    = 10 * time.Second
 	defaultMaxObjectSize = 10 << 20
 	defaultMaxBytes      = 256 << 20
+	defaultDiskBytes     = 1 << 30
 )
 
 // withDefaults fills the zero fields and checks what the edge cannot serve without.
@@ -106,6 +114,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = defaultMaxBytes
+	}
+	if c.DiskBytes <= 0 {
+		c.DiskBytes = defaultDiskBytes
 	}
 	if c.Transport == nil {
 		c.Transport = NewTransport(nil)

@@ -20,7 +20,7 @@ func FromDistribution(d *v1alpha1.Distribution, originURL func(v1alpha1.EdgeOrig
 		}
 		urls[o.Name], byName[o.Name] = u, o
 	}
-	cfg := Config{MaxBytes: d.Spec.CacheSize}
+	cfg := Config{MaxBytes: d.Spec.CacheSize, DiskBytes: d.Spec.DiskCacheSize}
 	for _, b := range d.Spec.Behaviors {
 		o := byName[b.Origin]
 		p := b.CachePolicy
@@ -35,6 +35,7 @@ func FromDistribution(d *v1alpha1.Distribution, originURL func(v1alpha1.EdgeOrig
 				QueryString:  p.QueryString == nil || *p.QueryString,
 				Headers:      p.Headers,
 				Cookies:      p.Cookies,
+				Compress:     b.Compress,
 			},
 		}
 		if o.Secondary != "" {

@@ -3,6 +3,7 @@ package edge
 import (
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,13 +42,25 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 		log:       log.With("component", "edge"),
 		now:       time.Now,
 	}
+	if cfg.DiskDir != "" {
+		if e.store.disk, err = openDisk(cfg.DiskDir, cfg.DiskBytes, e.log); err != nil {
+			return nil, err
+		}
+	}
 	e.cfg.Store(&cfg)
 	return e, nil
 }
 
+// Close writes what the disk tier has queued, and stops its writer.
+func (e *Edge) Close() {
+	if e.store.disk != nil {
+		e.store.disk.close()
+	}
+}
+
 // Reconfigure replaces the behaviors and the memory bound of a running edge, keeping what it has
-// stored: a changed origin or policy applies to the next request. Its Transport and MetricLabels
-// stay those New was given.
+// stored: a changed origin or policy applies to the next request. Its Transport, MetricLabels and
+// disk tier stay those New was given.
 func (e *Edge) Reconfigure(cfg Config) error {
 	cfg.Transport = e.transport
 	cfg, err := cfg.withDefaults()
@@ -114,7 +127,13 @@ func (e *Edge) put(pk string, r *http.Request, p Policy, o *object, purges int64
 	if e.purges.Load() != purges {
 		return false
 	}
-	e.store.put(pk, r, p, o, varyNames(o.header))
+	vary := varyNames(o.header)
+	if p.Compress {
+		// The origin is never asked for a coding (originRequest): its Vary: Accept-Encoding, and
+		// the one the edge adds, select nothing the identity depends on.
+		vary = slices.DeleteFunc(vary, func(n string) bool { return n == "Accept-Encoding" })
+	}
+	e.store.put(pk, r, p, o, vary)
 	return true
 }
 
@@ -125,7 +144,7 @@ func (e *Edge) put(pk string, r *http.Request, p Policy, o *object, purges int64
 func (e *Edge) Invalidate(patterns []string) int {
 	e.purges.Add(1)
 	n := 0
-	for pk := range e.store.c.Keys() {
+	for pk := range e.store.keys() {
 		target := pk[max(strings.IndexByte(pk, '/'), 0):]
 		path, _, _ := strings.Cut(target, "?")
 		for _, p := range patterns {

@@ -28,6 +28,31 @@ type object struct {
 	responseTime time.Time // when its response arrived
 	lifetime     time.Duration
 	secondary    string // the variant key it was stored under
+	// initialAge is its age when it arrived (RFC 9111 section 4.2.3's corrected_initial_age) and
+	// modTime its Last-Modified: worked out once, when it is made, not again for every hit.
+	initialAge time.Duration
+	modTime    time.Time
+}
+
+// newObject makes a stored response from what the origin sent and when.
+func newObject(status int, header http.Header, body []byte, cc directives, requestTime, responseTime time.Time, lifetime time.Duration) *object {
+	o := &object{status: status, header: header, body: body, cc: cc,
+		requestTime: requestTime, responseTime: responseTime, lifetime: lifetime}
+	var ageValue time.Duration
+	if v := header.Get("Age"); v != "" {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 && n < maxDeltaSeconds {
+			ageValue = time.Duration(n) * time.Second
+		}
+	}
+	apparent := time.Duration(0)
+	if date, ok := httpDate(header.Get("Date")); ok {
+		apparent = max(0, responseTime.Sub(date))
+	}
+	o.initialAge = max(apparent, ageValue+responseTime.Sub(requestTime))
+	if lm, ok := httpDate(header.Get("Last-Modified")); ok {
+		o.modTime = lm
+	}
+	return o
 }
 
 // size is what the object costs the memory tier: its body and an estimate of its fields.
@@ -43,18 +68,7 @@ func (o *object) size() int {
 
 // age is the object's current age at now (RFC 9111 section 4.2.3).
 func (o *object) age(now time.Time) time.Duration {
-	var ageValue time.Duration
-	if v := o.header.Get("Age"); v != "" {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 && n < maxDeltaSeconds {
-			ageValue = time.Duration(n) * time.Second
-		}
-	}
-	apparent := time.Duration(0)
-	if date, ok := httpDate(o.header.Get("Date")); ok {
-		apparent = max(0, o.responseTime.Sub(date))
-	}
-	corrected := ageValue + o.responseTime.Sub(o.requestTime)
-	return max(apparent, corrected) + now.Sub(o.responseTime)
+	return o.initialAge + now.Sub(o.responseTime)
 }
 
 // freshnessLifetime computes how long r stays fresh (RFC 9111 section 4.2.1), within the policy's

@@ -63,7 +63,7 @@ func (g *rig) advance(d time.Duration) { g.offset.Add(int64(d)) }
 // stored returns what the edge holds for a path requested without extra fields.
 func (g *rig) stored(path string) *object {
 	req := httptest.NewRequest("GET", g.srv.URL+path, nil)
-	return g.edge.store.lookup(primaryKey(req, Policy{QueryString: true}), req, Policy{})
+	return g.edge.store.lookup(primaryKey(req, Policy{QueryString: true}), req, Policy{}, "")
 }
 
 // originSaw returns the header of the origin's last request.

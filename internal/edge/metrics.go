@@ -7,9 +7,9 @@ import (
 
 // Metrics are an edge location's counters. It is a prometheus.Collector.
 type Metrics struct {
-	requests, hits, misses, coalesced, stores, validations, invalidations prometheus.Counter
-	originRequests, originErrors, originFailovers, bytesServed            prometheus.Counter
-	all                                                                   []prometheus.Collector
+	requests, hits, misses, coalesced, stores, validations, invalidations    prometheus.Counter
+	originRequests, originErrors, originFailovers, bytesServed, compressions prometheus.Counter
+	all                                                                      []prometheus.Collector
 }
 
 func newMetrics(labels prometheus.Labels) *Metrics {
@@ -30,6 +30,7 @@ func newMetrics(labels prometheus.Labels) *Metrics {
 	m.originErrors = counter("origin_errors_total", "Requests answered 502 because the origin could not be reached or its response broke.")
 	m.originFailovers = counter("origin_failovers_total", "Requests sent to the secondary origin after the primary failed.")
 	m.bytesServed = counter("bytes_served_total", "Response body bytes written to clients.")
+	m.compressions = counter("compressions_total", "Stored responses compressed (gzip or br) for a client, each then stored as a variant.")
 	return m
 }
 

@@ -54,6 +54,11 @@ func originRequest(r *http.Request, target *url.URL, p Policy, toStore bool, sto
 		for _, name := range conditionalHeaders {
 			out.Header.Del(name)
 		}
+		if p.Compress {
+			// The edge stores the identity and compresses it itself; the transport may still ask
+			// for gzip on the way and decode it, which changes nothing stored.
+			out.Header.Del("Accept-Encoding")
+		}
 		cookies := out.Cookies()
 		out.Header.Del("Cookie")
 		for _, c := range cookies {

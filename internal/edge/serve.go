@@ -14,7 +14,9 @@ import (
 func (e *Edge) serveObject(w http.ResponseWriter, r *http.Request, o *object, now time.Time, xcache string) {
 	h := w.Header()
 	for k, vs := range o.header {
-		h[k] = append([]string(nil), vs...)
+		// Shared with the stored object, not copied: nothing appends to a response's field
+		// values, and every field set below replaces its slice.
+		h[k] = vs
 	}
 	h.Set("Age", strconv.FormatInt(int64(o.age(now)/time.Second), 10))
 	h.Set("X-Cache", xcache)
@@ -26,16 +28,35 @@ func (e *Edge) serveObject(w http.ResponseWriter, r *http.Request, o *object, no
 		}
 		return
 	}
+	if !conditionalOrRange(r.Header) {
+		// Nothing for ServeContent to decide: the stored response as it is.
+		h["Accept-Ranges"] = acceptRanges
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			e.count(w.Write(o.body))
+		}
+		return
+	}
 	if _, ok := h["Content-Type"]; !ok {
 		h["Content-Type"] = nil // the origin sent none: do not make one up by sniffing
 	}
-	var modtime time.Time
-	if lm, ok := httpDate(o.header.Get("Last-Modified")); ok {
-		modtime = lm
-	}
 	cw := &countingWriter{ResponseWriter: w}
-	http.ServeContent(cw, r, "", modtime, bytes.NewReader(o.body))
+	http.ServeContent(cw, r, "", o.modTime, bytes.NewReader(o.body))
 	e.metrics.bytesServed.Add(float64(cw.n))
+}
+
+// acceptRanges is the Accept-Ranges of a stored 200, shared by every hit.
+var acceptRanges = []string{"bytes"}
+
+// conditionalOrRange reports whether a request has a precondition or a Range, which ServeContent
+// answers from the stored validators and body.
+func conditionalOrRange(h http.Header) bool {
+	for _, name := range conditionalHeaders {
+		if _, ok := h[name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // stream copies a response the edge does not store to the client, starting with the body bytes
@@ -94,6 +115,5 @@ func (o *object) refreshed(h http.Header, reqTime, respTime time.Time, p Policy)
 	}
 	cc := parseCacheControl(header)
 	life, _ := freshnessLifetime(o.status, header, cc, respTime, p)
-	return &object{status: o.status, header: header, body: o.body, cc: cc,
-		requestTime: reqTime, responseTime: respTime, lifetime: life}
+	return newObject(o.status, header, o.body, cc, reqTime, respTime, life)
 }

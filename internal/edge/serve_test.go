@@ -1,8 +1,11 @@
 package edge
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 )
 
 // HEAD is answered from a stored GET (RFC 9110 section 9.3.2), with its fields and no body; a HEAD
@@ -58,6 +61,35 @@ func TestRangeFromStoredResponse(t *testing.T) {
 	g.expect(g.do("GET", "/a", "Range", "bytes=2-3", "If-Range", `"other"`), 200, "0123456789", "Hit", 1)
 	if r := g.do("GET", "/a", "Range", "bytes=20-30"); r.status != http.StatusRequestedRangeNotSatisfiable || g.hits.Load() != 1 {
 		t.Fatalf("unsatisfiable range: %d, origin hits %d", r.status, g.hits.Load())
+	}
+}
+
+// A Range request for an object too large to store goes to the origin with its Range: the first
+// learns the size from a whole response it drops, the later ones ask for their part at once, and a
+// request without Range still gets the whole object streamed.
+func TestRangeOfUnstorableObjectPassedToOrigin(t *testing.T) {
+	big := strings.Repeat("0123456789", 500)
+	for _, chunked := range []bool{false, true} {
+		g := newRig(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "max-age=60")
+			w.Header().Set("Content-Type", "text/plain")
+			if chunked && r.Header.Get("Range") == "" {
+				w.(http.Flusher).Flush() // no Content-Length: the edge finds the size while reading
+				io.WriteString(w, big)
+				return
+			}
+			http.ServeContent(w, r, "", time.Time{}, strings.NewReader(big))
+		}, func(b *Behavior) { b.MaxObjectSize = 1000 })
+		g.expect(g.do("GET", "/a", "Range", "bytes=10-19"), http.StatusPartialContent, "0123456789", "Pass", 2)
+		if got := g.originSaw().Get("Range"); got != "bytes=10-19" {
+			t.Fatalf("the origin saw Range %q, want the client's", got)
+		}
+		r := g.do("GET", "/a", "Range", "bytes=4995-")
+		g.expect(r, http.StatusPartialContent, "56789", "Pass", 3)
+		if r.header.Get("Content-Range") != "bytes 4995-4999/5000" {
+			t.Fatalf("Content-Range %q", r.header.Get("Content-Range"))
+		}
+		g.expect(g.do("GET", "/a"), 200, big, "Miss", 4)
 	}
 }
 

@@ -1,6 +1,8 @@
 package edge
 
 import (
+	"iter"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -21,9 +23,11 @@ type entry struct {
 	retain   time.Duration      // how long the entry stays worth keeping
 }
 
-// store is the memory tier: entries by primary key in an otter cache bounded by bytes.
+// store is the memory tier: entries by primary key in an otter cache bounded by bytes; and the disk
+// tier behind it, if there is one.
 type store struct {
-	c *otter.Cache[string, *entry]
+	c    *otter.Cache[string, *entry]
+	disk *disk
 }
 
 func newStore(maxBytes int64) *store {
@@ -42,39 +46,109 @@ func newStore(maxBytes int64) *store {
 	})}
 }
 
-// lookup returns the variant of the entry at pk that the request selects, if any.
-func (s *store) lookup(pk string, r *http.Request, p Policy) *object {
+// lookup returns the variant of the entry at pk that the request selects, if any: the identity
+// with coding "", or the variant compressed in coding.
+func (s *store) lookup(pk string, r *http.Request, p Policy, coding string) *object {
 	e, ok := s.c.GetIfPresent(pk)
 	if !ok {
-		return nil
+		if s.disk == nil {
+			return nil
+		}
+		if e = s.disk.lookup(pk); e == nil {
+			return nil
+		}
+		e, _ = s.c.SetIfAbsent(pk, e) // back in memory, unless another request got there first
 	}
-	return e.variants[secondaryKey(r, e.vary, p)]
+	return e.variants[codedKey(secondaryKey(r, e.vary, p), coding)]
 }
 
-// put stores o as the variant the request selects. A response that varies on other headers than
-// the stored ones replaces every variant: they were selected by a rule the origin no longer uses.
+// codedKey is the variant key of a representation compressed in coding, next to its identity's.
+func codedKey(secondary, coding string) string {
+	if coding == "" {
+		return secondary
+	}
+	return secondary + "\x00" + coding
+}
+
+// put stores o as the identity variant the request selects, and drops the compressed variants made
+// from the one it replaces. A response that varies on other headers than the stored ones replaces
+// every variant: they were selected by a rule the origin no longer uses.
 func (s *store) put(pk string, r *http.Request, p Policy, o *object, vary []string) {
 	o.secondary = secondaryKey(r, vary, p)
-	s.c.Compute(pk, func(old *entry, found bool) (*entry, otter.ComputeOp) {
+	e, _ := s.c.Compute(pk, func(old *entry, found bool) (*entry, otter.ComputeOp) {
 		e := &entry{vary: vary, variants: map[string]*object{o.secondary: o}}
 		if found && slices.Equal(old.vary, vary) {
 			for k, v := range old.variants {
-				if k != o.secondary {
+				if v.secondary != o.secondary { // neither the identity replaced nor what was compressed from it
 					e.variants[k] = v
 				}
 			}
 		}
-		for _, v := range e.variants {
-			e.retain = max(e.retain, v.retention())
-		}
+		e.retain = e.retention()
 		return e, otter.WriteOp
 	})
+	s.toDisk(pk, e)
 }
 
-// invalidate drops every variant stored for pk.
+// toDisk queues an entry just stored in memory for the disk tier.
+func (s *store) toDisk(pk string, e *entry) {
+	if s.disk != nil && e != nil {
+		s.disk.put(pk, e)
+	}
+}
+
+// putCoded stores c, base compressed in coding, beside base, if base is still what the store
+// holds: a compressed variant of a response already replaced must not outlive it.
+func (s *store) putCoded(pk string, base, c *object, coding string) {
+	c.secondary = base.secondary
+	var stored *entry
+	s.c.Compute(pk, func(old *entry, found bool) (*entry, otter.ComputeOp) {
+		if !found || old.variants[base.secondary] != base {
+			return old, otter.CancelOp
+		}
+		stored = &entry{vary: old.vary, variants: maps.Clone(old.variants)}
+		stored.variants[codedKey(base.secondary, coding)] = c
+		stored.retain = stored.retention()
+		return stored, otter.WriteOp
+	})
+	s.toDisk(pk, stored)
+}
+
+// retention is how long the entry stays worth keeping: as long as its longest-kept variant.
+func (e *entry) retention() time.Duration {
+	var d time.Duration
+	for _, v := range e.variants {
+		d = max(d, v.retention())
+	}
+	return d
+}
+
+// invalidate drops every variant stored for pk, in memory and on disk.
 func (s *store) invalidate(pk string) bool {
 	_, ok := s.c.Invalidate(pk)
+	if s.disk != nil && s.disk.invalidate(pk) {
+		ok = true
+	}
 	return ok
+}
+
+// keys are the primary keys stored, in memory or on disk; a key in both may come twice.
+func (s *store) keys() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for pk := range s.c.Keys() {
+			if !yield(pk) {
+				return
+			}
+		}
+		if s.disk == nil {
+			return
+		}
+		for pk := range s.disk.index.Keys() {
+			if !yield(pk) {
+				return
+			}
+		}
+	}
 }
 
 // retention is how long past now the object may still serve: its lifetime, its stale windows and,

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ type LocationOptions struct {
 	// LocalCA issues the certificates of listeners with tls.localCA, and is trusted, besides the
 	// system's roots, for https origins. Default: none (such a listener fails to start).
 	LocalCA *localca.CA
+	// DataDir holds the disk tier of a Distribution with spec.diskCacheSize, under edge/NAME.
+	// Default: none (such a Distribution fails to start).
+	DataDir string
 	Logger  *slog.Logger
 }
 
@@ -70,6 +74,12 @@ func NewLocation(d *v1alpha1.Distribution, o LocationOptions) (*Location, error)
 	}
 	cfg.Transport = edge.NewTransport(rootCAs(o.LocalCA))
 	cfg.MetricLabels = prometheus.Labels{"distribution": d.Metadata.Name}
+	if d.Spec.DiskCacheSize > 0 {
+		if o.DataDir == "" {
+			return nil, errors.New("spec.diskCacheSize needs a data directory for the disk tier, which this process has none of")
+		}
+		cfg.DiskDir = filepath.Join(o.DataDir, "edge", d.Metadata.Name)
+	}
 	log := o.Logger.With("component", "edge", "distribution", d.Metadata.Name)
 	e, err := edge.New(cfg, log)
 	if err != nil {
@@ -254,4 +264,5 @@ func (l *Location) Close() {
 		delete(l.listeners, key)
 	}
 	wg.Wait()
+	l.edge.Close()
 }

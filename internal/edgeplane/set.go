@@ -33,7 +33,9 @@ type SetOptions struct {
 	// LBAddress is where the load balancer serves fleets' listeners, for origins that name a fleet.
 	LBAddress string
 	LocalCA   *localca.CA
-	Logger    *slog.Logger
+	// DataDir holds the disk tiers of the locations (LocationOptions.DataDir).
+	DataDir string
+	Logger  *slog.Logger
 	// Retry is how long to wait before listing again after the store failed. Default: 1s.
 	Retry time.Duration
 }
@@ -194,7 +196,7 @@ func (s *Set) applyLocked(d *v1alpha1.Distribution) {
 		err = l.Apply(d)
 	} else {
 		var l *Location
-		l, err = NewLocation(d, LocationOptions{Origins: s.resolver(), LocalCA: s.opts.LocalCA, Logger: s.opts.Logger})
+		l, err = NewLocation(d, LocationOptions{Origins: s.resolver(), LocalCA: s.opts.LocalCA, DataDir: s.opts.DataDir, Logger: s.opts.Logger})
 		if l != nil {
 			s.locs[name] = l
 		}
