@@ -157,8 +157,8 @@ func ParseTenancyKey(key string) (TenancyKey, error) {
 }
 
 // TenantPin keeps one tenant on a node image of its own, whatever spec.image says: `herd rollout
-// pin FLEET --tenant T` (to the image the tenant runs, or to --image, a canary that is one
-// customer) until `herd rollout unpin`.
+// pin FLEET --tenant T` (to the image the fleet boots then, or to --image, a canary that is one
+// customer) until `herd rollout unpin`, which rolls the tenant back to the fleet's image.
 type TenantPin struct {
 	// Ref is the image as the user named it; Digest what it resolved to (the bundle the tenant's
 	// instances boot).

@@ -144,6 +144,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/restart", s.restartRollout)
 	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/promote", s.promoteRollout)
 	s.mux.HandleFunc("POST /v1/fleets/{name}/rollout/abort", s.abortRollout)
+	s.mux.HandleFunc("PUT /v1/fleets/{name}/tenants/{tenant}/pin", s.pinTenant)
+	s.mux.HandleFunc("DELETE /v1/fleets/{name}/tenants/{tenant}/pin", s.unpinTenant)
 	s.mux.HandleFunc("DELETE /v1/fleets/{name}", s.deleteFleet)
 	s.mux.HandleFunc("GET /v1/instances", s.listInstances)
 	s.mux.HandleFunc("GET /v1/events", s.listEvents)

@@ -19,7 +19,7 @@ import (
 func newRolloutCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollout",
-		Short: "Follow, promote, abort, list and undo a fleet's revision rollouts",
+		Short: "Follow, promote, abort, list and undo a fleet's revision rollouts; pin a tenant to an image",
 	}
 	var watch bool
 	var interval time.Duration
@@ -104,7 +104,66 @@ the new digest and rolls it out with its strategy; when it names the pinned buil
 			return nil
 		},
 	}
-	cmd.AddCommand(status, history, undo, promote, abort, restart)
+	cmd.AddCommand(status, history, undo, promote, abort, restart, newPinCmd(g), newUnpinCmd(g))
+	return cmd
+}
+
+// newPinCmd is herd rollout pin FLEET --tenant T [--image REF].
+func newPinCmd(g *globals) *cobra.Command {
+	var tenant, image string
+	cmd := &cobra.Command{
+		Use:   "pin FLEET --tenant T [--image REF]",
+		Short: "Keep one tenant of a fleet with tenancy on an image of its own: a canary that is one customer",
+		Long: `pin keeps the tenant's instances on one image whatever the fleet's spec.image says: with
+--image, the tenant's instances are rolled to that image (a canary that is one customer) while the
+other tenants keep theirs; without it, the tenant stays on the image the fleet boots now while a
+later apply rolls the others. herd rollout unpin rolls the tenant back to the fleet's image.`,
+		Example: `  herd rollout pin saas --tenant acme --image hello-v2   # acme alone runs hello-v2
+  herd get tenants saas
+  herd rollout unpin saas --tenant acme                  # acme follows the fleet again`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			f, err := c.PinTenant(cmd.Context(), args[0], tenant, image)
+			if err != nil {
+				return err
+			}
+			p := f.Requests.TenantPins[tenant]
+			fmt.Fprintf(g.out, "fleet/%s tenant %s pinned to %s (%s); the other tenants follow %s\n", f.Metadata.Name, tenant, p.Ref, p.Digest, f.BootImage())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant to pin (required)")
+	cmd.Flags().StringVar(&image, "image", "", "the node image (name or digest) the tenant runs; default: the image the fleet boots now")
+	_ = cmd.MarkFlagRequired("tenant")
+	return cmd
+}
+
+// newUnpinCmd is herd rollout unpin FLEET --tenant T.
+func newUnpinCmd(g *globals) *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:   "unpin FLEET --tenant T",
+		Short: "Let a pinned tenant follow the fleet's image again (its instances roll back to it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			f, err := c.UnpinTenant(cmd.Context(), args[0], tenant)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "fleet/%s tenant %s follows the fleet's image %s\n", f.Metadata.Name, tenant, f.BootImage())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant to unpin (required)")
+	_ = cmd.MarkFlagRequired("tenant")
 	return cmd
 }
 

@@ -362,6 +362,29 @@ func (c *Client) AbortRollout(ctx context.Context, name string) (*v1alpha1.Fleet
 	return c.rolloutCommand(ctx, name, "abort")
 }
 
+// PinTenant keeps one tenant of a fleet with tenancy on image (a NodeImage name or a digest; ""
+// for the image the fleet boots now) while the others follow the fleet.
+func (c *Client) PinTenant(ctx context.Context, fleet, tenant, image string) (*v1alpha1.Fleet, error) {
+	var f v1alpha1.Fleet
+	if err := c.do(ctx, http.MethodPut, tenantPinPath(fleet, tenant), apiserver.PinRequest{Image: image}, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// UnpinTenant lets a tenant follow its fleet's image again.
+func (c *Client) UnpinTenant(ctx context.Context, fleet, tenant string) (*v1alpha1.Fleet, error) {
+	var f v1alpha1.Fleet
+	if err := c.do(ctx, http.MethodDelete, tenantPinPath(fleet, tenant), nil, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+func tenantPinPath(fleet, tenant string) string {
+	return "/v1/fleets/" + url.PathEscape(fleet) + "/tenants/" + url.PathEscape(tenant) + "/pin"
+}
+
 // rolloutCommand posts /v1/fleets/NAME/rollout/CMD and returns the fleet as the API left it.
 func (c *Client) rolloutCommand(ctx context.Context, name, cmd string) (*v1alpha1.Fleet, error) {
 	var f v1alpha1.Fleet

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/store"
 )
 
 func tenancyFleet(image string, tenants ...string) *v1alpha1.Fleet {
@@ -138,4 +140,50 @@ func TestTenancy(t *testing.T) {
 	cur.Spec.Tenancy.IdleAfter = &v1alpha1.Duration{Duration: 200 * time.Millisecond}
 	e.put(cur)
 	e.waitTenants("saas", map[string]int{"warm": 1}, rev2)
+}
+
+// A canary that is one customer: tenant b pinned to a new image is rolled to it alone while a and
+// the warm pool stay on the fleet's, and unpinned it rolls back to the fleet's image.
+func TestTenancyPinCanary(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	f := tenancyFleet("img-1", "a", "b")
+	rev1 := RevisionName(f)
+	canary := *f
+	canary.Spec.Image = "img-2"
+	rev2 := RevisionName(&canary)
+	e.put(f)
+	e.waitTenants("saas", map[string]int{"warm": 1}, rev1)
+	e.ctrl.ClaimTenant("saas", "a")
+	e.waitTenants("saas", map[string]int{"a": 1, "warm": 1}, rev1)
+	e.ctrl.ClaimTenant("saas", "b")
+	before := e.waitTenants("saas", map[string]int{"a": 1, "b": 1, "warm": 1}, rev1)
+
+	// As the API writes a pin: the requests only, the generation unchanged.
+	pin := func(pins map[string]v1alpha1.TenantPin) {
+		t.Helper()
+		if _, err := store.UpdateFleetRequests(context.Background(), e.store, "saas", func(_ *v1alpha1.Fleet, r *v1alpha1.FleetRequests) (bool, error) {
+			r.TenantPins = pins
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pin(map[string]v1alpha1.TenantPin{"b": {Ref: "img-2", Digest: "img-2"}})
+	waitFor(t, 10*time.Second, func() string {
+		got, why := e.tenancyState("saas")
+		if why != "" {
+			return why
+		}
+		if len(got["a"]) != 1 || got["a"][0].Metadata.Name != before["a"][0].Metadata.Name || len(got["b"]) != 1 || got["b"][0].Spec.Revision != rev2 ||
+			len(got["warm"]) != 1 || got["warm"][0].Spec.Revision != rev1 || len(got) != 3 {
+			return "have " + describeTenants(got) + ", want b alone on " + rev2 + " and a's instance untouched"
+		}
+		if img := got["b"][0].Spec.Image; img != "img-2" {
+			return "b's instance boots " + img + ", want img-2"
+		}
+		return ""
+	})
+
+	pin(nil)
+	e.waitTenants("saas", map[string]int{"a": 1, "b": 1, "warm": 1}, rev1)
 }

@@ -7,10 +7,10 @@ import (
 )
 
 // Uses says, for each image (digest), which fleets use it and how ("fleet/web (pinned)"). A live
-// use is the fleet's pinned image, a revision in its status (a rollout's revisions among them) or
-// an instance not yet deleted: such an image must not be removed. With keep > 0, the images of the
-// first keep entries of each fleet's rollout history count too, so that a rollout undo still
-// finds them.
+// use is the fleet's pinned image, a tenant's pin (herd rollout pin), a revision in its status (a
+// rollout's revisions among them) or an instance not yet deleted: such an image must not be
+// removed. With keep > 0, the images of the first keep entries of each fleet's rollout history
+// count too, so that a rollout undo still finds them.
 func Uses(fleets []*v1alpha1.Fleet, instances []*v1alpha1.Instance, keep int) map[string][]string {
 	seen := map[string]map[string]bool{}
 	add := func(image, use string) {
@@ -25,6 +25,9 @@ func Uses(fleets []*v1alpha1.Fleet, instances []*v1alpha1.Instance, keep int) ma
 	for _, f := range fleets {
 		name := "fleet/" + f.Metadata.Name
 		add(f.BootImage(), name+" (pinned)")
+		for tenant, pin := range f.Requests.TenantPins {
+			add(pin.Digest, name+" (tenant "+tenant+" pinned)")
+		}
 		for _, r := range f.Status.Revisions {
 			add(r.Image, name+" (revision "+r.Name+")")
 		}
