@@ -10,6 +10,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9
 	github.com/aws/aws-sdk-go-v2/service/ebs v1.43.5
 	github.com/aws/aws-sdk-go-v2/service/ec2 v1.344.3
+	github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2 v1.64.0
 	github.com/aws/aws-sdk-go-v2/service/route53 v1.70.10
 	github.com/aws/smithy-go v1.28.9
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327

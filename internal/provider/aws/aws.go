@@ -10,8 +10,8 @@
 // tried in order when EC2 has no capacity. List and Get read snapshots of each EC2 region, one
 // paginated DescribeInstances filtered by tags shared by every fleet's list; an instance this provider launched a moment ago and DescribeInstances does
 // not show yet (EC2 is eventually consistent) is reported from RunInstances' answer, never as
-// missing. Delete tags the instance as deleted, terminates it and returns once EC2 says it is
-// terminated. Every call passes a client-side rate limit per region beside the SDK's retries, so
+// missing. Delete tags the instance as deleted, takes it out of its target group (the region's
+// targetGroup option; targetgroup.go), terminates it and returns once EC2 says it is terminated. Every call passes a client-side rate limit per region beside the SDK's retries, so
 // that herd never spends the account's EC2 request budget in a burst.
 package aws
 
@@ -122,6 +122,8 @@ type Provider struct {
 	amis     map[string]string   // target region + "/" + image digest -> AMI
 	snaps    map[target]*snapshots
 
+	tg targetGroups // the target groups instances serve in (targetgroup.go)
+
 	agents *http.Client // asks the instances' agents for their readiness (bootstrap.go)
 }
 
@@ -162,6 +164,8 @@ func New(opts Options) (*Provider, error) {
 		clients: map[target]ec2API{}, targets: map[target][]string{},
 		launched: map[string]launched{}, amis: map[string]string{}, snaps: map[target]*snapshots{},
 		agents: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
+		tg: targetGroups{clients: map[target]elbAPI{}, delays: map[string]time.Duration{},
+			registered: map[string]map[string]bool{}, leaving: map[string]bool{}},
 	}
 	if err := p.loadTargets(); err != nil {
 		return nil, err

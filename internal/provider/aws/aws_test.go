@@ -72,10 +72,22 @@ func TestConformance(t *testing.T) {
 			}
 		},
 	})
+	checkCallsAllowed(t, tw)
+}
+
+// checkCallsAllowed fails t for every action the twin answered that docs/aws.md's policy does
+// not allow.
+func checkCallsAllowed(t *testing.T, tw *awstwin.Twin) {
+	t.Helper()
 	allowed := policyActions(t)
 	for action := range tw.Calls() {
-		if !allowed[action] {
+		if !allowed["ec2:"+action] {
 			t.Errorf("the provider called ec2:%s, which docs/aws.md's policy does not allow", action)
+		}
+	}
+	for action := range tw.ELBCalls() {
+		if !allowed["elasticloadbalancing:"+action] {
+			t.Errorf("the provider called elasticloadbalancing:%s, which docs/aws.md's policy does not allow", action)
 		}
 	}
 }
@@ -278,13 +290,14 @@ func TestValidateOptions(t *testing.T) {
 	path := field.NewPath("spec", "regions").Index(0).Child("options")
 	good := map[string]string{"region": "eu-west-1", "instanceTypes": "m7i.large, m6i.large", "subnets": "subnet-0123456789abcdef0",
 		"securityGroups": "sg-0123456789abcdef0", "instanceProfile": "arn:aws:iam::123456789012:instance-profile/herd", "ami": "ami-0123456789abcdef0",
-		"endpoint": "https://ec2.eu-west-1.amazonaws.com"}
+		"endpoint": "https://ec2.eu-west-1.amazonaws.com", "targetGroup": "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/0123456789abcdef"}
 	if errs := p.ValidateOptions(path, good); len(errs) != 0 {
 		t.Fatalf("good options refused: %v", errs)
 	}
 	bad := maps.Clone(good)
 	bad["region"], bad["instanceTypes"], bad["subnets"], bad["ami"], bad["endpoint"], bad["zone"] = "Europe", "", "subnet-xyz", "ubuntu", "ec2.local", "a"
-	want := []string{"options.region", "options.instanceTypes", "options.subnets", "options.ami", "options.endpoint", "options.zone"}
+	bad["targetGroup"] = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef"
+	want := []string{"options.region", "options.instanceTypes", "options.subnets", "options.ami", "options.endpoint", "options.zone", "options.targetGroup"}
 	errs := p.ValidateOptions(path, bad)
 	for _, w := range want {
 		found := false
@@ -294,6 +307,11 @@ func TestValidateOptions(t *testing.T) {
 		if !found {
 			t.Errorf("no error at %s in %v", w, errs)
 		}
+	}
+	name := maps.Clone(good)
+	name["targetGroup"] = "web"
+	if errs := p.ValidateOptions(path, name); len(errs) != 1 || !strings.Contains(errs[0].Error(), "target group's ARN") {
+		t.Errorf("a target group by name: %v, want an error asking for its ARN", errs)
 	}
 	if _, err := p.Create(context.Background(), spec("e-1", "e", bad)); err == nil {
 		t.Error("Create accepted bad options")

@@ -8,8 +8,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	"golang.org/x/time/rate"
@@ -23,6 +23,8 @@ const (
 	codeTokenMismatch     = "IdempotentParameterMismatch"
 	codeUnauthorized      = "UnauthorizedOperation"
 	codeThrottled         = "RequestLimitExceeded"
+	codeAccessDenied      = "AccessDenied" // ELB's UnauthorizedOperation
+	codeELBThrottled      = "Throttling"
 	rateLimitMiddlewareID = "HerdRateLimit"
 )
 
@@ -33,13 +35,9 @@ func (p *Provider) client(ctx context.Context, t target) (ec2API, error) {
 	if c, ok := p.clients[t]; ok {
 		return c, nil
 	}
-	loads := []func(*config.LoadOptions) error{config.WithRegion(t.Region), config.WithRetryer(p.retryer)}
-	if p.opts.Credentials != nil {
-		loads = append(loads, config.WithCredentialsProvider(p.opts.Credentials))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, loads...)
+	cfg, err := p.sdkConfig(ctx, t)
 	if err != nil {
-		return nil, fmt.Errorf("aws: load the AWS configuration for %s: %w", t.Region, err)
+		return nil, err
 	}
 	limiter := rate.NewLimiter(p.opts.RateLimit, p.opts.RateBurst)
 	c := ec2.NewFromConfig(cfg, func(o *ec2.Options) {
@@ -105,8 +103,10 @@ func explain(err error) error {
 	switch c := errorCode(err); {
 	case c == codeUnauthorized && errors.As(err, &op):
 		return fmt.Errorf("aws: the credentials may not call ec2:%s: allow it in their IAM policy (docs/aws.md has the policy herd needs): %w", op.OperationName, err)
-	case c == codeThrottled:
-		return fmt.Errorf("aws: EC2 still throttles after the SDK's retries (the account's request rate is spent; herd retries later): %w", err)
+	case c == codeAccessDenied && errors.As(err, &op) && op.ServiceID == elb.ServiceID:
+		return fmt.Errorf("aws: the credentials may not call elasticloadbalancing:%s: allow it in their IAM policy (docs/aws.md has the policy herd needs): %w", op.OperationName, err)
+	case c == codeThrottled || c == codeELBThrottled:
+		return fmt.Errorf("aws: AWS still throttles after the SDK's retries (the account's request rate is spent; herd retries later): %w", err)
 	case c == "AuthFailure":
 		return fmt.Errorf("aws: EC2 refused the credentials (check the SDK's credential chain: environment, profile, instance role): %w", err)
 	}

@@ -52,7 +52,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if in, ok := p.recent(spec.Name); ok {
 		return in, nil
 	}
-	tags, err := p.tags(spec)
+	tags, err := p.tags(spec, o)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -66,6 +66,12 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	ami, err := p.ami(ctx, api, o, spec.Image)
 	if err != nil {
 		return provider.Instance{}, err
+	}
+	if o.targetGroup != "" {
+		// A target group that does not exist or takes no instances is refused before any launch.
+		if _, err := p.groupDelay(ctx, o.target, o.targetGroup); err != nil {
+			return provider.Instance{}, fmt.Errorf("aws: launch %s: %w", spec.Name, err)
+		}
 	}
 	token := p.clientToken(spec.Name)
 	var tried []string
@@ -133,9 +139,9 @@ func runInput(o regionOptions, ami, instanceType, subnet, token string, tags map
 	return in
 }
 
-// tags are the instance's tags: its labels, its name, its image, its region and this
-// installation, checked against EC2's limits so that a label too long is refused here, naming it.
-func (p *Provider) tags(spec provider.InstanceSpec) (map[string]string, error) {
+// tags are the instance's tags: its labels, its name, its image, its region, its target group and
+// this installation, checked against EC2's limits so that a label too long is refused here, naming it.
+func (p *Provider) tags(spec provider.InstanceSpec, o regionOptions) (map[string]string, error) {
 	tags := maps.Clone(spec.Labels)
 	if tags == nil {
 		tags = map[string]string{}
@@ -145,6 +151,9 @@ func (p *Provider) tags(spec provider.InstanceSpec) (map[string]string, error) {
 	tags[tagInstance] = spec.Name
 	tags[tagImage] = spec.Image
 	tags[tagName] = spec.Name
+	if o.targetGroup != "" {
+		tags[tagTargetGroup] = o.targetGroup
+	}
 	if len(tags) > maxTags {
 		return nil, fmt.Errorf("aws: instance %s: %d labels and herd's tags exceed EC2's %d tags: drop labels", spec.Name, len(tags), maxTags)
 	}

@@ -22,6 +22,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 		return nil
 	}
 	ids := map[target][]string{}
+	groups := map[target]map[string][]string{}
 	for _, t := range p.targetsFor("") {
 		// A snapshot at most ListMaxAgeChanging old, shared by the deletes of a scale-down.
 		snap, err := p.takenAfter(ctx, t, p.opts.Now().Add(-p.opts.ListMaxAgeChanging))
@@ -29,6 +30,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 			return fmt.Errorf("aws: delete %s: %w", name, err)
 		}
 		ids[t] = liveIDs(snap, name)
+		groups[t] = groupsOf(snap, name, ids[t])
 	}
 	p.mu.Lock()
 	l, recent := p.launched[name]
@@ -45,7 +47,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if err := p.terminate(ctx, api, t, name, list); err != nil {
+		if err := p.terminate(ctx, api, t, name, list, groups[t]); err != nil {
 			return err
 		}
 	}
@@ -76,10 +78,11 @@ func tag(in types.Instance, key string) string {
 	return ""
 }
 
-// terminate tags ids as deleted, terminates them and waits until EC2 says they are terminated,
-// in snapshots taken after the termination (shared by the deletes of a scale-down, at most one
-// every PollInterval), not in calls of its own.
-func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name string, ids []string) error {
+// terminate tags ids as deleted, takes them out of their target groups, terminates them and
+// waits until EC2 says they are terminated (in snapshots taken after the termination, shared by
+// the deletes of a scale-down, at most one every PollInterval, not in calls of its own) and
+// their target groups say they are out.
+func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name string, ids []string, groups map[string][]string) error {
 	fail := func(step string, err error) error {
 		if isAny(err, codeNotFound) {
 			return fmt.Errorf("aws: delete %s: EC2 does not show instance %v yet (it was launched a moment ago): ask again shortly: %w", name, ids, err)
@@ -88,6 +91,11 @@ func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name str
 	}
 	if _, err := api.CreateTags(ctx, &ec2.CreateTagsInput{Resources: ids, Tags: []types.Tag{{Key: aws.String(tagDeleting), Value: aws.String("true")}}}); err != nil {
 		return fail("tag it as deleted", err)
+	}
+	for arn, members := range groups {
+		if err := p.leaveGroup(ctx, t, name, arn, members); err != nil {
+			return err
+		}
 	}
 	if _, err := api.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids}); err != nil {
 		return fail("terminate", err)
@@ -101,7 +109,7 @@ func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name str
 			return fmt.Errorf("aws: delete %s: wait for termination: %w", name, err)
 		}
 		if allTerminated(snap, ids) {
-			return nil
+			return p.outOfGroups(ctx, t, name, groups)
 		}
 		since = snap.at.Add(time.Nanosecond) // the next look needs a newer snapshot
 		select {

@@ -56,10 +56,12 @@ func (p *Provider) List(ctx context.Context, opts provider.ListOptions) ([]provi
 // describe lists this installation's instances in the targets of herd region ("" for all) whose
 // tag key is value (no filter for key ""), and adds the ones this provider launched that EC2 does
 // not show yet. Instances deleted and terminated are left out: they are gone. It reads one
-// snapshot per target (snapshot.go), shared by every call of a resync, and filters here.
+// snapshot per target (snapshot.go), shared by every call of a resync, and filters here. Those
+// that serve are registered in their target group, if they have one and are not yet.
 func (p *Provider) describe(ctx context.Context, region, key, value string) ([]provider.Instance, error) {
 	var out []provider.Instance
 	seen := map[string]bool{}
+	members := map[string]member{}
 	for _, t := range p.targetsFor(region) {
 		snap, err := p.fresh(ctx, t)
 		if err != nil {
@@ -70,11 +72,15 @@ func (p *Provider) describe(ctx context.Context, region, key, value string) ([]p
 			seen[in.Name] = true
 			if !hidden && matches(in, region, key, value) {
 				out = append(out, in)
+				if arn := tag(ec2in, tagTargetGroup); arn != "" {
+					members[in.Name] = member{target: t, arn: arn, id: aws.ToString(ec2in.InstanceId)}
+				}
 			}
 		}
 	}
 	out = append(out, p.unseen(region, key, value, seen)...)
 	p.agentReadiness(ctx, out)
+	p.registerServing(ctx, out, members)
 	slices.SortFunc(out, func(a, b provider.Instance) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
@@ -117,7 +123,7 @@ func (p *Provider) instance(ec2in types.Instance) (in provider.Instance, hidden 
 	labels := map[string]string{}
 	for k, v := range tags {
 		switch k {
-		case tagInstallation, tagInstance, tagImage, tagDeleting, tagName:
+		case tagInstallation, tagInstance, tagImage, tagDeleting, tagName, tagTargetGroup:
 		default:
 			if !strings.HasPrefix(k, reservedTagNS) {
 				labels[k] = v

@@ -20,6 +20,7 @@ const (
 	optInstanceProfile = "instanceProfile"
 	optAMI             = "ami"
 	optEndpoint        = "endpoint"
+	optTargetGroup     = "targetGroup"
 )
 
 // regionOptions are a region's options, parsed.
@@ -30,6 +31,7 @@ type regionOptions struct {
 	securityGroups  []string
 	instanceProfile string // a name or an ARN
 	ami             string // "": the AMI tagged with the instance's image digest
+	targetGroup     string // an ELBv2 target group's ARN, or ""
 }
 
 var (
@@ -40,6 +42,7 @@ var (
 	amiRE          = regexp.MustCompile(`^ami-[0-9a-f]{8,17}$`)
 	profileNameRE  = regexp.MustCompile(`^[\w+=,.@-]{1,128}$`)
 	profileArnRE   = regexp.MustCompile(`^arn:aws[a-z-]*:iam::[0-9]{12}:instance-profile/[\w+=,.@/-]{1,128}$`)
+	targetGroupRE  = regexp.MustCompile(`^arn:aws[a-z-]*:elasticloadbalancing:([a-z0-9-]+):[0-9]{12}:targetgroup/[A-Za-z0-9-]{1,32}/[0-9a-f]{16}$`)
 )
 
 // ValidateOptions implements provider.OptionsValidator: region and instanceTypes are required;
@@ -51,7 +54,7 @@ func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) fie
 }
 
 func parseOptions(path *field.Path, opts map[string]string) (regionOptions, field.ErrorList) {
-	errs := provider.UnknownOptions(path, opts, Name, optRegion, optInstanceTypes, optSubnets, optSecurityGroups, optInstanceProfile, optAMI, optEndpoint)
+	errs := provider.UnknownOptions(path, opts, Name, optRegion, optInstanceTypes, optSubnets, optSecurityGroups, optInstanceProfile, optAMI, optEndpoint, optTargetGroup)
 	var o regionOptions
 	o.Region = opts[optRegion]
 	switch {
@@ -84,6 +87,18 @@ func parseOptions(path *field.Path, opts map[string]string) (regionOptions, fiel
 		errs = append(errs, field.Invalid(path.Child(optAMI), v, "must be an AMI ID such as \"ami-0123456789abcdef0\", or left out to use the AMI tagged with the image's digest"))
 	}
 	o.ami = opts[optAMI]
+	if v, ok := opts[optTargetGroup]; ok {
+		m := targetGroupRE.FindStringSubmatch(v)
+		switch {
+		case m == nil:
+			errs = append(errs, field.Invalid(path.Child(optTargetGroup), v,
+				"must be an ELBv2 target group's ARN such as \"arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/0123456789abcdef\", or left out"))
+		case o.Region != "" && m[1] != o.Region:
+			errs = append(errs, field.Invalid(path.Child(optTargetGroup), v,
+				fmt.Sprintf("the target group is in %s and the instances in %s: give a target group of the region %s", m[1], o.Region, o.Region)))
+		}
+		o.targetGroup = v
+	}
 	if v, ok := opts[optEndpoint]; ok {
 		u, err := url.Parse(v)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -3,15 +3,14 @@ package aws_test
 import (
 	"encoding/json"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
 	"herd.dev/herd/internal/provider/aws"
 )
 
-// policyActions reads the IAM policy of docs/aws.md (its first JSON block) and returns the EC2
-// actions it allows, without the "ec2:" prefix.
+// policyActions reads the IAM policy of docs/aws.md (its first JSON block) and returns the
+// actions it allows, with their service prefix ("ec2:RunInstances").
 func policyActions(t *testing.T) map[string]bool {
 	t.Helper()
 	doc, err := os.ReadFile("../../../docs/aws.md")
@@ -38,28 +37,35 @@ func policyActions(t *testing.T) map[string]bool {
 			if a == "iam:PassRole" {
 				continue // RunInstances with an instance profile passes its role to EC2
 			}
-			if s.Effect != "Allow" || !strings.HasPrefix(a, "ec2:") {
-				t.Errorf("docs/aws.md's policy: %s %s is not an EC2 action allowed", s.Effect, a)
+			if s.Effect != "Allow" || !strings.HasPrefix(a, "ec2:") && !strings.HasPrefix(a, "elasticloadbalancing:") {
+				t.Errorf("docs/aws.md's policy: %s %s is not an EC2 or ELB action allowed", s.Effect, a)
 			}
-			actions[strings.TrimPrefix(a, "ec2:")] = true
+			actions[a] = true
 		}
 	}
 	return actions
 }
 
-// The least-privilege policy of docs/aws.md allows exactly the EC2 actions the provider's code
-// can call: every method of the one interface through which it reaches EC2, and nothing more.
+// The least-privilege policy of docs/aws.md allows exactly the EC2 and ELB actions the
+// provider's code can call: every method of the interfaces through which it reaches them, and
+// nothing more.
 func TestPolicyMatchesTheCode(t *testing.T) {
 	allowed := policyActions(t)
-	code := aws.EC2Actions()
-	for _, a := range code {
+	code := map[string]bool{}
+	for _, a := range aws.EC2Actions() {
+		code["ec2:"+a] = true
+	}
+	for _, a := range aws.ELBActions() {
+		code["elasticloadbalancing:"+a] = true
+	}
+	for a := range code {
 		if !allowed[a] {
-			t.Errorf("the provider calls ec2:%s; docs/aws.md's policy does not allow it", a)
+			t.Errorf("the provider calls %s; docs/aws.md's policy does not allow it", a)
 		}
 	}
 	for a := range allowed {
-		if !slices.Contains(code, a) {
-			t.Errorf("docs/aws.md's policy allows ec2:%s, which the provider never calls: remove it", a)
+		if !code[a] {
+			t.Errorf("docs/aws.md's policy allows %s, which the provider never calls: remove it", a)
 		}
 	}
 }

@@ -39,7 +39,7 @@ type request struct {
 }
 
 // ServeHTTP answers one call: Route 53's (route53.go) and the EBS direct APIs' (ebs.go) by their
-// paths, EC2's Query API otherwise.
+// paths, ELBv2's (elbv2.go) by the service its signature names, EC2's Query API otherwise.
 func (tw *Twin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, route53Prefix) {
 		tw.serveRoute53(w, r)
@@ -47,6 +47,10 @@ func (tw *Twin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.HasPrefix(r.URL.Path, "/snapshots") {
 		tw.serveEBS(w, r) // the EBS direct APIs (ebs.go)
+		return
+	}
+	if signedFor(r) == elbService {
+		tw.serveELB(w, r) // ELBv2's Query API (elbv2.go)
 		return
 	}
 	requestID := newRequestID()

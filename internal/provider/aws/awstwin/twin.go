@@ -7,7 +7,9 @@
 // It serves the actions herd's aws provider calls: RunInstances (with ClientToken idempotency),
 // DescribeInstances (filters and pagination), TerminateInstances, CreateTags and DescribeImages;
 // Route 53's REST-XML API on the same server (route53.go): ChangeResourceRecordSets,
-// ListResourceRecordSets and GetChange on hosted zones a test adds; and what herd image push
+// ListResourceRecordSets and GetChange on hosted zones a test adds; ELBv2's target groups
+// (elbv2.go): RegisterTargets, DeregisterTargets, DescribeTargetHealth, DescribeTargetGroups and
+// DescribeTargetGroupAttributes, with each group's deregistration delay; and what herd image push
 // calls: the EBS direct APIs (ebs.go: StartSnapshot, PutSnapshotBlock with each block's SHA-256
 // checked, CompleteSnapshot with the aggregated checksum, ListSnapshotBlocks, GetSnapshotBlock;
 // REST-JSON under /snapshots, signed for "ebs") and EC2's RegisterImage, CopyImage,
@@ -141,6 +143,7 @@ type Twin struct {
 	tornDown map[string]bool // instances torn down on the Backend, by ID
 
 	r53 route53State // Route 53's hosted zones and changes (route53.go)
+	elb elbState     // ELBv2's target groups (elbv2.go)
 }
 
 // faults are the failures injected on request.
