@@ -84,6 +84,10 @@ type Options struct {
 	// ConsistencyGrace is how long an instance this provider launched is reported from
 	// RunInstances' answer while DescribeInstances does not show it. Default: 5 minutes.
 	ConsistencyGrace time.Duration
+	// AMIMaxAge is how long the AMI found for an image digest in a region serves launches before
+	// DescribeImages is asked again (a new AMI registered for the digest is found then). Default:
+	// 5 minutes.
+	AMIMaxAge time.Duration
 	// AgentKeys give each instance's agent its credential (internal/agentauth): it is written
 	// in the instance's user data with HerdUp and the image's digest, and the provider asks the
 	// agent for the instance's readiness with it. Default: none: instances get no user data and
@@ -119,8 +123,9 @@ type Provider struct {
 	clients  map[target]ec2API
 	targets  map[target][]string // the herd regions each target serves
 	launched map[string]launched // by instance name
-	amis     map[string]string   // target region + "/" + image digest -> AMI
+	amis     amiCache            // the AMI of each image digest in each target (ami.go)
 	snaps    map[target]*snapshots
+	batches  map[target]*batches // TerminateInstances and CreateTags of concurrent deletes
 
 	tg targetGroups // the target groups instances serve in (targetgroup.go)
 
@@ -153,6 +158,9 @@ func New(opts Options) (*Provider, error) {
 	if opts.ConsistencyGrace == 0 {
 		opts.ConsistencyGrace = 5 * time.Minute
 	}
+	if opts.AMIMaxAge == 0 {
+		opts.AMIMaxAge = 5 * time.Minute
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -162,8 +170,9 @@ func New(opts Options) (*Provider, error) {
 	p := &Provider{
 		opts: opts, log: opts.Logger.With("component", "aws-provider"),
 		clients: map[target]ec2API{}, targets: map[target][]string{},
-		launched: map[string]launched{}, amis: map[string]string{}, snaps: map[target]*snapshots{},
-		agents: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
+		launched: map[string]launched{}, amis: amiCache{found: map[string]foundAMI{}}, snaps: map[target]*snapshots{},
+		batches: map[target]*batches{},
+		agents:  &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
 		tg: targetGroups{clients: map[target]elbAPI{}, delays: map[string]time.Duration{},
 			registered: map[string]map[string]bool{}, leaving: map[string]bool{}},
 	}

@@ -73,6 +73,21 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 			return provider.Instance{}, fmt.Errorf("aws: launch %s: %w", spec.Name, err)
 		}
 	}
+	in, err := p.launch(ctx, api, o, spec, ami, tags)
+	if isAny(err, codeAMINotFound) && o.ami == "" {
+		// The AMI found for the digest was deregistered since: look for the image's AMI again.
+		p.forgetAMI(o.target, spec.Image)
+		if ami, err = p.ami(ctx, api, o, spec.Image); err != nil {
+			return provider.Instance{}, err
+		}
+		in, err = p.launch(ctx, api, o, spec, ami, tags)
+	}
+	return in, err
+}
+
+// launch runs the instance of spec from ami, trying the region's instance types and subnets in
+// order while EC2 has no capacity.
+func (p *Provider) launch(ctx context.Context, api ec2API, o regionOptions, spec provider.InstanceSpec, ami string, tags map[string]string) (provider.Instance, error) {
 	token := p.clientToken(spec.Name)
 	var tried []string
 	for _, it := range o.instanceTypes {
@@ -172,35 +187,6 @@ func ec2Tags(tags map[string]string) []types.Tag {
 		out = append(out, types.Tag{Key: aws.String(k), Value: aws.String(tags[k])})
 	}
 	return out
-}
-
-// ami is the region's ami option, or else the AMI of this account tagged with the image digest.
-func (p *Provider) ami(ctx context.Context, api ec2API, o regionOptions, image string) (string, error) {
-	if o.ami != "" {
-		return o.ami, nil
-	}
-	key := o.Region + "/" + image
-	p.mu.Lock()
-	ami, ok := p.amis[key]
-	p.mu.Unlock()
-	if ok {
-		return ami, nil
-	}
-	out, err := api.DescribeImages(ctx, &ec2.DescribeImagesInput{
-		Owners:  []string{"self"},
-		Filters: []types.Filter{{Name: aws.String("tag:" + tagImage), Values: []string{image}}},
-	})
-	if err != nil {
-		return "", fmt.Errorf("aws: find the AMI of image %s: %w", image, explain(err))
-	}
-	if len(out.Images) == 0 {
-		return "", fmt.Errorf("aws: no AMI of this account in %s is tagged %s=%s: register the image's AMI with that tag, or set the region's ami option", o.Region, tagImage, image)
-	}
-	ami = aws.ToString(out.Images[0].ImageId)
-	p.mu.Lock()
-	p.amis[key] = ami
-	p.mu.Unlock()
-	return ami, nil
 }
 
 // launchedNow keeps what RunInstances answered, for as long as DescribeInstances may not show it.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"herd.dev/herd/internal/provider"
@@ -78,10 +77,11 @@ func tag(in types.Instance, key string) string {
 	return ""
 }
 
-// terminate tags ids as deleted, takes them out of their target groups, terminates them and
-// waits until EC2 says they are terminated (in snapshots taken after the termination, shared by
-// the deletes of a scale-down, at most one every PollInterval, not in calls of its own) and
-// their target groups say they are out.
+// terminate tags ids as deleted, takes them out of their target groups, terminates them (the
+// tagging and the termination in one call with the other deletes under way: batch.go) and waits
+// until EC2 says they are terminated (in snapshots taken after the termination, shared by the
+// deletes of a scale-down, at most one every PollInterval, not in calls of its own) and their
+// target groups say they are out.
 func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name string, ids []string, groups map[string][]string) error {
 	fail := func(step string, err error) error {
 		if isAny(err, codeNotFound) {
@@ -89,7 +89,8 @@ func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name str
 		}
 		return fmt.Errorf("aws: delete %s: %s: %w", name, step, explain(err))
 	}
-	if _, err := api.CreateTags(ctx, &ec2.CreateTagsInput{Resources: ids, Tags: []types.Tag{{Key: aws.String(tagDeleting), Value: aws.String("true")}}}); err != nil {
+	b := p.batchesOf(t, api)
+	if err := b.tagDeleting.do(ctx, ids); err != nil {
 		return fail("tag it as deleted", err)
 	}
 	for arn, members := range groups {
@@ -97,7 +98,7 @@ func (p *Provider) terminate(ctx context.Context, api ec2API, t target, name str
 			return err
 		}
 	}
-	if _, err := api.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids}); err != nil {
+	if err := b.terminate.do(ctx, ids); err != nil {
 		return fail("terminate", err)
 	}
 	terminated := p.opts.Now()
