@@ -38,8 +38,9 @@ func (f ec2Flags) fromEC2(ctx context.Context, cfg *agent.Config) (*ec2meta.Clie
 }
 
 // stopOnInterruption ends the agent's run, gracefully, when EC2 gives the instance a spot
-// interruption notice: the instance leaves the load balancers before EC2 takes it.
-func stopOnInterruption(ctx context.Context, md *ec2meta.Client, stop context.CancelFunc, log *slog.Logger) {
+// interruption notice: the instance leaves the load balancers before EC2 takes it, and its
+// /readyz says why, so that herd launches its replacement at once.
+func stopOnInterruption(ctx context.Context, md *ec2meta.Client, stop context.CancelCauseFunc, log *slog.Logger) {
 	n, err := md.WatchInterruption(ctx, interruptionPoll, func(err error) {
 		log.Warn("asking for a spot interruption notice", "err", err)
 	})
@@ -47,5 +48,5 @@ func stopOnInterruption(ctx context.Context, md *ec2meta.Client, stop context.Ca
 		return
 	}
 	log.Warn("spot interruption notice: stopping", "action", n.Action, "at", n.Time)
-	stop()
+	stop(fmt.Errorf("spot interruption notice: EC2 will %s the instance at %s", n.Action, n.Time.UTC().Format(time.RFC3339)))
 }

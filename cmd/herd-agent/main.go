@@ -84,9 +84,9 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 				if err != nil {
 					return err
 				}
-				var stop context.CancelFunc
-				ctx, stop = context.WithCancel(ctx)
-				defer stop()
+				var stop context.CancelCauseFunc
+				ctx, stop = context.WithCancelCause(ctx)
+				defer stop(nil)
 				go stopOnInterruption(ctx, md, stop, log.With("component", "agent", "instance", cfg.Name))
 			}
 			cfg.Logger = log.With("component", "agent", "instance", cfg.Name)

@@ -189,7 +189,7 @@ func Run(ctx context.Context, cfg Config) error {
 	err = a.boot(ctx, node, b, objs)
 	switch {
 	case errors.Is(err, errStop):
-		return a.stop(node)
+		return a.stop(node, context.Cause(ctx))
 	case err != nil:
 		return a.failed(node, err)
 	}
@@ -205,7 +205,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := a.monitor(ctx, node); err != nil {
 		return a.failed(node, err)
 	}
-	return a.stop(node)
+	return a.stop(node, context.Cause(ctx))
 }
 
 // failed records Failed with err as the reason, stops what was started, and returns err.
@@ -217,9 +217,15 @@ func (a *agent) failed(node distro.Node, err error) error {
 	return err
 }
 
-// stop stops the workload gracefully, then the cluster, and records Stopped.
-func (a *agent) stop(node distro.Node) error {
-	a.setLive(false, "stopping")
+// stop stops the workload gracefully, then the cluster, and records Stopped. /readyz says
+// "stopping", with why when the run was stopped with a cause (a spot interruption notice), so
+// that herd knows the instance is going.
+func (a *agent) stop(node distro.Node, why error) error {
+	if why != nil && !errors.Is(why, context.Canceled) {
+		a.setLive(false, "stopping: "+why.Error())
+	} else {
+		a.setLive(false, "stopping")
+	}
 	a.setPhase(PhaseStopping, "stop requested")
 	a.log.Info("stopping")
 	if dyn := a.client(); dyn != nil && node.Err() == nil {

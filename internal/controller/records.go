@@ -88,7 +88,16 @@ func (s *scope) apply(in *v1alpha1.Instance, o provider.Instance) bool {
 		st.Phase = v1alpha1.PhaseFailed
 		st.LastError = o.Reason
 	case provider.StateDeleting:
+		// Going on the provider's side (a spot instance EC2 is about to take): Terminating
+		// holds no slot, so scale() launches its replacement now, outside healing's bound.
 		st.Phase = v1alpha1.PhaseTerminating
+		if st.TerminatingAt == nil {
+			now := s.c.clock.Now().UTC()
+			st.TerminatingAt = &now
+		}
+		if st.LastError == "" {
+			st.LastError = o.Reason
+		}
 	default:
 		st.Phase = v1alpha1.PhaseBooting
 	}

@@ -22,6 +22,9 @@ import (
 // agentTimeout bounds one ask of an agent's readiness.
 const agentTimeout = 2 * time.Second
 
+// agentStopping starts what an agent's /readyz answers once it stops (internal/agent).
+const agentStopping = "stopping"
+
 // userData is the instance's bootstrap (internal/agent/ec2meta), base64 as RunInstances takes it:
 // the same for every ask of one name, so that the ClientToken's parameters do not change.
 func (p *Provider) userData(spec provider.InstanceSpec) *string {
@@ -35,7 +38,8 @@ func (p *Provider) userData(spec provider.InstanceSpec) *string {
 
 // agentReadiness turns the running instances' state into what their agents say, asked with
 // each instance's credential at its private address: Ready once the agent is, Booting before
-// (the agent booting or not answering yet), Failed when the agent says the instance failed.
+// (the agent booting or not answering yet), Failed when the agent says the instance failed,
+// Deleting when the agent stops (askAgent).
 // Without AgentKeys instances run no agent of herd's, and running is Ready.
 func (p *Provider) agentReadiness(ctx context.Context, ins []provider.Instance) {
 	if p.opts.AgentKeys == nil {
@@ -48,47 +52,46 @@ func (p *Provider) agentReadiness(ctx context.Context, ins []provider.Instance) 
 			continue
 		}
 		g.Go(func() error {
-			ready, failed, why := p.askAgent(ctx, ins[i])
-			switch {
-			case failed:
-				ins[i].State, ins[i].Reason = provider.StateFailed, "the instance's agent: "+why
-			case !ready:
-				ins[i].State, ins[i].Reason = provider.StateBooting, why
-			}
+			ins[i].State, ins[i].Reason = p.askAgent(ctx, ins[i])
 			return nil
 		})
 	}
 	_ = g.Wait()
 }
 
-// askAgent asks an instance's agent for its readiness.
-func (p *Provider) askAgent(ctx context.Context, in provider.Instance) (ready, failed bool, why string) {
+// askAgent asks an instance's agent for its readiness: Ready, Booting (with why), Failed (with
+// the agent's reason) or Deleting: an agent that stops (on a spot interruption notice, or a
+// shutdown from outside) says the instance is going, and the controller then launches its
+// replacement at once, before EC2 takes it.
+func (p *Provider) askAgent(ctx context.Context, in provider.Instance) (provider.State, string) {
 	if in.Address == "" {
-		return false, false, "EC2 gave the instance no private address yet"
+		return provider.StateBooting, "EC2 gave the instance no private address yet"
 	}
 	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
 	url := "http://" + net.JoinHostPort(in.Address, strconv.Itoa(agent.DefaultPort)) + "/readyz"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return false, false, err.Error()
+		return provider.StateBooting, err.Error()
 	}
 	verify := agentauth.Authorize(req, p.opts.AgentKeys.Credential(in.Name))
 	resp, err := p.agents.Do(req)
 	if err != nil {
-		return false, false, "the agent does not answer yet: " + err.Error()
+		return provider.StateBooting, "the agent does not answer yet: " + err.Error()
 	}
 	defer resp.Body.Close()
 	if err := verify(resp); err != nil {
-		return false, false, fmt.Sprintf("%s at %s: %v", in.Name, in.Address, err)
+		return provider.StateBooting, fmt.Sprintf("%s at %s: %v", in.Name, in.Address, err)
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	reason := strings.TrimSpace(string(body))
 	switch {
 	case resp.StatusCode == http.StatusOK:
-		return true, false, ""
+		return provider.StateReady, ""
 	case strings.HasPrefix(reason, "failed: "):
-		return false, true, strings.TrimPrefix(reason, "failed: ")
+		return provider.StateFailed, "the instance's agent: " + strings.TrimPrefix(reason, "failed: ")
+	case strings.HasPrefix(reason, agentStopping):
+		return provider.StateDeleting, "the instance is going: its agent is " + reason
 	}
-	return false, false, "the agent: " + reason
+	return provider.StateBooting, "the agent: " + reason
 }

@@ -28,6 +28,9 @@ const (
 	tagName         = "Name" // what the EC2 console shows
 )
 
+// spotNoCapacity are EC2's answers to a spot launch that on-demand capacity may still serve.
+var spotNoCapacity = []string{"MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow", "InsufficientCapacity"}
+
 // EC2's limits on tags.
 const (
 	maxTags       = 50
@@ -86,28 +89,43 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 }
 
 // launch runs the instance of spec from ami, trying the region's instance types and subnets in
-// order while EC2 has no capacity.
+// order while EC2 has no capacity: as spot instances first with the spot option, then on-demand.
 func (p *Provider) launch(ctx context.Context, api ec2API, o regionOptions, spec provider.InstanceSpec, ami string, tags map[string]string) (provider.Instance, error) {
 	token := p.clientToken(spec.Name)
 	var tried []string
-	for _, it := range o.instanceTypes {
-		for _, subnet := range subnetOrder(o.subnets, spec.Name) {
-			in := runInput(o, ami, it, subnet, token, tags)
-			in.UserData = p.userData(spec)
-			out, err := api.RunInstances(ctx, in)
-			switch {
-			case err == nil:
-				return p.launchedNow(o.target, out.Instances[0])
-			case isAny(err, codeNoCapacity, codeUnsupported):
-				p.log.Info("no capacity, trying the next choice", "instance", spec.Name, "instanceType", it, "subnet", subnet, "code", errorCode(err))
-				tried = append(tried, strings.TrimSuffix(it+" in "+subnet, " in "))
-				continue
-			case isAny(err, codeTokenMismatch):
-				// This token launched before with other choices (another type or subnet,
-				// taken when this one had no capacity): that instance is the one.
-				return p.byToken(ctx, api, o.target, spec.Name, token)
+	markets := []bool{false}
+	if o.spot {
+		markets = []bool{true, false} // spot wherever it has capacity, then on-demand
+	}
+	for _, spot := range markets {
+		for _, it := range o.instanceTypes {
+			for _, subnet := range subnetOrder(o.subnets, spec.Name) {
+				in := runInput(o, ami, it, subnet, token, tags)
+				in.UserData = p.userData(spec)
+				if spot {
+					in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot,
+						SpotOptions: &types.SpotMarketOptions{SpotInstanceType: types.SpotInstanceTypeOneTime,
+							InstanceInterruptionBehavior: types.InstanceInterruptionBehaviorTerminate}}
+				}
+				out, err := api.RunInstances(ctx, in)
+				switch {
+				case err == nil:
+					return p.launchedNow(o.target, out.Instances[0])
+				case isAny(err, codeNoCapacity, codeUnsupported) || spot && isAny(err, spotNoCapacity...):
+					choice := strings.TrimSuffix(it+" in "+subnet, " in ")
+					if spot {
+						choice = "spot " + choice
+					}
+					p.log.Info("no capacity, trying the next choice", "instance", spec.Name, "choice", choice, "code", errorCode(err))
+					tried = append(tried, choice)
+					continue
+				case isAny(err, codeTokenMismatch):
+					// This token launched before with other choices (another type, subnet or
+					// market, taken when this one had no capacity): that instance is the one.
+					return p.byToken(ctx, api, o.target, spec.Name, token)
+				}
+				return provider.Instance{}, fmt.Errorf("aws: launch %s: %w", spec.Name, explain(err))
 			}
-			return provider.Instance{}, fmt.Errorf("aws: launch %s: %w", spec.Name, explain(err))
 		}
 	}
 	return provider.Instance{}, fmt.Errorf("aws: launch %s: EC2 has no capacity for %s: add instance types or subnets to the region's options, or retry later",

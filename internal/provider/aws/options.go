@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -21,6 +22,7 @@ const (
 	optAMI             = "ami"
 	optEndpoint        = "endpoint"
 	optTargetGroup     = "targetGroup"
+	optSpot            = "spot"
 )
 
 // regionOptions are a region's options, parsed.
@@ -32,6 +34,7 @@ type regionOptions struct {
 	instanceProfile string // a name or an ARN
 	ami             string // "": the AMI tagged with the instance's image digest
 	targetGroup     string // an ELBv2 target group's ARN, or ""
+	spot            bool   // spot instances first, on-demand when spot has no capacity
 }
 
 var (
@@ -54,7 +57,7 @@ func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) fie
 }
 
 func parseOptions(path *field.Path, opts map[string]string) (regionOptions, field.ErrorList) {
-	errs := provider.UnknownOptions(path, opts, Name, optRegion, optInstanceTypes, optSubnets, optSecurityGroups, optInstanceProfile, optAMI, optEndpoint, optTargetGroup)
+	errs := provider.UnknownOptions(path, opts, Name, optRegion, optInstanceTypes, optSubnets, optSecurityGroups, optInstanceProfile, optAMI, optEndpoint, optTargetGroup, optSpot)
 	var o regionOptions
 	o.Region = opts[optRegion]
 	switch {
@@ -87,6 +90,13 @@ func parseOptions(path *field.Path, opts map[string]string) (regionOptions, fiel
 		errs = append(errs, field.Invalid(path.Child(optAMI), v, "must be an AMI ID such as \"ami-0123456789abcdef0\", or left out to use the AMI tagged with the image's digest"))
 	}
 	o.ami = opts[optAMI]
+	if v, ok := opts[optSpot]; ok {
+		spot, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, field.Invalid(path.Child(optSpot), v, "must be true (spot instances, on-demand when spot has no capacity) or false"))
+		}
+		o.spot = spot
+	}
 	if v, ok := opts[optTargetGroup]; ok {
 		m := targetGroupRE.FindStringSubmatch(v)
 		switch {

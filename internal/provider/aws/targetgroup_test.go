@@ -53,6 +53,16 @@ func putFleet(t *testing.T, st store.Store, name string, n int32, opts map[strin
 	}
 }
 
+// getFleet reads a stored fleet.
+func getFleet(t *testing.T, st store.Store, name string) *v1alpha1.Fleet {
+	t.Helper()
+	f, err := store.GetObject[v1alpha1.Fleet](context.Background(), st, store.Fleets, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // scaleFleet sets a stored fleet's desired count.
 func scaleFleet(t *testing.T, st store.Store, name string, n int32) {
 	t.Helper()

@@ -50,6 +50,9 @@ func (tw *Twin) runInstances(req request) (any, *apiError) {
 		return nil, errorf(http.StatusBadRequest, "Unsupported",
 			"Your requested instance type (%s) is not supported in your requested Availability Zone (%s).", instanceType, zone)
 	}
+	if err := tw.spotFault(f); err != nil {
+		return nil, err
+	}
 	for _, c := range tw.faults.noCapacity {
 		if (c.instanceType == "" || c.instanceType == instanceType) && (c.subnetID == "" || c.subnetID == subnet) {
 			return nil, errorf(http.StatusInternalServerError, "InsufficientInstanceCapacity",
@@ -77,7 +80,7 @@ func (tw *Twin) runInstances(req request) (any, *apiError) {
 			SubnetID: subnet, VpcID: "vpc-0" + req.region, AvailabilityZone: zone,
 			PrivateIP:      fmt.Sprintf("10.%d.%d.%d", (tw.seq>>16)&0xff, (tw.seq>>8)&0xff, tw.seq&0xff),
 			SecurityGroups: list(f, "SecurityGroupId"), InstanceProfile: profile,
-			ClientToken: token, UserData: f.Get("UserData"),
+			ClientToken: token, UserData: f.Get("UserData"), Lifecycle: lifecycle(f),
 			Tags:       resourceTags(f, "instance"),
 			LaunchTime: now, State: StatePending, StateChanged: now,
 			StateReasonCode: "pending", StateReasonMessage: "pending",

@@ -81,6 +81,7 @@ type Instance struct {
 	SecurityGroups                      []string
 	InstanceProfile                     string
 	ClientToken                         string
+	Lifecycle                           string // "spot", or "" for on-demand
 	UserData                            string
 	Tags                                map[string]string
 	LaunchTime                          time.Time
@@ -154,6 +155,7 @@ type faults struct {
 	throttled   int             // calls answered with RequestLimitExceeded so far
 	lag         time.Duration   // a new instance is invisible to Describe and lookups by ID this long
 	denied      map[string]bool // actions refused with UnauthorizedOperation
+	noSpot      bool            // spot launches refused for want of capacity (spot.go)
 }
 
 type capacityFault struct{ instanceType, subnetID string }

@@ -55,6 +55,7 @@ type xmlInstance struct {
 	Architecture     string          `xml:"architecture"`
 	RootDeviceType   string          `xml:"rootDeviceType"`
 	ClientToken      string          `xml:"clientToken,omitempty"`
+	Lifecycle        string          `xml:"instanceLifecycle,omitempty"`
 	Tags             []xmlTag        `xml:"tagSet>item,omitempty"`
 	Profile          *xmlProfile     `xml:"iamInstanceProfile,omitempty"`
 }
@@ -158,6 +159,7 @@ func (in *instance) xml() xmlInstance {
 		Architecture:     "x86_64",
 		RootDeviceType:   "ebs",
 		ClientToken:      in.ClientToken,
+		Lifecycle:        in.Lifecycle,
 		Tags:             xmlTags(in.Tags),
 	}
 	for _, g := range in.SecurityGroups {
