@@ -93,7 +93,8 @@ type Options struct {
 	// agent for the instance's readiness with it. Default: none: instances get no user data and
 	// are Ready once running (for tests of the provider alone).
 	AgentKeys *agentauth.Keyring
-	// HerdUp is the URL of herd up's API, written in the instances' user data.
+	// HerdUp is the URL of herd up's API, written in the instances' user data, for regions
+	// whose herdUp option does not say where their instances reach it.
 	HerdUp string
 	Logger *slog.Logger
 	// Now returns the time; default time.Now.

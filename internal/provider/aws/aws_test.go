@@ -290,14 +290,17 @@ func TestValidateOptions(t *testing.T) {
 	path := field.NewPath("spec", "regions").Index(0).Child("options")
 	good := map[string]string{"region": "eu-west-1", "instanceTypes": "m7i.large, m6i.large", "subnets": "subnet-0123456789abcdef0",
 		"securityGroups": "sg-0123456789abcdef0", "instanceProfile": "arn:aws:iam::123456789012:instance-profile/herd", "ami": "ami-0123456789abcdef0",
-		"endpoint": "https://ec2.eu-west-1.amazonaws.com", "targetGroup": "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/0123456789abcdef"}
+		"endpoint": "https://ec2.eu-west-1.amazonaws.com", "targetGroup": "arn:aws:elasticloadbalancing:eu-west-1:123456789012:targetgroup/web/0123456789abcdef",
+		"spot": "true", "herdUp": "https://10.0.0.5:7443"}
 	if errs := p.ValidateOptions(path, good); len(errs) != 0 {
 		t.Fatalf("good options refused: %v", errs)
 	}
 	bad := maps.Clone(good)
 	bad["region"], bad["instanceTypes"], bad["subnets"], bad["ami"], bad["endpoint"], bad["zone"] = "Europe", "", "subnet-xyz", "ubuntu", "ec2.local", "a"
 	bad["targetGroup"] = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/web/0123456789abcdef"
-	want := []string{"options.region", "options.instanceTypes", "options.subnets", "options.ami", "options.endpoint", "options.zone", "options.targetGroup"}
+	bad["spot"], bad["herdUp"] = "yes please", "10.0.0.5:7443"
+	want := []string{"options.region", "options.instanceTypes", "options.subnets", "options.ami", "options.endpoint", "options.zone",
+		"options.targetGroup", "options.spot", "options.herdUp"}
 	errs := p.ValidateOptions(path, bad)
 	for _, w := range want {
 		found := false

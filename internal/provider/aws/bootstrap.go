@@ -25,13 +25,18 @@ const agentTimeout = 2 * time.Second
 // agentStopping starts what an agent's /readyz answers once it stops (internal/agent).
 const agentStopping = "stopping"
 
-// userData is the instance's bootstrap (internal/agent/ec2meta), base64 as RunInstances takes it:
+// userData is the instance's bootstrap (internal/agent/ec2meta), base64 as RunInstances takes it,
+// with herd up's URL from the region's herdUp option (else Options.HerdUp):
 // the same for every ask of one name, so that the ClientToken's parameters do not change.
-func (p *Provider) userData(spec provider.InstanceSpec) *string {
+func (p *Provider) userData(spec provider.InstanceSpec, o regionOptions) *string {
 	if p.opts.AgentKeys == nil {
 		return nil
 	}
-	b := ec2meta.Bootstrap{Name: spec.Name, HerdUp: p.opts.HerdUp, Credential: p.opts.AgentKeys.Credential(spec.Name), Image: spec.Image}
+	herdUp := o.herdUp
+	if herdUp == "" {
+		herdUp = p.opts.HerdUp
+	}
+	b := ec2meta.Bootstrap{Name: spec.Name, HerdUp: herdUp, Credential: p.opts.AgentKeys.Credential(spec.Name), Image: spec.Image}
 	s := base64.StdEncoding.EncodeToString(b.Encode())
 	return &s
 }

@@ -77,6 +77,18 @@ func TestAgentReadsItsIdentityAndBootstrapFromIMDSv2(t *testing.T) {
 	if err != nil || n.Action != "terminate" || !n.Time.Equal(at) {
 		t.Fatalf("notice = %+v, %v; want terminate at %s", n, err, at)
 	}
+
+	// A region's herdUp option says where its instances reach herd up, in place of the default.
+	opts["herdUp"] = "https://10.0.0.5:7443"
+	sp = spec("web-2", "web", opts)
+	sp.Image = bundleDigest
+	if _, err := p.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	id, err = ec2meta.New(tw.MetadataURL(live(tw)["web-2"])).Identity(ctx)
+	if err != nil || id.Bootstrap.HerdUp != "https://10.0.0.5:7443" {
+		t.Fatalf("web-2 of a region with herdUp: bootstrap %+v, %v; want herd up at the option's URL", id.Bootstrap, err)
+	}
 }
 
 // User data that is not herd's bootstrap, or misses what the agent needs, is refused naming

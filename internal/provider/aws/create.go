@@ -101,7 +101,7 @@ func (p *Provider) launch(ctx context.Context, api ec2API, o regionOptions, spec
 		for _, it := range o.instanceTypes {
 			for _, subnet := range subnetOrder(o.subnets, spec.Name) {
 				in := runInput(o, ami, it, subnet, token, tags)
-				in.UserData = p.userData(spec)
+				in.UserData = p.userData(spec, o)
 				if spot {
 					in.InstanceMarketOptions = &types.InstanceMarketOptionsRequest{MarketType: types.MarketTypeSpot,
 						SpotOptions: &types.SpotMarketOptions{SpotInstanceType: types.SpotInstanceTypeOneTime,

@@ -23,6 +23,7 @@ const (
 	optEndpoint        = "endpoint"
 	optTargetGroup     = "targetGroup"
 	optSpot            = "spot"
+	optHerdUp          = "herdUp"
 )
 
 // regionOptions are a region's options, parsed.
@@ -35,6 +36,7 @@ type regionOptions struct {
 	ami             string // "": the AMI tagged with the instance's image digest
 	targetGroup     string // an ELBv2 target group's ARN, or ""
 	spot            bool   // spot instances first, on-demand when spot has no capacity
+	herdUp          string // herd up's API as the instances reach it; "": Options.HerdUp
 }
 
 var (
@@ -57,7 +59,7 @@ func (p *Provider) ValidateOptions(path *field.Path, opts map[string]string) fie
 }
 
 func parseOptions(path *field.Path, opts map[string]string) (regionOptions, field.ErrorList) {
-	errs := provider.UnknownOptions(path, opts, Name, optRegion, optInstanceTypes, optSubnets, optSecurityGroups, optInstanceProfile, optAMI, optEndpoint, optTargetGroup, optSpot)
+	errs := provider.UnknownOptions(path, opts, Name, optRegion, optInstanceTypes, optSubnets, optSecurityGroups, optInstanceProfile, optAMI, optEndpoint, optTargetGroup, optSpot, optHerdUp)
 	var o regionOptions
 	o.Region = opts[optRegion]
 	switch {
@@ -90,6 +92,14 @@ func parseOptions(path *field.Path, opts map[string]string) (regionOptions, fiel
 		errs = append(errs, field.Invalid(path.Child(optAMI), v, "must be an AMI ID such as \"ami-0123456789abcdef0\", or left out to use the AMI tagged with the image's digest"))
 	}
 	o.ami = opts[optAMI]
+	if v, ok := opts[optHerdUp]; ok {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			errs = append(errs, field.Invalid(path.Child(optHerdUp), v,
+				"must be the http or https URL at which the instances reach herd up's API from their subnets, such as \"https://10.0.0.5:7443\" (docs/aws.md says how)"))
+		}
+		o.herdUp = v
+	}
 	if v, ok := opts[optSpot]; ok {
 		spot, err := strconv.ParseBool(v)
 		if err != nil {
