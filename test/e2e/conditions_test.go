@@ -131,7 +131,8 @@ func TestIntegrationConditionsAndWait(t *testing.T) {
 // TestIntegrationReadyServes applies a fleet of three real instances and checks that the moment
 // `herd wait --for condition=Ready` returns, the fleet serves as Ready says: every request sent
 // through the load balancer then is answered, every instance answers some (the hello app names
-// its instance), and herd get counts the three as ready.
+// its instance), and herd get counts the three as ready. Then an edge in front of the fleet, over
+// TLS (checkEdgeTLS).
 func TestIntegrationReadyServes(t *testing.T) {
 	const n, requests = 3, 30
 	e := startHelloEnv(t)
@@ -171,4 +172,5 @@ func TestIntegrationReadyServes(t *testing.T) {
 	if f := e.fleet("serve"); f == nil || f.Status.ReadyReplicas != n {
 		t.Errorf("herd get fleet serve: %+v, want %d ready", f, n)
 	}
+	e.checkEdgeTLS("serve")
 }
