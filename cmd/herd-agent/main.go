@@ -37,6 +37,7 @@ func newCommand() *cobra.Command {
 	cfg := agent.Config{}
 	var logLevel, credentialFile string
 	var onEC2 ec2Flags
+	var discovery agent.Discovery
 	cmd := &cobra.Command{
 		Use:   "herd-agent --name NAME --bundle DIR --state-dir DIR --address IP --credential-file FILE | --ec2 --state-dir DIR",
 		Short: "Boot and run one instance's Kubernetes (providers start it; not for use by hand)",
@@ -89,6 +90,9 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 				defer stop(nil)
 				go stopOnInterruption(ctx, md, stop, log.With("component", "agent", "instance", cfg.Name))
 			}
+			if discovery.Zone != "" || discovery.Server.IsValid() {
+				cfg.Discovery = &discovery
+			}
 			cfg.Logger = log.With("component", "agent", "instance", cfg.Name)
 			// The agent is counted in the instance's memory: keep its heap small.
 			debug.SetGCPercent(50)
@@ -109,6 +113,8 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 	f.StringVar(&onEC2.endpoint, "imds-endpoint", "", "with --ec2, the instance metadata service's URL. Default: EC2's own (http://169.254.169.254)")
 	f.StringVar(&onEC2.imagesDir, "images-dir", "/var/lib/herd/images", "with --ec2, the image store on the AMI that holds the bundle the user data names")
 	f.StringVar(&credentialFile, "credential-file", "", "file holding the instance's credential: the agent's endpoints answer only requests that carry it")
+	f.StringVar(&discovery.Zone, "discovery-zone", "", "with --discovery-dns, the zone (e.g. herd.internal.) the cluster DNS forwards to herd's discovery DNS, so that workloads resolve NAME.<zone> to other fleets. Default: none")
+	f.TextVar(&discovery.Server, "discovery-dns", netip.AddrPort{}, "herd's discovery DNS as the instance reaches it (`IP:port`), with --discovery-zone")
 	cmd.AddCommand(newMachineCommand())
 	return cmd
 }

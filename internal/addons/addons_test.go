@@ -92,6 +92,22 @@ func TestManifestRenders(t *testing.T) {
 	}
 }
 
+// CoreDNS imports the server blocks of the herd-discovery ConfigMap (which the agent applies when
+// herd up serves fleet discovery) and starts without it: the volume is optional and the import a
+// glob, which CoreDNS lets match nothing.
+func TestCoreDNSImportsDiscovery(t *testing.T) {
+	m, _ := manifestKinds(t, CoreDNS)
+	for _, want := range []string{
+		"\n    import /etc/coredns-discovery/*.server\n",
+		"- {name: discovery, mountPath: /etc/coredns-discovery, readOnly: true}",
+		"name: discovery\n        configMap:\n          name: herd-discovery\n          optional: true\n",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("CoreDNS manifest lacks %q", want)
+		}
+	}
+}
+
 func TestStorageManifest(t *testing.T) {
 	m, kinds := manifestKinds(t, LocalPath)
 	for _, k := range []string{"StorageClass", "ConfigMap", "Deployment", "Role", "ClusterRole"} {

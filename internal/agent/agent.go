@@ -159,6 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return a.failed(nil, fmt.Errorf("bundle %s: clusterDNS %q: %w", b.ShortDigest(), d, err))
 		}
 	}
+	objs = withDiscovery(objs, cfg.Discovery, clusterDNS.IsValid())
 	a.step("bundle verified")
 
 	reg := prometheus.NewRegistry()

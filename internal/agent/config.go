@@ -66,6 +66,9 @@ type Config struct {
 	// Distros are the distributions to choose from by the bundle's
 	// spec.kubernetes.distribution. Default: Distributions().
 	Distros map[string]distro.Distro
+	// Discovery, when set, makes the image's cluster DNS forward herd's discovery zone to
+	// herd's discovery DNS (discovery.go). Default: none.
+	Discovery *Discovery
 }
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -111,6 +114,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port %d: want 1-65535", c.Port))
+	}
+	if c.Discovery != nil {
+		if err := c.Discovery.check(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.StateDir != "" {
 		abs, err := filepath.Abs(c.StateDir)

@@ -10,6 +10,8 @@ import (
 
 	"herd.dev/herd/internal/global/dns"
 	"herd.dev/herd/internal/global/routes"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/regionnet"
 )
 
@@ -119,3 +121,23 @@ func (d *dnsServer) Start(ctx context.Context) error {
 
 // close closes the sockets, which Start has closed already if it ran.
 func (d *dnsServer) close() { _ = d.l.Close() }
+
+// discoveryDNSUser is a provider whose instances' cluster DNS forwards the discovery zone to
+// herd's discovery DNS (the local provider's).
+type discoveryDNSUser interface {
+	SetDiscoveryDNS(local.DiscoveryDNS) error
+}
+
+// tellDiscovery tells the providers whose instances forward the discovery zone where herd's
+// discovery DNS listens.
+func tellDiscovery(providers map[string]provider.Provider, zone string, listen netip.AddrPort) error {
+	listen = netip.AddrPortFrom(listen.Addr().Unmap(), listen.Port())
+	for _, prov := range providers {
+		if u, ok := prov.(discoveryDNSUser); ok {
+			if err := u.SetDiscoveryDNS(local.DiscoveryDNS{Zone: zone, Listen: listen}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

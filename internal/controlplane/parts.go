@@ -144,6 +144,9 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 		if p.discovery, err = listenDNS(opts, p.routes.Table, p.recorder, p.log); err != nil {
 			return err
 		}
+		if err := tellDiscovery(p.providers, opts.Zone, p.discovery.l.Addr()); err != nil {
+			return err
+		}
 	}
 	return nil
 }

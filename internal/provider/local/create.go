@@ -188,14 +188,17 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 	if err := agentauth.WriteCredentialFile(credFile, p.opts.Credentials.Credential(rec.Spec.Name)); err != nil {
 		return 0, 0, err
 	}
-	return hostproc.StartDetached(filepath.Join(dir, agentLogName), filepath.Join(hostnet.NetnsDir, rec.Netns), syscall.CLONE_NEWNS,
+	args := []string{
 		AgentBinary(p.opts.HerdBinary),
 		"--name", rec.Spec.Name,
 		"--bundle", rec.BundleDir,
 		"--state-dir", stateDir,
 		"--address", rec.Address,
 		"--cgroup-root", rec.CgroupRoot,
-		"--credential-file", credFile)
+		"--credential-file", credFile,
+	}
+	args = append(args, p.discoveryFlags(rec.Gateway)...)
+	return hostproc.StartDetached(filepath.Join(dir, agentLogName), filepath.Join(hostnet.NetnsDir, rec.Netns), syscall.CLONE_NEWNS, args...)
 }
 
 func randomHex(n int) string {

@@ -60,6 +60,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"herd.dev/herd/internal/agentauth"
@@ -126,6 +127,10 @@ type Provider struct {
 
 	keptMu sync.Mutex
 	kept   map[string]bool // the regions KeepRegions keeps without instances
+
+	// discovery is herd's discovery DNS, which new instances' cluster DNS forwards its zone to;
+	// nil while none is served (discovery.go).
+	discovery atomic.Pointer[DiscoveryDNS]
 }
 
 // New returns a local provider for the data directory in opts. It creates the provider's
