@@ -63,6 +63,16 @@ func EnsureNetns(ctx context.Context, ns string, forward bool) error {
 	return nil
 }
 
+// Forward turns IPv4 forwarding on for the packets that come in on dev, a device of the host
+// (net.ipv4.conf.DEV.forwarding), and on no other device: the host's own setting
+// (net.ipv4.ip_forward) stays as it is.
+func Forward(dev string) error {
+	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv4/conf", dev, "forwarding"), []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("forwarding on %s: %w", dev, err)
+	}
+	return nil
+}
+
 // DeleteNetns deletes a network namespace (with every interface and iptables rule inside), then
 // its host veth hostVeth ("" for none) if the kernel has not removed it yet.
 func DeleteNetns(ctx context.Context, ns, hostVeth string) error {

@@ -267,10 +267,15 @@ func HasLink(ns, dev string) bool {
 
 // RouteVia makes gw the default gateway of ns.
 func RouteVia(ns string, gw netip.Addr) error {
+	return RouteNetVia(ns, netip.PrefixFrom(netip.IPv4Unspecified(), 0), gw)
+}
+
+// RouteNetVia routes dst through gw in ns, as `ip route replace DST via GW` does.
+func RouteNetVia(ns string, dst netip.Prefix, gw netip.Addr) error {
 	return onLinks(ns, func(h *netlink.Handle) error {
-		r := &netlink.Route{Dst: prefixNet(netip.PrefixFrom(netip.IPv4Unspecified(), 0)), Gw: gw.AsSlice()}
+		r := &netlink.Route{Dst: prefixNet(dst), Gw: gw.AsSlice()}
 		if err := h.RouteReplace(r); err != nil {
-			return fmt.Errorf("default route via %s %s: %w", gw, where(ns), err)
+			return fmt.Errorf("route %s via %s %s: %w", dst, gw, where(ns), err)
 		}
 		return nil
 	})

@@ -28,6 +28,10 @@ type Options struct {
 	InternetPool netip.Prefix
 	// DefaultRegion is the region an empty region name means.
 	DefaultRegion string
+	// SubnetPool is the range the regions' subnets are in: every router routes it back through
+	// the host, so that the instances of the other regions reach its load balancer.
+	// Default: 10.213.0.0/16.
+	SubnetPool netip.Prefix
 	// Instances is the provider whose instances live in the lab's regions. Required.
 	Instances Instances
 }
@@ -78,6 +82,9 @@ func New(opts Options) (*Lab, error) {
 	}
 	if !opts.InternetPool.IsValid() {
 		opts.InternetPool = DefaultInternetPool
+	}
+	if !opts.SubnetPool.IsValid() {
+		opts.SubnetPool = netip.MustParsePrefix("10.213.0.0/16")
 	}
 	return &Lab{opts: opts, log: opts.Logger.With("component", "netlab")}, nil
 }

@@ -36,6 +36,7 @@ const (
 	routerLAN     = "lan0" // the router's leg on the region bridge
 	routerWAN     = "wan0" // the router's end of its link to the internet
 	routerLANHost = 2      // the router's address on the bridge: .2 of the region's /24
+	bridgeHost    = 1      // the host's address on the bridge: .1
 	regionFile    = "network.json"
 )
 
@@ -219,6 +220,9 @@ func (l *Lab) ensureRegionNet(ctx context.Context, reg Bridge, shape Shape) (*re
 	if err := hostnet.Address(rn.RouterNetns, routerLAN, netip.PrefixFrom(hostnet.HostAddr(subnet, routerLANHost), subnet.Bits())); err != nil {
 		return nil, fmt.Errorf("router's leg on the bridge: %w", err)
 	}
+	if err := l.ensureCrossRegion(rn, subnet); err != nil {
+		return nil, err
+	}
 	lk := l.regionLink(rn, inet)
 	if err := ensureLinkDevices(ctx, lk); err != nil {
 		return nil, fmt.Errorf("link to the internet: %w", err)
@@ -236,6 +240,22 @@ func (l *Lab) ensureRegionNet(ctx context.Context, reg Bridge, shape Shape) (*re
 	}
 	l.log.Info("region network ready", "region", rn.Region, "router", rn.RouterNetns, "lan", rn.LANAddress, "wan", rn.WANAddress, "shape", rn.effectiveShape().String())
 	return rn, nil
+}
+
+// ensureCrossRegion lets the instances of the other regions reach the region's load balancer on
+// the router's LAN address, as a discovery name answers it when their own region has no Ready
+// instance of the fleet they call (docs/discovery.md): the host forwards what comes in on the
+// region's bridge (and only there), and the router sends the other regions' subnets back through
+// the host. The instances' addresses stay the packets' sources, which is how the load balancer
+// tells their fleet. The path is the host's, unshaped: a region's latency is its clients'.
+func (l *Lab) ensureCrossRegion(rn *regionNet, subnet netip.Prefix) error {
+	if err := hostnet.Forward(rn.Bridge); err != nil {
+		return fmt.Errorf("the region's bridge: %w", err)
+	}
+	if err := hostnet.RouteNetVia(rn.RouterNetns, l.opts.SubnetPool, hostnet.HostAddr(subnet, bridgeHost)); err != nil {
+		return fmt.Errorf("router's route to the other regions: %w", err)
+	}
+	return nil
 }
 
 // regionLink is the region's link: the router's wan0 to the internet's hub device.

@@ -199,7 +199,7 @@ func New(opts Options) (*Provider, error) {
 	p.deps = func() error { return CheckHost(p.opts.HerdBinary) }
 	p.lab, err = netlab.New(netlab.Options{
 		Dir: filepath.Join(p.dir, netSubdir), DataDir: dataDir, HerdBinary: opts.HerdBinary,
-		Logger: opts.Logger, InternetPool: opts.InternetPool, DefaultRegion: DefaultRegion,
+		Logger: opts.Logger, InternetPool: opts.InternetPool, SubnetPool: opts.SubnetPool, DefaultRegion: DefaultRegion,
 		Instances: labInstances{p},
 	})
 	if err != nil {
