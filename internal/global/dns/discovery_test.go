@@ -111,3 +111,26 @@ func TestDiscoveryGoResolver(t *testing.T) {
 		t.Errorf("LookupHost(api.herd.internal) from batch: %v, want not found", err)
 	}
 }
+
+// A discovery query is told by its source address, not by a client subnet option: batch's
+// instance naming web's address in the option still gets NXDOMAIN for api, and web's instance
+// naming batch's still gets its answer.
+func TestDiscoveryIgnoresClientSubnet(t *testing.T) {
+	_, addr := startDiscovery(t, discoveryTable(true))
+	ask := func(from, claims netip.Addr) *mdns.Msg {
+		m := new(mdns.Msg)
+		m.SetQuestion("api.herd.internal.", mdns.TypeA)
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &mdns.EDNS0_SUBNET{Code: mdns.EDNS0SUBNET, Family: 1, SourceNetmask: 32, Address: claims.AsSlice()})
+		c := &mdns.Client{Net: "udp", Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: from.AsSlice()}}}
+		r, _, err := c.Exchange(m, addr)
+		if err != nil {
+			t.Fatalf("api from %s claiming %s: %v", from, claims, err)
+		}
+		return r
+	}
+	if r := ask(batchEU, webEU); r.Rcode != mdns.RcodeNameError || len(r.Answer) != 0 {
+		t.Errorf("batch claiming web's address: rcode %s answer %v, want NXDOMAIN", mdns.RcodeToString[r.Rcode], r.Answer)
+	}
+	mustAnswer(t, "web claiming batch's address", ask(webEU, batchEU), euAddr.String())
+}

@@ -54,13 +54,20 @@ func (s *Server) respond(req []byte, src netip.Addr, udp bool, buf []byte) []byt
 			}
 		}
 		if ecs != nil {
-			var ok bool
-			if c, ok = ecsClient(ecs); !ok {
+			if ec, ok := ecsClient(ecs); !ok {
 				optErr = true
 			} else {
 				echo := &mdns.EDNS0_SUBNET{Code: mdns.EDNS0SUBNET, Family: ecs.Family, SourceNetmask: ecs.SourceNetmask, Address: ecs.Address}
 				ropt.Option = []mdns.EDNS0{echo}
 				ecs = echo
+				if s.discovery {
+					// A discovery caller is told by the address its query comes from: a subnet
+					// option could name another fleet's instance and get a name allowFrom denies
+					// it. The echo keeps scope 0: the answer holds for no subnet.
+					ecs = nil
+				} else {
+					c = ec
+				}
 			}
 		}
 		if !optErr && opt.Version() != 0 {
