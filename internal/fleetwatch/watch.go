@@ -133,3 +133,14 @@ func (v *View) Has(name string) bool {
 func (v *View) Fleets() []*v1alpha1.Fleet {
 	return v.inf.Fleets()
 }
+
+// Instances yields the instance records of every fleet, including those whose fleet is gone.
+func (v *View) Instances(yield func(*v1alpha1.Instance) bool) {
+	for _, fleet := range v.inf.InstanceFleets() {
+		for _, in := range v.inf.Instances(fleet) {
+			if !yield(in) {
+				return
+			}
+		}
+	}
+}

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/netip"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,6 +19,10 @@ import (
 type Config struct {
 	// Listeners are the sockets the load balancer serves, one per fleet listener.
 	Listeners []Listener `json:"listeners"`
+	// Callers are the instances that may call the listeners, by address, with their fleet: a
+	// request's source address tells its fleet to the listeners with AllowFrom (callers.go).
+	// Default: none.
+	Callers map[netip.Addr]string `json:"callers,omitempty"`
 }
 
 // Protocol is what a listener speaks to its clients.
@@ -96,6 +103,10 @@ type Listener struct {
 	// Tenancy, when set, routes each request only to the targets of its tenant (tenancy.go).
 	// Default: nil, every target serves every request.
 	Tenancy *Tenancy `json:"tenancy,omitempty"`
+	// AllowFrom, when set, are the only fleets whose instances (Config.Callers) the listener
+	// serves: a request from an instance of another fleet gets 403 (HTTP), or its connection is
+	// closed (TCP); a client that is no instance is served (callers.go). Default: every fleet.
+	AllowFrom []string `json:"allowFrom,omitempty"`
 	// Groups are the target groups, one per fleet revision. An empty list serves 503 to every request.
 	Groups []TargetGroup `json:"groups,omitempty"`
 }
@@ -308,7 +319,7 @@ const (
 
 // WithDefaults returns a deep copy of c with every omitted field set to its documented default.
 func (c Config) WithDefaults() Config {
-	out := Config{Listeners: make([]Listener, len(c.Listeners))}
+	out := Config{Listeners: make([]Listener, len(c.Listeners)), Callers: maps.Clone(c.Callers)}
 	for i, l := range c.Listeners {
 		out.Listeners[i] = l.withDefaults()
 	}
@@ -358,6 +369,7 @@ func (l Listener) withDefaults() Listener {
 		setDefault(&h.Timeout, defaultHoldTimeout)
 		l.Hold = &h
 	}
+	l.AllowFrom = slices.Clone(l.AllowFrom)
 	groups := make([]TargetGroup, len(l.Groups))
 	for i, g := range l.Groups {
 		g.Targets = append([]Target(nil), g.Targets...)

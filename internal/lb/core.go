@@ -3,6 +3,7 @@ package lb
 import (
 	"context"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -24,6 +25,8 @@ type exchange interface {
 	fail(code int)
 	// refuse answers the client with code and a plain-text body saying why (an unknown tenant).
 	refuse(code int, body string)
+	// client is the address the request came from.
+	client() netip.Addr
 }
 
 // outcome is how an attempt on one target ended.
@@ -50,6 +53,9 @@ const (
 // listener holds, attempts it, and on a failure that nothing reached the client from, retries once on
 // another target when the failure allows and the budget has room, or answers with an error.
 func (l *listener) forward(ctx context.Context, st *listenerState, x exchange, key *pickKey, idem bool, start time.Time) {
+	if st.refused != nil && !l.admitCaller(st, x, start) {
+		return
+	}
 	if st.routes.tenants != nil && !l.admitTenant(st, x, key, start) {
 		return
 	}

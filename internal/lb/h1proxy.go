@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"time"
 )
 
@@ -35,6 +36,8 @@ func (h *h1conn) fail(code int) {
 	h.keep = h.clientKeep() && (!h.req.hasBody() || h.bodyDone)
 	h.writeError(code, !h.keep)
 }
+
+func (h *h1conn) client() netip.Addr { return connAddr(h.c.Conn) }
 
 // refuse answers with code and a plain-text body.
 func (h *h1conn) refuse(code int, body string) {

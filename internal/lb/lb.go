@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -175,7 +176,7 @@ func (lb *LB) Apply(cfg Config) error {
 		if certs[i] != nil {
 			l.cert.Store(certs[i])
 		}
-		l.state.Store(lb.buildState(lc, kept))
+		l.state.Store(lb.buildState(lc, kept, cfg.Callers))
 		listeners[lc.Name] = l
 	}
 	for name, l := range lb.listeners {
@@ -242,7 +243,7 @@ func (lb *LB) drainTimeoutOf(name string, next Config) time.Duration {
 
 // buildState builds a listener's routing state, creating targets that are new and reviving draining
 // ones that came back. It records every target it routes in kept. Called with lb.mu held.
-func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
+func (lb *LB) buildState(lc Listener, kept map[targetKey]bool, callers map[netip.Addr]string) *listenerState {
 	rt := &routes{nearest: lc.GroupPolicy == GroupNearest}
 	switch lc.Policy.Type {
 	case PolicyStickyCookie:
@@ -319,6 +320,7 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool) *listenerState {
 		retry:        !lc.Retry.Disabled,
 		tlsOn:        lc.TLS != nil,
 		drainTimeout: lc.DrainTimeout.D(),
+		refused:      refusedCallers(lc, callers),
 		h1: lb.engine == EngineFast && lc.Protocol == ProtocolHTTP && lc.TLS == nil &&
 			lc.BackendProtocol == BackendHTTP1,
 	}

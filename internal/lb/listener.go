@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,6 +233,9 @@ type listenerState struct {
 	tlsOn        bool
 	drainTimeout time.Duration
 	h1           bool // HTTP/1.x clients are served by the engine of h1.go
+	// refused are the instances the listener refuses (Listener.AllowFrom), with their fleet; nil
+	// when it takes every fleet's.
+	refused map[netip.Addr]string
 }
 
 func (l *listener) maxConns() int {

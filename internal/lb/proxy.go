@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,11 @@ func (x *netExchange) attempt(st *listenerState, t *target) outcome {
 }
 
 func (x *netExchange) fail(code int) { writeError(x.w, code) }
+
+func (x *netExchange) client() netip.Addr {
+	ap, _ := netip.ParseAddrPort(x.r.RemoteAddr)
+	return ap.Addr().Unmap()
+}
 
 func (x *netExchange) refuse(code int, body string) {
 	h := x.w.Header()

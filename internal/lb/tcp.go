@@ -13,6 +13,10 @@ func (l *listener) proxyTCP(client net.Conn) {
 	defer client.Close()
 	start := time.Now()
 	st := l.state.Load()
+	if st.refusesConn(client) {
+		l.stats.observe(Class4xx, 0)
+		return
+	}
 	l.budget.deposit()
 	var tried *target
 	var backend net.Conn

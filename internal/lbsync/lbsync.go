@@ -7,10 +7,13 @@ package lbsync
 
 import (
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -46,6 +49,10 @@ type Sync struct {
 	refused map[string]error
 	localCA *localca.CA // issues the certificates of listeners with tls.localCA
 
+	// callers are each fleet's instances by address, which the listeners with allowFrom tell a
+	// request's fleet by (lb.Config.Callers).
+	callers map[string]map[netip.Addr]string
+
 	regionsMu sync.Mutex
 	regionOf  map[string]string   // instance -> region
 	instances map[string][]string // fleet -> its instances in regionOf
@@ -56,7 +63,8 @@ func New(b Balancer, bindHost string, log *slog.Logger) *Sync {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sync{lb: b, bindHost: bindHost, log: log.With("component", "lbsync"), fleets: map[string][]lb.Listener{}, refused: map[string]error{}}
+	return &Sync{lb: b, bindHost: bindHost, log: log.With("component", "lbsync"), fleets: map[string][]lb.Listener{}, refused: map[string]error{},
+		callers: map[string]map[netip.Addr]string{}}
 }
 
 // routable reports whether an instance should be a target: it has an address and is not on its way
@@ -122,6 +130,11 @@ func (s *Sync) Listeners(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weig
 		ln.HealthCheck.Paused = s.healthPaused(f.Metadata.Name)
 		if l.Protocol == v1alpha1.ProtocolHTTP {
 			ln.Tenancy = lbTenancy(f.Spec.Tenancy)
+		}
+		if d := f.Spec.Discovery; d != nil {
+			// The load balancer refuses the instances of the fleets allowFrom leaves out, which it
+			// tells by their addresses (lb.Config.Callers, Callers).
+			ln.AllowFrom = d.AllowFrom
 		}
 		for _, rev := range revs {
 			g := lb.TargetGroup{Name: rev, Weight: len(byRev[rev])}
@@ -196,9 +209,14 @@ func (s *Sync) healthPaused(fleet string) bool {
 func (s *Sync) SetFleetTargets(f *v1alpha1.Fleet, instances []*v1alpha1.Instance, weights map[string]int32) {
 	s.setRegions(f.Metadata.Name, instances)
 	ls := s.Listeners(f, instances, weights)
+	addrs := callerAddrs(slices.Values(instances))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if reflect.DeepEqual(s.fleets[f.Metadata.Name], ls) {
+	callersChanged := !maps.Equal(s.callers[f.Metadata.Name], addrs)
+	if callersChanged {
+		s.callers[f.Metadata.Name] = addrs
+	}
+	if reflect.DeepEqual(s.fleets[f.Metadata.Name], ls) && !(callersChanged && s.limitsCallersLocked()) {
 		return
 	}
 	prev, had := s.fleets[f.Metadata.Name]
@@ -233,6 +251,7 @@ func (s *Sync) RemoveFleet(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.refused, name)
+	delete(s.callers, name)
 	if _, ok := s.fleets[name]; !ok {
 		return
 	}
@@ -304,10 +323,53 @@ func (s *Sync) applyLocked() error {
 	for _, n := range names {
 		cfg.Listeners = append(cfg.Listeners, s.fleets[n]...)
 	}
+	if limitsCallers(cfg.Listeners) {
+		cfg.Callers = map[netip.Addr]string{}
+		for _, addrs := range s.callers {
+			maps.Copy(cfg.Callers, addrs)
+		}
+	}
 	start := time.Now()
 	if err := s.lb.Apply(cfg); err != nil {
 		return fmt.Errorf("apply load balancer config: %w", err)
 	}
 	s.log.Debug("load balancer config applied", "listeners", len(cfg.Listeners), "took", time.Since(start).String())
 	return nil
+}
+
+// Callers are the instances by address, with their fleet, when a listener of listeners limits
+// the fleets that may call it (lb.Listener.AllowFrom): what tells the load balancer the fleet of
+// a request; nil otherwise, so that a configuration without allowFrom does not change with every
+// instance.
+func Callers(listeners []lb.Listener, instances iter.Seq[*v1alpha1.Instance]) map[netip.Addr]string {
+	if !limitsCallers(listeners) {
+		return nil
+	}
+	return callerAddrs(instances)
+}
+
+// limitsCallers reports whether a listener has allowFrom.
+func limitsCallers(listeners []lb.Listener) bool {
+	return slices.ContainsFunc(listeners, func(l lb.Listener) bool { return len(l.AllowFrom) > 0 })
+}
+
+// limitsCallersLocked reports whether a listener of the load balancer has allowFrom.
+func (s *Sync) limitsCallersLocked() bool {
+	for _, ls := range s.fleets {
+		if limitsCallers(ls) {
+			return true
+		}
+	}
+	return false
+}
+
+// callerAddrs are the instances with an address, by address, with their fleet.
+func callerAddrs(instances iter.Seq[*v1alpha1.Instance]) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	for in := range instances {
+		if a, err := netip.ParseAddr(in.Status.Address); err == nil {
+			out[a.Unmap()] = in.Spec.Fleet
+		}
+	}
+	return out
 }

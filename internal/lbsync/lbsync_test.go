@@ -3,7 +3,9 @@ package lbsync
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -241,5 +243,35 @@ func TestListenersTLS(t *testing.T) {
 	if !slices.Contains(leaf.DNSNames, "hello.herd.test") || !slices.Contains(leaf.DNSNames, "localhost") ||
 		!slices.Contains(ips, "127.0.0.2") || !slices.Contains(ips, "127.0.0.1") {
 		t.Errorf("certificate for %v %v, want localhost, 127.0.0.1, the bind address 127.0.0.2 and the global hostname", leaf.DNSNames, ips)
+	}
+}
+
+// A fleet's allowFrom reaches its listeners, with every fleet's instances by address as the
+// callers, also those of a fleet without listeners, whose new instance is applied at once; without
+// allowFrom the configuration has no callers.
+func TestCallers(t *testing.T) {
+	listeners := []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}}
+	api := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "api"}, Spec: v1alpha1.FleetSpec{Listeners: listeners}}
+	batch := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "batch"}}
+	inst := func(name, fleet, addr string) *v1alpha1.Instance {
+		in := lbsynctest.Inst(name, "r1", v1alpha1.PhaseReady, addr)
+		in.Spec.Fleet = fleet
+		return in
+	}
+	fl := &fakeLB{}
+	s := New(fl, "127.0.0.1", nil)
+	s.SetFleetTargets(api, []*v1alpha1.Instance{inst("api-1", "api", "10.0.0.1")}, nil)
+	s.SetFleetTargets(batch, []*v1alpha1.Instance{inst("batch-1", "batch", "10.0.1.1")}, nil)
+	if last := fl.applied[len(fl.applied)-1]; last.Callers != nil {
+		t.Errorf("without allowFrom: callers %v, want none", last.Callers)
+	}
+
+	api.Spec.Discovery = &v1alpha1.Discovery{AllowFrom: []string{"web"}}
+	s.SetFleetTargets(api, []*v1alpha1.Instance{inst("api-1", "api", "10.0.0.1")}, nil)
+	s.SetFleetTargets(batch, []*v1alpha1.Instance{inst("batch-1", "batch", "10.0.1.1"), inst("batch-2", "batch", "10.0.1.2")}, nil)
+	last := fl.applied[len(fl.applied)-1]
+	want := map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "api", netip.MustParseAddr("10.0.1.1"): "batch", netip.MustParseAddr("10.0.1.2"): "batch"}
+	if !slices.Equal(last.Listeners[0].AllowFrom, []string{"web"}) || !maps.Equal(last.Callers, want) {
+		t.Errorf("allowFrom %v callers %v, want [web] and %v", last.Listeners[0].AllowFrom, last.Callers, want)
 	}
 }

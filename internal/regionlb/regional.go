@@ -196,8 +196,11 @@ func (r *Regional) apply(ctx context.Context, v *fleetwatch.View) {
 	r.served = served
 	r.mu.Unlock()
 	regions := make([]string, 0, len(want))
-	for region := range want {
+	for region, w := range want {
 		regions = append(regions, region)
+		// Instances of every region call through this one when theirs has no Ready instance of
+		// the fleet they call.
+		w.cfg.Callers = lbsync.Callers(w.cfg.Listeners, v.Instances)
 	}
 	sort.Strings(regions)
 	for _, region := range regions {

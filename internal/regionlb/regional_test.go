@@ -2,8 +2,13 @@ package regionlb
 
 import (
 	"context"
+	"maps"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
@@ -98,4 +103,49 @@ func TestRegional(t *testing.T) {
 	}
 	cancel2()
 	<-done2
+}
+
+// A fleet with allowFrom gets its listeners' allowFrom on its regions' load balancers, with every
+// fleet's instances by address (in any region, served regionally or not) to tell callers by; a
+// region whose fleets take any caller gets no callers, so that its configuration does not change
+// with every instance.
+func TestRegionalCallers(t *testing.T) {
+	p := lbsynctest.NewProvider(t, map[string]*lbsynctest.AdminLB{
+		"eu": lbsynctest.NewAdminLB(t, "secret-eu"), "us": lbsynctest.NewAdminLB(t, "secret-us"), "ap": lbsynctest.NewAdminLB(t, "secret-ap")})
+	st := memory.New()
+	defer st.Close()
+	listeners := []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}}
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: listeners, Discovery: &v1alpha1.Discovery{AllowFrom: []string{"batch"}},
+		Regions: []v1alpha1.Region{{Name: "eu", Provider: fake.Name}, {Name: "us", Provider: fake.Name}},
+	}})
+	lbsynctest.Put(t, st, store.Fleets, &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "open"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Name: "http", Port: 9090, InstancePort: 30080}},
+		Regions:   []v1alpha1.Region{{Name: "ap", Provider: fake.Name, Options: map[string]string{"latency": "1ms"}}},
+	}})
+	lbsynctest.Put(t, st, store.Instances, lbsynctest.RegionalInst("web-eu-1", "eu", "10.0.0.1"))
+	batch := lbsynctest.RegionalInst("batch-1", "solo", "10.0.2.1")
+	batch.Spec.Fleet = "batch"
+	lbsynctest.Put(t, st, store.Instances, batch)
+
+	r := New(Options{Networks: map[string]regionnet.Networks{fake.Name: p}, Resync: 50 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx, lbsynctest.Informer(t, st)) }()
+	defer func() { cancel(); <-done }()
+	want := map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "web", netip.MustParseAddr("10.0.2.1"): "batch"}
+	for _, region := range []string{"eu", "us"} {
+		err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			c, _ := p.LBs[region].State()
+			return len(c.Listeners) == 1 && slices.Equal(c.Listeners[0].AllowFrom, []string{"batch"}) && maps.Equal(c.Callers, want), nil
+		})
+		if err != nil {
+			c, _ := p.LBs[region].State()
+			t.Fatalf("region %s: listeners %+v callers %v, want allowFrom batch and callers %v", region, c.Listeners, c.Callers, want)
+		}
+	}
+	lbsynctest.WaitRegion(t, p.LBs["ap"], ":9090 ->;")
+	if c, _ := p.LBs["ap"].State(); c.Callers != nil {
+		t.Errorf("region ap, whose fleet takes any caller, got callers %v", c.Callers)
+	}
 }
