@@ -4,8 +4,8 @@ BIN := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 
-.PHONY: build test test-short test-disk lint demo bench-controller bench-instance bench-lb bench-failover \
-	bench-autoscale bench-ha bench-global bench-dns bench-regions bench-aws bench-edge conformance kubernetes deps
+.PHONY: build test test-short test-disk test-tenancy lint demo bench-controller bench-instance bench-lb bench-failover \
+	bench-tenants bench-autoscale bench-ha bench-global bench-dns bench-regions bench-aws bench-edge conformance kubernetes deps
 
 # herd, and beside it herd-agent, which every local instance runs (a binary of its own so that
 # instances do not carry the image builder's Helm and Kustomize in their memory).
@@ -24,6 +24,14 @@ test: deps kubernetes build
 	$(GO) build -o $(BIN)/testreport ./hack/testreport
 	$(BIN)/testreport -go $(GO) -allow hack/testreport/allowed-skips.txt -- -count=1 -timeout 55m ./...
 
+# Tenancy end to end on real instances (TestIntegrationTenancy, build tag tenancy; needs root, about
+# ten instance boots: minutes): two tenants' answers each from its own instances only, checked on
+# every answer during a rolling update and while one tenant's instance is killed; a new tenant's
+# first request answered by the warm pool. Not part of make test, which keeps tenancy's
+# fake-provider and load balancer tests.
+test-tenancy: deps kubernetes
+	$(GO) test -tags tenancy -count=1 -v -timeout 30m -run '^TestIntegrationTenancy$$' ./test/e2e
+
 # Unit tests only: integration tests skip themselves under -short.
 test-short:
 	$(GO) test -short -count=1 ./...
@@ -41,6 +49,7 @@ test-disk: build deps kubernetes
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags tenancy ./test/e2e
 
 # The quick start: herd end to end on this machine.
 demo:
@@ -66,6 +75,18 @@ bench-lb: build
 #   edge: hit_rps_vs_varnish=<float> hit_rps_vs_nginx=<float> p99_vs_varnish=<float> origin_offload=<float> coalesced_origin_requests=<int>
 bench-edge: build deps
 	./hack/bench-edge.sh
+
+# Tenancy, in two parts (needs root). On the fake provider: one fleet of 5,000 tenants through
+# herd's controller and load balancer, traffic to all of them, each answer checked against its
+# tenant's instances, and the load balancer with and without tenancy under the same load. On real
+# local instances (TestIntegrationTenancy, as make test-tenancy runs it): a new tenant's first
+# request answered by the warm pool's one booted instance, tenant b's p99 with tenant a flooded,
+# and every answer's instance checked during a rolling update and a kill. Last line:
+#   tenants: tenants=<int> cross_tenant_answers=<int> cold_first_answer_ms=<float> lb_rps_vs_untenanted=<float>
+bench-tenants: deps kubernetes
+	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
+	$(GO) build -o $(BIN)/bench-tenants ./hack/bench/tenants
+	$(BIN)/bench-tenants -e2e $(BIN)/bench-e2e $(BENCH_TENANTS_FLAGS)
 
 # Boot time, idle memory and idle CPU of one real local instance of examples/hello (needs root).
 # Installs what is missing first; its last line is the figure. It runs as make's own child, not

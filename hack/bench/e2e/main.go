@@ -8,6 +8,7 @@
 //	ha: takeover_s=<float> failed_requests=<int> lost_acked_writes=<int> orphans=<int> duplicates=<int>
 //	global: dns_withdraw_s=<float> dns_return_s=<float> front_failed_requests=<int> front_failover_ms=<int>
 //	regions: partition_failed_requests=<int> detect_unreachable_s=<float> cp_down_failed_requests=<int> wave_stopped=<true|false>
+//	tenancy: cold_first_answer_ms=<float> cross_tenant_answers=<int> isolation_p99_ratio=<float>
 //
 // The scenarios need root and the host dependencies (make deps, make kubernetes). It exits non-zero
 // when the test fails or is skipped, after printing the figures if the test measured them.
@@ -33,17 +34,21 @@ func main() {
 	name := flag.String("figures", "", "the word that starts the figures line, e.g. failover")
 	env := flag.String("env", "", "an extra environment variable for the test, KEY=VALUE")
 	pkg := flag.String("pkg", "./test/e2e", "the package of the test")
+	tags := flag.String("tags", "", "build tags the test needs, e.g. tenancy")
 	flag.Parse()
 	if *test == "" || *name == "" {
 		fail("bench", fmt.Errorf("-test and -figures are required"))
 	}
 	// "<name>: key=value key=value ...", numbers and booleans only.
-	figures := regexp.MustCompile(regexp.QuoteMeta(*name) + `:( [a-z_]+=(-?[0-9.]+|true|false))+`)
+	figures := regexp.MustCompile(regexp.QuoteMeta(*name) + `:( [a-z][a-z0-9_]*=(-?[0-9.]+|true|false))+`)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-timeout", "20m",
-		"-run", "^"+*test+"$", *pkg)
+	args := []string{"test", "-count=1", "-v", "-timeout", "20m"}
+	if *tags != "" {
+		args = append(args, "-tags", *tags)
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "-run", "^"+*test+"$", *pkg)...)
 	if *env != "" {
 		cmd.Env = append(os.Environ(), *env)
 	}
