@@ -36,7 +36,7 @@ func (a *agents) set(name, answer string) {
 	a.readyz[name] = answer
 }
 
-func (a *agents) Launch(in awstwin.Instance) (string, error) {
+func (a *agents) Launch(in awstwin.Instance, _ awstwin.Image) (string, error) {
 	name := in.Tags["herd.dev/instance"]
 	a.mu.Lock()
 	a.next++

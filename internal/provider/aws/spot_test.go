@@ -36,7 +36,7 @@ func newSpotAgents(t *testing.T) (*spotAgents, *agentauth.Keyring) {
 	return &spotAgents{agents: &agents{t: t, keys: keys, readyz: map[string]string{}, servers: map[string]*http.Server{}, down: map[string]bool{}}, ctx: ctx}, keys
 }
 
-func (a *spotAgents) Launch(in awstwin.Instance) (string, error) {
+func (a *spotAgents) Launch(in awstwin.Instance, image awstwin.Image) (string, error) {
 	name := in.Tags["herd.dev/instance"]
 	a.set(name, "ok")
 	go func() {
@@ -53,7 +53,7 @@ func (a *spotAgents) Launch(in awstwin.Instance) (string, error) {
 			a.set(name, fmt.Sprintf("stopping: spot interruption notice: EC2 will %s the instance at %s", n.Action, n.Time.Format(time.RFC3339)))
 		}
 	}()
-	return a.agents.Launch(in)
+	return a.agents.Launch(in, image)
 }
 
 // spotSetup is a twin whose instances run spot agents, a provider of it, and spot options.

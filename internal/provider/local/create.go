@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -184,18 +186,22 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return 0, 0, err
 	}
-	credFile := filepath.Join(dir, credentialFileName)
-	if err := agentauth.WriteCredentialFile(credFile, p.opts.Credentials.Credential(rec.Spec.Name)); err != nil {
-		return 0, 0, err
-	}
-	args := []string{
-		AgentBinary(p.opts.HerdBinary),
-		"--name", rec.Spec.Name,
-		"--bundle", rec.BundleDir,
-		"--state-dir", stateDir,
-		"--address", rec.Address,
-		"--cgroup-root", rec.CgroupRoot,
-		"--credential-file", credFile,
+	args := []string{AgentBinary(p.opts.HerdBinary), "--state-dir", stateDir, "--cgroup-root", rec.CgroupRoot}
+	if port := p.opts.EC2MetadataPort; port != 0 {
+		// As on EC2: the metadata service and the user data say the rest.
+		args = append(args, "--ec2",
+			"--imds-endpoint", "http://"+net.JoinHostPort(rec.Gateway, strconv.Itoa(port)),
+			"--images-dir", p.images.Root())
+	} else {
+		credFile := filepath.Join(dir, credentialFileName)
+		if err := agentauth.WriteCredentialFile(credFile, p.opts.Credentials.Credential(rec.Spec.Name)); err != nil {
+			return 0, 0, err
+		}
+		args = append(args,
+			"--name", rec.Spec.Name,
+			"--bundle", rec.BundleDir,
+			"--address", rec.Address,
+			"--credential-file", credFile)
 	}
 	args = append(args, p.discoveryFlags(rec.Gateway)...)
 	return hostproc.StartDetached(filepath.Join(dir, agentLogName), filepath.Join(hostnet.NetnsDir, rec.Netns), syscall.CLONE_NEWNS, args...)

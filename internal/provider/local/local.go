@@ -17,7 +17,8 @@
 //	  instance.json          the provider's record (spec, bundle, address, netns, veth, cgroup root,
 //	                         agent pid and start time), written atomically, mode 0600
 //	  agent.log              the agent's own stdout and stderr
-//	  credential             the instance's credential, which the agent's port requires (mode 0600)
+//	  credential             the instance's credential, which the agent's port requires (mode 0600;
+//	                         with Options.EC2MetadataPort the user data holds it instead)
 //	  agent/                 the agent's state directory (status.json, kubeconfig, logs/, the cluster's data)
 //
 // On the host, an instance named N has the network namespace herd-N (eth0 with its address, a
@@ -109,6 +110,16 @@ type Options struct {
 	// SysctlRoot is where the host kernel settings instances change are recorded from and
 	// restored to (see KubeletHostSettings). Default: /proc/sys; tests give a directory of their own.
 	SysctlRoot string
+	// ImagesDir is the node image store instances boot their bundles from.
+	// Default: image.StoreDir(DataDir), the one herd image build writes.
+	ImagesDir string
+	// EC2MetadataPort, when set, starts each instance's agent as on EC2 (herd-agent --ec2): it
+	// reads its name, address and credential and its bundle's digest from an instance metadata
+	// service (IMDSv2) and its user data, which listens on this port of the host and which the
+	// instance reaches at its region's gateway, as an EC2 instance reaches its own at
+	// 169.254.169.254. internal/provider/aws/twinlocal runs the EC2 twin's instances so. Default:
+	// 0, the provider tells the agent by flags.
+	EC2MetadataPort int
 }
 
 // Provider runs instances as one-node Kubernetes clusters in network namespaces of this machine.
@@ -162,6 +173,9 @@ func New(opts Options) (*Provider, error) {
 	if opts.SysctlRoot == "" {
 		opts.SysctlRoot = DefaultSysctlRoot
 	}
+	if opts.EC2MetadataPort < 0 || opts.EC2MetadataPort > 65535 {
+		return nil, fmt.Errorf("local provider: EC2 metadata port %d is not a TCP port", opts.EC2MetadataPort)
+	}
 	for _, pool := range []netip.Prefix{opts.SubnetPool, opts.InternetPool} {
 		if !pool.Addr().Is4() || pool.Bits() > hostnet.SubnetBits {
 			return nil, fmt.Errorf("local provider: subnet pool %s must be an IPv4 prefix of /%d or shorter", pool, hostnet.SubnetBits)
@@ -190,11 +204,17 @@ func New(opts Options) (*Provider, error) {
 	if abs, err := filepath.Abs(opts.HerdBinary); err == nil {
 		opts.HerdBinary = abs
 	}
+	if opts.ImagesDir == "" {
+		opts.ImagesDir = image.StoreDir(dataDir)
+	}
+	if opts.ImagesDir, err = filepath.Abs(opts.ImagesDir); err != nil {
+		return nil, fmt.Errorf("local provider: images dir: %w", err)
+	}
 	p := &Provider{
 		opts:   opts,
 		log:    opts.Logger.With("component", "provider-local"),
 		dir:    filepath.Join(dataDir, "providers", Name),
-		images: image.NewStore(image.StoreDir(dataDir)),
+		images: image.NewStore(opts.ImagesDir),
 	}
 	p.deps = func() error { return CheckHost(p.opts.HerdBinary) }
 	p.lab, err = netlab.New(netlab.Options{

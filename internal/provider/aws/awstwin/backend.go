@@ -1,14 +1,18 @@
 package awstwin
 
-import "net/http"
+import (
+	"maps"
+	"net/http"
+)
 
 // Backend runs what the twin's instances stand for, for tests that need more than records: a
 // RunInstances launches each instance on it, which gives the instance its private address (where
 // its agent answers), and a termination, by TerminateInstances or from outside, tears it down.
 type Backend interface {
-	// Launch starts instance in and returns its private address. An error fails RunInstances
-	// with InternalError, and no instance is kept.
-	Launch(in Instance) (privateIP string, err error)
+	// Launch starts instance in from its AMI, image, and returns its private address. An error
+	// fails RunInstances with InternalError, and no instance is kept. It is called with the
+	// twin's lock held: it must not call the twin.
+	Launch(in Instance, image Image) (privateIP string, err error)
 	// Terminate tears instance in down; it is called once, and must not block the twin.
 	Terminate(in Instance)
 }
@@ -18,7 +22,9 @@ func (tw *Twin) launchOnBackend(in *instance) *apiError {
 	if tw.opts.Backend == nil {
 		return nil
 	}
-	ip, err := tw.opts.Backend.Launch(*in)
+	image := *tw.images[in.ImageID] // RunInstances found it
+	image.Tags = maps.Clone(image.Tags)
+	ip, err := tw.opts.Backend.Launch(*in, image)
 	if err != nil {
 		return errorf(http.StatusInternalServerError, "InternalError", "launch %s: %v", in.ID, err)
 	}
