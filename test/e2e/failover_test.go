@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -322,15 +321,6 @@ func (e *env) cleanup(before localtest.Snapshot) {
 		o.Gone = append(o.Gone, p.InstanceDir(n))
 	}
 	localtest.AssertClean(t, before, o)
-}
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // result is one GET through the load balancer.
