@@ -44,20 +44,9 @@ HERD_METRICS=18299
 declare -A PID
 
 cd "$(dirname "$0")/.."
-WORK=$(mktemp -d /tmp/herd-bench-edge.XXXXXX)
-PIDS=()
-
-cleanup() {
-	stop_all
-	[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "bench-edge: $*" >&2; }
-
 # shellcheck source=hack/bench/lib.sh
 . hack/bench/lib.sh
+bench_init bench-edge
 
 # origin_count prints what the origin port of proxy $1 counted: objects=<int> slow=<int>.
 origin_count() { curl -fsS "http://127.0.0.1:${ORIGIN[$1]}/_count"; }

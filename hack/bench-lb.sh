@@ -39,20 +39,9 @@ declare -A PID
 PROXIES=(herd herd-nethttp haproxy nginx)
 
 cd "$(dirname "$0")/.."
-WORK=$(mktemp -d /tmp/herd-bench-lb.XXXXXX)
-PIDS=()
-
-cleanup() {
-	stop_all
-	[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { echo "bench-lb: $*" >&2; }
-
 # shellcheck source=hack/bench/lib.sh
 . hack/bench/lib.sh
+bench_init bench-lb
 
 write_configs() {
 	local servers_haproxy="" servers_nginx="" targets_herd="" i=0 port

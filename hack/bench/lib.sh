@@ -1,7 +1,25 @@
-# Helpers shared by the shell benchmarks (hack/bench-lb.sh, hack/bench-edge.sh), sourced by them.
-# They expect the sourcing script to define log (its messages, prefixed with its name), BENCH_NICE
-# (the priority of everything it starts), WORK (its scratch directory) and PIDS (an array of the pids
-# it stops on exit).
+# Helpers shared by the shell benchmarks (hack/bench-lb.sh, hack/bench-edge.sh), sourced by them
+# from the repository's root. A script calls bench_init with its name first; the helpers then use
+# its WORK (scratch directory) and PIDS (the pids stopped on exit), and the script's BENCH_NICE (the
+# priority of everything it starts).
+
+# bench_init NAME makes the benchmark's scratch directory ($WORK, kept at exit only with KEEP_WORK
+# set), and the traps that stop what it started and remove the directory on exit or interruption.
+bench_init() {
+	BENCH_NAME=$1
+	WORK=$(mktemp -d "/tmp/herd-$1.XXXXXX")
+	PIDS=()
+	trap bench_cleanup EXIT
+	trap 'exit 130' INT TERM
+}
+
+bench_cleanup() {
+	stop_all
+	[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
+}
+
+# log prints a message on stderr, prefixed with the benchmark's name.
+log() { echo "$BENCH_NAME: $*" >&2; }
 
 # install_missing installs Debian packages whose command is missing, updating the package lists only
 # if a package is not found. Its arguments are command:package pairs.
