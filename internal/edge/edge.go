@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -178,6 +179,10 @@ func unsafeMethod(m string) bool {
 
 // originFailed answers a request whose origin could not be reached.
 func (e *Edge) originFailed(w http.ResponseWriter, err error) {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok { // the client's body, not the origin
+		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
 	e.log.Warn("origin request failed", "err", err)
 	e.metrics.originErrors.Inc()
 	http.Error(w, "origin unreachable", http.StatusBadGateway)

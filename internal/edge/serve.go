@@ -63,11 +63,13 @@ func conditionalOrRange(h http.Header) bool {
 // already read. A body that breaks midway aborts the client's connection, so that the client sees
 // an error rather than a short response that looks whole.
 func (e *Edge) stream(w http.ResponseWriter, r *http.Request, resp *http.Response, prefix []byte, xcache string) {
+	// The origin's hop-by-hop fields go before the copy, so that those the client's connection has
+	// already been given (the listener's Connection: close) are kept.
+	dropHop(resp.Header)
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	dropHop(h)
 	h.Set("X-Cache", xcache)
 	w.WriteHeader(resp.StatusCode)
 	if r.Method == http.MethodHead {

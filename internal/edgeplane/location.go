@@ -199,8 +199,7 @@ func (l *Location) listen(d *v1alpha1.Distribution) error {
 
 // open starts serving one listener.
 func (l *Location) open(el v1alpha1.EdgeListener) (*served, error) {
-	srv := &http.Server{Handler: l.edge, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(l.log.Handler(), slog.LevelWarn)}
+	srv := newServer(l.edge, l.log)
 	if el.TLS != nil {
 		cfg, err := l.tlsConfig(el)
 		if err != nil {
