@@ -128,7 +128,7 @@ func Run(ctx context.Context, cfg Config) error {
 	a.hs = hs
 	a.step("isolated")
 
-	b, err := loadBundle(cfg.BundleDir)
+	b, err := loadBundle(cfg.BundleDir, !cfg.ImagesPreloaded)
 	if err != nil {
 		return a.failed(nil, err)
 	}

@@ -52,6 +52,7 @@ type fakeNode struct {
 	runtime, api, failed chan struct{}
 	err                  error
 	stopped              atomic.Bool
+	imports              atomic.Int32
 }
 
 func newFakeNode() *fakeNode {
@@ -61,6 +62,7 @@ func newFakeNode() *fakeNode {
 func (n *fakeNode) RuntimeReady() <-chan struct{} { return n.runtime }
 func (n *fakeNode) APIReady() <-chan struct{}     { return n.api }
 func (n *fakeNode) ImportImage(context.Context, string, string) error {
+	n.imports.Add(1)
 	return nil
 }
 func (n *fakeNode) Access() distro.Access   { return distro.Access{} }
@@ -274,6 +276,48 @@ func TestRunReadyTimeout(t *testing.T) {
 	st := r.status(t)
 	if st.Phase != PhaseFailed || !strings.Contains(st.Reason, "API server ready not within --ready-timeout 300ms") {
 		t.Errorf("status = %+v", st)
+	}
+}
+
+// TestRunImagesPreloaded: with the images preloaded, a bundle without its image tars passes the
+// check and nothing is imported; without, the missing tar fails the instance.
+func TestRunImagesPreloaded(t *testing.T) {
+	dir := makeBundle(t, "upstream", map[string]string{"a.yaml": okManifest})
+	data, err := os.ReadFile(filepath.Join(dir, image.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg image.Config
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Images = append(cfg.Images, image.ImageRecord{Ref: "hello:v1", File: "images/0-hello-v1.tar", Digest: "sha256:" + strings.Repeat("0", 64), Size: 1})
+	if data, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, image.ConfigFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, preloaded := range []bool{true, false} {
+		node := newFakeNode()
+		close(node.runtime)
+		r := startRun(t, &fakeDistro{name: "upstream", node: node}, dir, func(c *Config) {
+			c.ImagesPreloaded, c.ReadyTimeout = preloaded, 300*time.Millisecond
+		})
+		if err := r.wait(t); err == nil {
+			t.Fatal("Run = nil, want a failure")
+		}
+		st := r.status(t)
+		want := "API server ready not within" // past the bundle's check
+		if !preloaded {
+			want = "images/0-hello-v1.tar"
+		}
+		if st.Phase != PhaseFailed || !strings.Contains(st.Reason, want) {
+			t.Errorf("preloaded %v: status %+v, want Failed with %q", preloaded, st, want)
+		}
+		if n := node.imports.Load(); n != 0 {
+			t.Errorf("preloaded %v: %d images imported, want none", preloaded, n)
+		}
 	}
 }
 

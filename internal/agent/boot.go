@@ -19,8 +19,9 @@ import (
 	"herd.dev/herd/internal/image/bundle"
 )
 
-// boot imports the images and applies the manifests as soon as the node allows, then waits
-// until the node is Ready and every workload available. It returns errStop if ctx ends first.
+// boot imports the images (unless they are preloaded) and applies the manifests as soon as the
+// node allows, then waits until the node is Ready and every workload available. It returns
+// errStop if ctx ends first.
 func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, objs []object) error {
 	bootCtx, cancel := context.WithDeadline(ctx, a.start.Add(a.cfg.ReadyTimeout))
 	defer cancel()
@@ -44,6 +45,9 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 	imported := make(chan struct{})
 	go func() {
 		defer close(imported)
+		if a.cfg.ImagesPreloaded {
+			return
+		}
 		if importErr = wait(node.RuntimeReady(), "container runtime ready"); importErr != nil {
 			return
 		}

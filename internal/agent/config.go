@@ -66,6 +66,10 @@ type Config struct {
 	// Distros are the distributions to choose from by the bundle's
 	// spec.kubernetes.distribution. Default: Distributions().
 	Distros map[string]distro.Distro
+	// ImagesPreloaded says that the bundle's images are in the container runtime's store
+	// already (a disk image unpacks them there at build time): the agent neither checks their
+	// tars, which the bundle directory may lack, nor imports them.
+	ImagesPreloaded bool
 	// Discovery, when set, makes the image's cluster DNS forward herd's discovery zone to
 	// herd's discovery DNS (discovery.go). Default: none.
 	Discovery *Discovery

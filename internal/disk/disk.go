@@ -5,8 +5,9 @@
 // (systemd's EFI stub, Debian's cloud kernel, an initrd and the kernel command line naming the
 // root partition) at the removable-media path \EFI\BOOT\BOOTX64.EFI, and an ext4 root: a minimal
 // Debian made by mmdebstrap from Debian's packages (systemd, containerd, runc, the CNI plugins,
-// etcd, iptables, conntrack) with the pinned Kubernetes components (kubebin), herd-agent, and
-// the bundle, and no package caches, documentation or man pages. systemd starts
+// etcd, iptables, conntrack) with the pinned Kubernetes components (kubebin), herd-agent, the
+// bundle's configuration and manifests, and its images already in containerd's store and
+// unpacked (preload.go), and no package caches, documentation or man pages. systemd starts
 // `herd-agent machine` at boot, which learns the instance's name and address from the machine
 // (package agent/machine): nothing of an instance's identity is in the image.
 //
@@ -73,7 +74,8 @@ type Result struct {
 }
 
 // Build makes the disk. It needs root (mmdebstrap's root mode, a tmpfs for the tree), and
-// mmdebstrap, mke2fs, debugfs, mkfs.fat, mtools, sfdisk and objcopy (hack/install-deps.sh).
+// mmdebstrap, mke2fs, debugfs, mkfs.fat, mtools, sfdisk, objcopy, containerd and ctr
+// (hack/install-deps.sh).
 func Build(ctx context.Context, o Options) (Result, error) {
 	if err := o.check(); err != nil {
 		return Result{}, err
@@ -112,6 +114,13 @@ func Build(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer t.close()
+	o.Progress("the bundle's images into containerd's store on the root, unpacked")
+	if err := b.preload(ctx, t); err != nil {
+		return Result{}, err
+	}
+	if err := t.stamp(epoch); err != nil {
+		return Result{}, err
+	}
 	o.Progress("file systems: ext4 root, EFI system partition with a unified kernel image")
 	parts, err := b.filesystems(ctx, t)
 	if err != nil {

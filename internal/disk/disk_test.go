@@ -104,6 +104,9 @@ func TestIntegrationFileSystemsReproducible(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := tr.stamp(b.epoch); err != nil {
+			t.Fatal(err)
+		}
 		parts, err := b.filesystems(ctx, tr)
 		tr.close()
 		if err != nil {

@@ -59,7 +59,7 @@ After=network-online.target local-fs.target systemd-udev-settle.service
 
 [Service]
 Environment=HERD_CACHE_DIR=` + CacheDir + `
-ExecStart=` + AgentPath + ` machine --bundle ` + BundleDir + ` --state-dir ` + StateDir + `
+ExecStart=` + AgentPath + ` machine --images-preloaded --bundle ` + BundleDir + ` --state-dir ` + StateDir + `
 # The agent stops the workload and the cluster itself on SIGTERM.
 KillMode=mixed
 TimeoutStopSec=60
@@ -134,7 +134,8 @@ func (b *build) rootfs(ctx context.Context) error {
 	return nil
 }
 
-// stage writes herd's files into dir as they go on the disk: the bundle, the Kubernetes
+// stage writes herd's files into dir as they go on the disk: the bundle's configuration and
+// manifests (its images go into containerd's store instead: preload.go), the Kubernetes
 // components, the agent and overlayFiles.
 func (b *build) stage(dir string) error {
 	for p, content := range overlayFiles {
@@ -154,9 +155,6 @@ func (b *build) stage(dir string) error {
 	files := []string{bundle.ConfigFile}
 	for _, m := range b.o.Bundle.Config.Manifests {
 		files = append(files, m.File)
-	}
-	for _, im := range b.o.Bundle.Config.Images {
-		files = append(files, im.File)
 	}
 	for _, f := range files {
 		if err := copyFile(b.o.Bundle.Path(f), filepath.Join(dir, BundleDir, f), 0o644); err != nil {

@@ -1,6 +1,6 @@
-// The root tree: mmdebstrap's tar unpacked onto a tmpfs in the tar's (sorted) order, so that
-// directories list their entries in the same order on every build host, with every time stamp
-// set to the epoch.
+// The root tree: mmdebstrap's tar unpacked onto a tmpfs in the tar's (sorted) order, and
+// containerd's store after it in lexical order (preload.go), so that directories list their
+// entries in the same order on every build host, with every time stamp set to the epoch.
 
 package disk
 
@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,15 +53,19 @@ func (b *build) unpack() (*tree, error) {
 		t.close()
 		return nil, errors.New("the root has no /boot/vmlinuz-* or /boot/initrd.img-*: is linux-image-cloud-amd64 installed?")
 	}
-	// Time stamps last, children before parents, as creating an entry changes its directory's.
+	return t, nil
+}
+
+// stamp sets every entry's time stamps to the epoch, once the tree is complete: children before
+// parents, as creating an entry changes its directory's.
+func (t *tree) stamp(epoch time.Time) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(epoch.UnixNano()), unix.NsecToTimespec(epoch.UnixNano())}
 	for i := len(t.paths) - 1; i >= 0; i-- {
-		ts := []unix.Timespec{unix.NsecToTimespec(b.epoch.UnixNano()), unix.NsecToTimespec(b.epoch.UnixNano())}
 		if err := unix.UtimesNanoAt(unix.AT_FDCWD, t.host(t.paths[i]), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			t.close()
-			return nil, err
+			return err
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // host is where a path of the root is on the host.

@@ -42,6 +42,16 @@ const (
 	kubeletRootDir  = "/var/lib/kubelet"
 )
 
+// ContainerdNamespace is the containerd namespace of the CRI plugin, where the kubelet sees
+// images.
+const ContainerdNamespace = "k8s.io"
+
+// ContainerdRoot is containerd's root directory (its content store, metadata and snapshots)
+// under a node's state directory: where a disk image puts the images it unpacks at build time.
+func ContainerdRoot(stateDir string) string {
+	return layout{state: stateDir}.containerdRoot()
+}
+
 // layout is where everything of one node lives under the state directory.
 type layout struct {
 	state string
@@ -56,6 +66,7 @@ func (l layout) kubeconfig(name string) string { return l.path("kubeconfigs", na
 func (l layout) config(name string) string     { return l.path("config", name) }
 func (l layout) logs() string                  { return l.path("logs") }
 func (l layout) containerdSocket() string      { return containerdAlias + "/containerd.sock" }
+func (l layout) containerdRoot() string        { return l.path("containerd", "root") }
 func (l layout) etcdData() string              { return l.path("etcd") }
 func (l layout) cniConfDir() string            { return l.path("cni", "net.d") }
 
@@ -63,7 +74,7 @@ func (l layout) cniConfDir() string            { return l.path("cni", "net.d") }
 func (l layout) dirs() []string {
 	return []string{
 		l.path("pki"), l.path("kubeconfigs"), l.path("config"), l.logs(),
-		l.path("containerd", "root"), l.path("containerd", "state"), l.path("containerd", "opt"),
+		l.containerdRoot(), l.path("containerd", "state"), l.path("containerd", "opt"),
 		l.etcdData(), l.path("kubelet"), l.path("kubelet-plugins"), l.path("pod-logs"),
 		l.path("manifests"), l.path("flexvolume"), l.cniConfDir(), l.path("cni", "networks"),
 	}
@@ -118,7 +129,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "/usr/lib/cni"
     conf_dir = %s
     max_conf_num = 1
-`, q(c.l.path("containerd", "root")), q(c.l.path("containerd", "state")), q(c.l.containerdSocket()),
+`, q(c.l.containerdRoot()), q(c.l.path("containerd", "state")), q(c.l.containerdSocket()),
 		q(c.l.path("containerd", "opt")), q(c.pauseImage), q(c.l.cniConfDir()))
 }
 

@@ -355,7 +355,7 @@ func (n *node) Err() error {
 // ImportImage imports an image tar with ctr into containerd's k8s.io namespace, where the CRI
 // plugin (and so the kubelet) sees it.
 func (n *node) ImportImage(ctx context.Context, ref, tarPath string) error {
-	cmd := exec.CommandContext(ctx, n.bins.ctr, "--address", n.cfg.l.containerdSocket(), "--namespace", "k8s.io",
+	cmd := exec.CommandContext(ctx, n.bins.ctr, "--address", n.cfg.l.containerdSocket(), "--namespace", ContainerdNamespace,
 		"images", "import", tarPath)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
