@@ -77,6 +77,7 @@ the agent's endpoints carry; without it one is made at first boot and kept in
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "fail the instance if it is not Ready this long after the agent starts (the user data's readyTimeout wins)")
 	f.IntVar(&cfg.Port, "port", agent.DefaultPort, "port of the agent's HTTP endpoints")
 	f.BoolVar(&cfg.ImagesPreloaded, "images-preloaded", false, "the bundle's images are in containerd's store under --state-dir already (herd image disk puts them there): neither check nor import their tars")
+	f.BoolVar(&cfg.Patient, "patient", true, "give the components' health checks and the manifests' retries the longer bounds of a machine that may be starved of CPU (emulated, small)")
 	f.StringVar(&src.IMDS, "imds", "", `base URL of EC2's instance metadata service ("off" to skip; default http://169.254.169.254)`)
 	return cmd
 }

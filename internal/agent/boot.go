@@ -101,7 +101,11 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 		return importErr
 	}
 
-	ap, err := newApplier(rc, dyn)
+	retryFor := defaultApplyRetry
+	if a.cfg.Patient {
+		retryFor = Patience.ApplyRetry
+	}
+	ap, err := newApplier(rc, dyn, retryFor)
 	if err != nil {
 		return err
 	}

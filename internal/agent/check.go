@@ -33,7 +33,11 @@ func (a *agent) monitor(ctx context.Context, node distro.Node) error {
 			return node.Err()
 		case <-t.C:
 		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		bound := 5 * time.Second
+		if a.cfg.Patient {
+			bound = Patience.Check
+		}
+		cctx, cancel := context.WithTimeout(ctx, bound)
 		r := a.check(cctx, false)
 		cancel()
 		if ctx.Err() != nil {

@@ -30,6 +30,14 @@ const (
 	DefaultStopTimeout = 10 * time.Second
 )
 
+// Patience is what a Patient agent waits longer for.
+var Patience = struct {
+	// ApplyRetry bounds the retries of a manifest's object (default 30 s).
+	ApplyRetry time.Duration
+	// Check bounds one readiness check once Ready (default 5 s).
+	Check time.Duration
+}{ApplyRetry: 5 * time.Minute, Check: 20 * time.Second}
+
 // Distributions returns the distributions this herd can boot, by name. Adding one is one line.
 func Distributions() map[string]distro.Distro {
 	return map[string]distro.Distro{
@@ -70,6 +78,10 @@ type Config struct {
 	// already (a disk image unpacks them there at build time): the agent neither checks their
 	// tars, which the bundle directory may lack, nor imports them.
 	ImagesPreloaded bool
+	// Patient gives a machine that may be starved of CPU (a disk image booted under emulation,
+	// a small cloud instance) the longer bounds of Patience where the defaults assume a
+	// responsive one. Local instances keep the defaults.
+	Patient bool
 	// Discovery, when set, makes the image's cluster DNS forward herd's discovery zone to
 	// herd's discovery DNS (discovery.go). Default: none.
 	Discovery *Discovery

@@ -153,12 +153,15 @@ type applier struct {
 	retryFor time.Duration
 }
 
-func newApplier(cfg *rest.Config, dyn dynamic.Interface) (*applier, error) {
+// defaultApplyRetry is the applier's retryFor unless the agent is Patient.
+const defaultApplyRetry = 30 * time.Second
+
+func newApplier(cfg *rest.Config, dyn dynamic.Interface, retryFor time.Duration) (*applier, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), retryFor: 30 * time.Second}, nil
+	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), retryFor: retryFor}, nil
 }
 
 // apply applies every object (in applyOrder) and returns the workloads among them.

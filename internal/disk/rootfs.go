@@ -60,6 +60,10 @@ After=network-online.target local-fs.target systemd-udev-settle.service
 [Service]
 Environment=HERD_CACHE_DIR=` + CacheDir + `
 ExecStart=` + AgentPath + ` machine --images-preloaded --bundle ` + BundleDir + ` --state-dir ` + StateDir + `
+# A failed boot (a component that exited on a machine too slow for it) is tried again: the state
+# directory keeps etcd's data, so the second boot has less to do.
+Restart=on-failure
+RestartSec=5
 # The agent stops the workload and the cluster itself on SIGTERM.
 KillMode=mixed
 TimeoutStopSec=60

@@ -48,6 +48,10 @@ type Spec struct {
 	// ClusterDNS is the address of the cluster DNS Service the image runs, which the kubelet
 	// must give pods as their resolver. Invalid (the zero Addr): the image has no cluster DNS.
 	ClusterDNS netip.Addr
+	// Patient says that the machine may be starved of CPU (a disk image booted under
+	// emulation): the components' health checks get longer bounds than their defaults, which
+	// assume a responsive machine.
+	Patient bool
 	// Logger receives the distribution's progress and warnings.
 	Logger *slog.Logger
 	// Step records a named boot step in the instance's status (e.g. "etcd healthy"). Never nil.

@@ -87,7 +87,26 @@ type nodeConfig struct {
 	cgroupRoot string
 	pauseImage string
 	clusterDNS netip.Addr // invalid: no cluster DNS
+	patient    bool       // the spec's Patient: patientArgs are added
 	l          layout
+}
+
+// patientArgs are the flags of a Patient node, by component: longer bounds where a default
+// assumes a responsive machine. The API server's checks of etcd (2 s by default) fail its
+// /readyz, and so hold the boot back, while a starved etcd is slower than that; the node
+// lifecycle controller marks the node NotReady, and taints it, when the kubelet's lease is older
+// than its grace period (under a minute by default).
+var patientArgs = map[string][]string{
+	"kube-apiserver":          {"--etcd-healthcheck-timeout=30s", "--etcd-readycheck-timeout=30s"},
+	"kube-controller-manager": {"--node-monitor-grace-period=5m"},
+}
+
+// withPatience adds a component's patientArgs to args when the node is Patient.
+func (c nodeConfig) withPatience(component string, args []string) []string {
+	if !c.patient {
+		return args
+	}
+	return append(args, patientArgs[component]...)
 }
 
 // tomlString quotes s as a TOML basic string.
@@ -192,6 +211,11 @@ func kubeletConfig(c nodeConfig) ([]byte, error) {
 	if c.cgroupRoot == "" {
 		delete(conf, "cgroupRoot")
 	}
+	if c.patient {
+		// The runtime's calls (a pod's sandbox, a container's start) take minutes, not seconds,
+		// on a starved machine; the default bound is 2 minutes.
+		conf["runtimeRequestTimeout"] = "10m"
+	}
 	if c.clusterDNS.IsValid() {
 		conf["clusterDNS"] = []string{c.clusterDNS.String()}
 	}
@@ -252,7 +276,7 @@ func firstServiceIP() netip.Addr {
 // apiServerArgs are kube-apiserver's flags.
 func apiServerArgs(c nodeConfig) []string {
 	p := c.l.pki
-	return []string{
+	args := []string{
 		"--advertise-address=" + c.address.String(),
 		"--bind-address=" + c.address.String(),
 		"--secure-port=" + strconv.Itoa(APIServerPort),
@@ -284,12 +308,13 @@ func apiServerArgs(c nodeConfig) []string {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
+	return c.withPatience("kube-apiserver", args)
 }
 
 // controllerManagerArgs are kube-controller-manager's flags.
 func controllerManagerArgs(c nodeConfig) []string {
 	p := c.l.pki
-	return []string{
+	args := []string{
 		"--kubeconfig=" + c.l.kubeconfig("controller-manager"),
 		"--leader-elect=false",
 		"--secure-port=0",
@@ -305,6 +330,7 @@ func controllerManagerArgs(c nodeConfig) []string {
 		"--kube-api-burst=300",
 		"--profiling=false",
 	}
+	return c.withPatience("kube-controller-manager", args)
 }
 
 // schedulerArgs are kube-scheduler's flags.

@@ -266,3 +266,44 @@ func TestClusterDNSIsAFreeServiceAddress(t *testing.T) {
 		t.Errorf("kubelet config of an image without DNS names one:\n%s", out)
 	}
 }
+
+// TestPatientArgs: a Patient node's API server, controller manager and kubelet get the longer
+// bounds; a node that is not keeps every default.
+func TestPatientArgs(t *testing.T) {
+	plain, patient := testNode(), testNode()
+	patient.patient = true
+	for _, c := range []struct {
+		name  string
+		args  func(nodeConfig) []string
+		wants []string
+	}{
+		{"kube-apiserver", apiServerArgs, []string{"--etcd-healthcheck-timeout=30s", "--etcd-readycheck-timeout=30s"}},
+		{"kube-controller-manager", controllerManagerArgs, []string{"--node-monitor-grace-period=5m"}},
+	} {
+		for _, want := range c.wants {
+			if !slices.Contains(c.args(patient), want) {
+				t.Errorf("a patient %s lacks %s", c.name, want)
+			}
+			flag, _, _ := strings.Cut(want, "=")
+			if slices.ContainsFunc(c.args(plain), func(a string) bool { return strings.HasPrefix(a, flag) }) {
+				t.Errorf("%s has %s when the node is not patient", c.name, flag)
+			}
+		}
+	}
+	for _, n := range []struct {
+		c    nodeConfig
+		want string
+	}{{plain, ""}, {patient, "10m"}} {
+		data, err := kubeletConfig(n.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conf map[string]any
+		if err := yaml.Unmarshal(data, &conf); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := conf["runtimeRequestTimeout"].(string); got != n.want {
+			t.Errorf("patient %v: kubelet's runtimeRequestTimeout %q, want %q", n.c.patient, got, n.want)
+		}
+	}
+}

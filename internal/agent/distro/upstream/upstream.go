@@ -167,7 +167,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	if err := privateRuntimeDirs(l); err != nil {
 		return nil, err
 	}
-	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, l: l}
+	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, patient: spec.Patient, l: l}
 	adm, err := writeCredentials(cfg)
 	if err != nil {
 		return nil, err
@@ -203,7 +203,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		if !poll(ctx, 100*time.Millisecond, n.apiServerReady) {
+		if !poll(ctx, n.checks().interval, n.apiServerReady) {
 			return
 		}
 		spec.Step("kube-apiserver ready")
@@ -285,16 +285,29 @@ func (n *node) containerdAnswers(context.Context) bool {
 }
 
 func (n *node) etcdHealthy(ctx context.Context) bool {
-	return httpOK(ctx, http.DefaultClient, etcdClientURL+"/health", "")
+	return httpOK(ctx, http.DefaultClient, etcdClientURL+"/health", "", n.checks().timeout)
 }
 
 func (n *node) apiServerReady(ctx context.Context) bool {
-	return httpOK(ctx, n.admin, n.adm.Server+"/readyz", n.adm.Token)
+	return httpOK(ctx, n.admin, n.adm.Server+"/readyz", n.adm.Token, n.checks().timeout)
 }
 
-// httpOK reports whether GET url answers 200 within a second.
-func httpOK(ctx context.Context, c *http.Client, url, token string) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+// checks are how often the API server's readiness is asked, and how long an answer may take.
+type checks struct{ interval, timeout time.Duration }
+
+// checks are a second's bound, asked every 100 ms; a Patient node's are 10 s, asked every
+// second: a starved API server would otherwise spend itself on TLS handshakes abandoned after a
+// second, one every 100 ms.
+func (n *node) checks() checks {
+	if n.spec.Patient {
+		return checks{interval: time.Second, timeout: 10 * time.Second}
+	}
+	return checks{interval: 100 * time.Millisecond, timeout: time.Second}
+}
+
+// httpOK reports whether GET url answers 200 within timeout.
+func httpOK(ctx context.Context, c *http.Client, url, token string, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -322,7 +335,8 @@ func adminClient(a distro.Access) (*http.Client, error) {
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     10 * time.Second,
 	}
-	return &http.Client{Transport: tr, Timeout: 5 * time.Second}, nil
+	// No client-wide timeout: each check's context bounds it (checks).
+	return &http.Client{Transport: tr}, nil
 }
 
 func (n *node) fail(err error) {
