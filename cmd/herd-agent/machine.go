@@ -53,6 +53,11 @@ the agent's endpoints carry; without it one is made at first boot and kept in
 			if err != nil {
 				return err
 			}
+			// The root is grown to the machine's disk at boot (systemd-repart, systemd-growfs).
+			var st unix.Statfs_t
+			if err := unix.Statfs("/", &st); err == nil {
+				src.Log.Info("root file system", "size_mb", st.Blocks*uint64(st.Bsize)>>20, "free_mb", st.Bavail*uint64(st.Bsize)>>20)
+			}
 			if err := unix.Sethostname([]byte(id.Name)); err != nil {
 				return fmt.Errorf("setting the hostname to %s: %w", id.Name, err)
 			}

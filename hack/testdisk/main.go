@@ -3,7 +3,8 @@
 // same digest, then boots the disk under QEMU (UEFI firmware from Debian's ovmf, KVM where
 // /dev/kvm exists, else TCG) with a NoCloud seed naming the instance, forwards a host port to the
 // hello app's NodePort and one to the agent's endpoints, and waits until the agent's /readyz
-// answers 200 and the app answers from the host.
+// answers 200 and the app answers from the host. The machine's disk is 2 GiB bigger than the
+// image: the root file system must have grown to its end at boot.
 //
 // It runs as root on a work directory of its own and removes it, and stops QEMU, on exit, also
 // on Ctrl-C and SIGTERM. The guest's console is written to <work>/console.log and printed when the
@@ -85,6 +86,12 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 	if err := disk.Seed(ctx, seed, []byte(userData), []byte("instance-id: disk-test\n")); err != nil {
 		return "", fmt.Errorf("seed: %w", err)
 	}
+	// The machine's disk is bigger than the image, as an AMI's volume may be: a sparse copy with
+	// grow more at its end, where the root must grow to at first boot. The disk stays as built.
+	boot := filepath.Join(work, "boot.raw")
+	if err := growCopy(ctx, first.path, boot, grow); err != nil {
+		return "", err
+	}
 	accel := "tcg"
 	if _, err := os.Stat("/dev/kvm"); err == nil {
 		accel = "kvm"
@@ -99,8 +106,7 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 		"-machine", "q35,accel=" + accel, "-cpu", cpu, "-smp", "2", "-m", "4096",
 		"-bios", firmware, "-display", "none", "-no-reboot",
 		"-serial", "file:" + console, "-monitor", "none",
-		// snapshot=on: the guest's writes go to a temporary file, the disk stays as built.
-		"-drive", "file=" + first.path + ",format=raw,if=virtio,snapshot=on",
+		"-drive", "file=" + boot + ",format=raw,if=virtio",
 		"-drive", "file=" + seed + ",format=raw,if=virtio,readonly=on",
 		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:%d,hostfwd=tcp:127.0.0.1:%d-:%d", appHost, appPort, agentHost, agentPort),
 		"-device", "virtio-net-pci,netdev=net0",
@@ -130,6 +136,9 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 		return "", fmt.Errorf("%w\nconsole (last lines):\n%s", err, lastLines(console, 60))
 	}
 	took := time.Since(start)
+	if err := rootGrown(console, first.size, first.size+grow); err != nil {
+		return "", fmt.Errorf("serving after %.1f s, but %w", took.Seconds(), err)
+	}
 	return fmt.Sprintf("disk: size_mb=%d allocated_mb=%d boot_to_serving_s=%.1f accel=%s", first.size>>20, first.allocated>>20, took.Seconds(), accel), nil
 }
 
@@ -154,6 +163,45 @@ func buildDisks(ctx context.Context, herd, nodeImage, work string, twice bool) (
 	}
 	fmt.Fprintf(os.Stderr, "both builds gave %s\n", first.digest)
 	return first, os.Remove(second.path)
+}
+
+// grow is how much bigger than the image the booted machine's disk is.
+const grow = 2 << 30
+
+// growCopy copies the disk src to dst, sparse, and makes dst more bytes bigger.
+func growCopy(ctx context.Context, src, dst string, more int64) error {
+	if out, err := exec.CommandContext(ctx, "cp", "--sparse=always", src, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("copying the disk: %w: %s", err, out)
+	}
+	fi, err := os.Stat(dst)
+	if err != nil {
+		return err
+	}
+	return os.Truncate(dst, fi.Size()+more)
+}
+
+// rootSize is the agent's line with the root file system's size, on the console.
+var rootSize = regexp.MustCompile(`msg="root file system".* size_mb=(\d+)`)
+
+// rootGrown checks, on the console, that the root file system grew at boot beyond the image's
+// whole size (without growing, it is smaller than the image: the ESP and ext4's own metadata
+// take some of it), and prints its size.
+func rootGrown(console string, imageSize, diskSize int64) error {
+	data, err := os.ReadFile(console)
+	if err != nil {
+		return err
+	}
+	m := rootSize.FindSubmatch(data)
+	if m == nil {
+		return fmt.Errorf("the agent did not log the root file system's size on the console")
+	}
+	var mb int64
+	fmt.Sscan(string(m[1]), &mb)
+	if mb <= imageSize>>20 {
+		return fmt.Errorf("the root file system has %d MiB on a disk of %d MiB: it did not grow beyond the image's %d MiB", mb, diskSize>>20, imageSize>>20)
+	}
+	fmt.Fprintf(os.Stderr, "the root file system grew to %d MiB on a disk of %d MiB (the image: %d MiB)\n", mb, diskSize>>20, imageSize>>20)
+	return nil
 }
 
 // describe measures an existing disk.

@@ -9,7 +9,10 @@
 // bundle's configuration and manifests, and its images already in containerd's store and
 // unpacked (preload.go), and no package caches, documentation or man pages. systemd starts
 // `herd-agent machine` at boot, which learns the instance's name and address from the machine
-// (package agent/machine): nothing of an instance's identity is in the image.
+// (package agent/machine): nothing of an instance's identity is in the image. At first boot
+// systemd-repart grows the root partition to the end of the disk and systemd-growfs the file
+// system with it, so that a machine with a bigger disk (an AMI launched on a bigger volume) has
+// it all.
 //
 // The build is reproducible: the same bundle, agent and packages give the same disk, byte for
 // byte. Every time stamp is SOURCE_DATE_EPOCH (or DefaultEpoch), the root tree is created in

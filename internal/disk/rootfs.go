@@ -81,9 +81,12 @@ WantedBy=multi-user.target
 	"/etc/systemd/network/80-herd.network": "[Match]\nName=en* eth*\n\n[Network]\nDHCP=ipv4\n",
 	"/etc/modules-load.d/herd.conf":        "overlay\nbr_netfilter\nbridge\nveth\nnf_conntrack\n",
 	"/etc/sysctl.d/80-herd.conf":           "net.ipv4.ip_forward=1\nnet.bridge.bridge-nf-call-iptables=1\n",
-	"/etc/fstab":                           "LABEL=root / ext4 rw,noatime 0 1\n",
-	"/etc/hostname":                        "localhost\n",
-	"/etc/hosts":                           "127.0.0.1 localhost\n::1 localhost\n",
+	// x-systemd.growfs: systemd-growfs grows the mounted root to its partition, after
+	// systemd-repart (repart.d below) has grown the partition to the end of the disk.
+	"/etc/fstab":                 "LABEL=root / ext4 rw,noatime,x-systemd.growfs 0 1\n",
+	"/etc/repart.d/50-root.conf": "[Partition]\nType=root\n",
+	"/etc/hostname":              "localhost\n",
+	"/etc/hosts":                 "127.0.0.1 localhost\n::1 localhost\n",
 }
 
 // customize runs in the chroot after the packages: the services herd runs itself are disabled
