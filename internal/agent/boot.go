@@ -124,8 +124,13 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 	return a.waitReady(ctx, bootCtx, node)
 }
 
-// steadyFor is how long the workloads must stay available before the boot counts them as such.
+// steadyFor is how long the workloads' containers must have run, and stayed available, before the
+// boot counts them as such.
 const steadyFor = time.Second
+
+// startStampResolution is the resolution of the containers' start times the kubelet reports: a
+// container stamped at t started before t plus this.
+const startStampResolution = time.Second
 
 // waitReady polls until the node is Ready and every workload available, steadily.
 func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error {
@@ -136,11 +141,15 @@ func (a *agent) waitReady(ctx, bootCtx context.Context, node distro.Node) error 
 	var terminalSince, readySince time.Time
 	var last readiness
 	for i := 0; ; i++ {
-		// The pods are looked at once a second, at every poll while one looks terminal, and
-		// to confirm a verdict of ready that has held for steadyFor.
-		settled := !readySince.IsZero() && time.Since(readySince) >= steadyFor
-		withPods := i%5 == 4 || !terminalSince.IsZero() || settled
+		// The pods are looked at once a second, and at every poll while one looks terminal or
+		// while a verdict of ready waits to be confirmed by them.
+		withPods := i%5 == 4 || !terminalSince.IsZero() || !readySince.IsZero()
 		r := a.check(bootCtx, withPods)
+		// Ready is steady once every container has run for steadyFor by its start time (it
+		// usually has by the time its readiness probe passes), or else once the verdict has held
+		// for steadyFor as the agent saw it.
+		ranSteadily := r.startsKnown && time.Since(r.lastStart) >= steadyFor+startStampResolution
+		settled := !readySince.IsZero() && time.Since(readySince) >= steadyFor || ranSteadily
 		if withPods || last.reason == "" {
 			last = r
 		}

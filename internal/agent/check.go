@@ -56,6 +56,10 @@ type readiness struct {
 	available []string
 	reason    string // when not ready: everything not ready, "; "-separated
 	terminal  bool   // a workload can never become available
+	// lastStart is the latest start of a running container among the pods of every workload,
+	// as the kubelet stamped it; startsKnown says every workload's pods were looked at for it.
+	lastStart   time.Time
+	startsKnown bool
 }
 
 // check evaluates the node and every workload. With withPods, a workload that is not available
@@ -64,7 +68,7 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 	a.mu.Lock()
 	dyn, works, logs := a.dyn, a.works, a.logs
 	a.mu.Unlock()
-	var r readiness
+	r := readiness{startsKnown: withPods}
 	var reasons []string
 	var n corev1.Node
 	if err := getTyped(ctx, dyn.Resource(nodesGVR), a.cfg.Name, &n); err != nil {
@@ -89,6 +93,13 @@ func (a *agent) check(ctx context.Context, withPods bool) readiness {
 			pods, podsErr = listPods(ctx, dyn, w.Namespace, selector)
 		}
 		if v.ready && (podsErr != nil || podsSteady(pods)) {
+			if last, ok := latestStart(pods); podsErr == nil && ok {
+				if last.After(r.lastStart) {
+					r.lastStart = last
+				}
+			} else {
+				r.startsKnown = false
+			}
 			continue
 		}
 		why := v.why

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -173,6 +174,26 @@ func podsSteady(pods []corev1.Pod) bool {
 		}
 	}
 	return true
+}
+
+// latestStart is the latest start among the running containers of pods, and false when one of
+// them does not run.
+func latestStart(pods []corev1.Pod) (time.Time, bool) {
+	var last time.Time
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil {
+				return time.Time{}, false
+			}
+			if t := cs.State.Running.StartedAt.Time; t.After(last) {
+				last = t
+			}
+		}
+	}
+	return last, true
 }
 
 // podsReport explains why pods are not ready, from their conditions and their containers'

@@ -244,3 +244,35 @@ func TestPodsSteady(t *testing.T) {
 		}
 	}
 }
+
+// TestLatestStart: the boot's steady wait counts from the latest start of the running containers,
+// and cannot count from it while one of them does not run.
+func TestLatestStart(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 22, 0, 0, 0, time.UTC)
+	started := func(at time.Time) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: "app", Ready: true, State: corev1.ContainerState{
+			Running: &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: at}}}}
+	}
+	waiting := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
+	pod := func(cs ...corev1.ContainerStatus) corev1.Pod {
+		return corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: cs}}
+	}
+	gone := pod(started(t0.Add(time.Hour)))
+	gone.DeletionTimestamp = &metav1.Time{Time: t0}
+	for _, tc := range []struct {
+		name   string
+		pods   []corev1.Pod
+		want   time.Time
+		wantOK bool
+	}{
+		{"no pods", nil, time.Time{}, true},
+		{"the latest of every container", []corev1.Pod{pod(started(t0), started(t0.Add(2*time.Second))), pod(started(t0.Add(time.Second)))}, t0.Add(2 * time.Second), true},
+		{"one not running yet", []corev1.Pod{pod(started(t0)), pod(waiting)}, time.Time{}, false},
+		{"a terminating pod does not count", []corev1.Pod{pod(started(t0)), gone}, t0, true},
+	} {
+		got, ok := latestStart(tc.pods)
+		if !got.Equal(tc.want) || ok != tc.wantOK {
+			t.Errorf("%s: latestStart = %v, %v, want %v, %v", tc.name, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
