@@ -73,22 +73,30 @@ func (a *agents) Terminate(in awstwin.Instance) {
 	}
 }
 
-// A running EC2 instance is only as ready as its agent says, asked with the instance's
-// credential at its private address: Booting while the agent boots, Ready once it is, Failed with
-// the agent's reason when the boot failed. Terminating the instance tears down what the twin's
-// backend runs for it.
-func TestReadinessComesFromTheAgent(t *testing.T) {
+// withAgents is a twin whose instances are agents of the backend above, the region options that
+// reach it, and a provider of installation that asks those agents.
+func withAgents(t *testing.T, installation string) (*agents, *awstwin.Twin, map[string]string, *aws.Provider) {
+	t.Helper()
 	keys, err := agentauth.NewKeyring([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	be := &agents{t: t, keys: keys, readyz: map[string]string{}, servers: map[string]*http.Server{}, down: map[string]bool{}}
 	tw, opts := setup(t, awstwin.Options{Backend: be})
-	p, err := aws.New(aws.Options{Installation: "ready", Credentials: tw.Credentials(), StateDir: t.TempDir(),
+	p, err := aws.New(aws.Options{Installation: installation, Credentials: tw.Credentials(), StateDir: t.TempDir(),
 		AgentKeys: keys, RateLimit: 200, RateBurst: 20, PollInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return be, tw, opts, p
+}
+
+// A running EC2 instance is only as ready as its agent says, asked with the instance's
+// credential at its private address: Booting while the agent boots, Ready once it is, Failed with
+// the agent's reason when the boot failed. Terminating the instance tears down what the twin's
+// backend runs for it.
+func TestReadinessComesFromTheAgent(t *testing.T) {
+	be, _, opts, p := withAgents(t, "ready")
 	ctx := context.Background()
 	for _, name := range []string{"web-1", "web-2"} {
 		be.set(name, "booting")
@@ -132,4 +140,55 @@ func TestReadinessComesFromTheAgent(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// An instance registered in its target group that stops serving (its agent no longer ready) is
+// taken out of the group, so that AWS's load balancer follows herd's verdict, and is registered
+// again once it serves; one that never stopped stays registered all along.
+func TestTargetGroupFollowsServing(t *testing.T) {
+	be, tw, opts, p := withAgents(t, "follow")
+	arn := tw.AddTargetGroup(ec2Region, "web", 0)
+	opts["targetGroup"] = arn
+	ctx := context.Background()
+	for _, name := range []string{"web-1", "web-2"} {
+		be.set(name, "ok")
+		if _, err := p.Create(ctx, spec(name, "web", opts)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(want map[string]provider.State) {
+		t.Helper()
+		ins, err := p.List(ctx, provider.ListOptions{Fleet: "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range ins {
+			if in.State != want[in.Name] {
+				t.Fatalf("%s: %s %q, want %s", in.Name, in.State, in.Reason, want[in.Name])
+			}
+		}
+	}
+	ids := live(tw)
+	members := func() map[string]string { return tw.Targets(arn) }
+	list(map[string]provider.State{"web-1": provider.StateReady, "web-2": provider.StateReady})
+	if got := members(); got[ids["web-1"]] != awstwin.TargetHealthy || got[ids["web-2"]] != awstwin.TargetHealthy {
+		t.Fatalf("both serve; the target group has %v, want both healthy", got)
+	}
+
+	be.set("web-1", "booting: the API server does not answer")
+	list(map[string]provider.State{"web-1": provider.StateBooting, "web-2": provider.StateReady})
+	if got := members(); got[ids["web-1"]] != "" || got[ids["web-2"]] != awstwin.TargetHealthy {
+		t.Fatalf("web-1 stopped serving; the target group has %v, want only web-2 (%s)", got, ids["web-2"])
+	}
+	list(map[string]provider.State{"web-1": provider.StateBooting, "web-2": provider.StateReady})
+	if n := tw.ELBCalls()["DeregisterTargets"]; n != 1 {
+		t.Errorf("DeregisterTargets called %d times for one instance that stopped serving, listed twice; want 1", n)
+	}
+
+	be.set("web-1", "ok")
+	list(map[string]provider.State{"web-1": provider.StateReady, "web-2": provider.StateReady})
+	if got := members(); got[ids["web-1"]] != awstwin.TargetHealthy || got[ids["web-2"]] != awstwin.TargetHealthy {
+		t.Fatalf("web-1 serves again; the target group has %v, want both healthy", got)
+	}
+	checkCallsAllowed(t, tw)
 }

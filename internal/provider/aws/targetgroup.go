@@ -143,23 +143,36 @@ type member struct {
 	id     string
 }
 
-// registerServing registers in their target groups the instances of ins that serve and are not
-// registered yet, one RegisterTargets per group. An instance whose registration fails is
-// Booting, with the reason, until it succeeds: it does not serve where the user asked it to.
+// registerServing keeps the target groups in step with what the instances of ins say: it
+// registers those that serve and are not registered yet, and deregisters those registered that
+// stopped serving (their agent not ready, failed or stopping), one call per group for each, so
+// that AWS's load balancer sends nothing to an instance herd's own would not; one that serves
+// again is registered again. An instance whose registration fails is Booting, with the reason,
+// until it succeeds: it does not serve where the user asked it to.
 func (p *Provider) registerServing(ctx context.Context, ins []provider.Instance, members map[string]member) {
 	type group struct {
 		target target
 		arn    string
 	}
 	todo := map[group][]int{}
+	off := map[group][]string{}
 	p.tg.mu.Lock()
 	for i, in := range ins {
 		m, ok := members[in.Name]
-		if ok && in.State == provider.StateReady && !p.tg.registered[m.arn][m.id] {
+		switch {
+		case !ok:
+		case in.State == provider.StateReady && !p.tg.registered[m.arn][m.id]:
 			todo[group{m.target, m.arn}] = append(todo[group{m.target, m.arn}], i)
+		case in.State != provider.StateReady && p.tg.registered[m.arn][m.id] && !p.tg.leaving[m.id]:
+			off[group{m.target, m.arn}] = append(off[group{m.target, m.arn}], m.id)
 		}
 	}
 	p.tg.mu.Unlock()
+	for g, ids := range off {
+		if err := p.deregister(ctx, g.target, g.arn, ids); err != nil {
+			p.log.Warn("take instances that stopped serving out of their target group", "targetGroup", g.arn, "ids", ids, "err", err)
+		}
+	}
 	for g, idx := range todo {
 		err := p.register(ctx, g.target, g.arn, idx, ins, members)
 		if err == nil {
@@ -169,6 +182,30 @@ func (p *Provider) registerServing(ctx context.Context, ins []provider.Instance,
 			ins[i].State, ins[i].Reason = provider.StateBooting, err.Error()
 		}
 	}
+}
+
+// deregister takes ids, registered by this provider and no longer serving, out of group arn
+// without waiting for the group's deregistration delay: nothing is terminated after it. Those
+// that failed stay registered here, so that the next list tries again.
+func (p *Provider) deregister(ctx context.Context, t target, arn string, ids []string) error {
+	api, err := p.elbClient(ctx, t)
+	if err != nil {
+		return err
+	}
+	p.tg.mu.Lock()
+	defer p.tg.mu.Unlock()
+	targets := make([]elbtypes.TargetDescription, 0, len(ids))
+	for _, id := range ids {
+		targets = append(targets, elbtypes.TargetDescription{Id: aws.String(id)})
+	}
+	if _, err := api.DeregisterTargets(ctx, &elb.DeregisterTargetsInput{TargetGroupArn: aws.String(arn), Targets: targets}); err != nil {
+		return fmt.Errorf("aws: deregister from target group %s: %w", arn, explain(err))
+	}
+	for _, id := range ids {
+		delete(p.tg.registered[arn], id)
+	}
+	p.log.Info("deregistered from target group: no longer serving", "targetGroup", arn, "ids", ids)
+	return nil
 }
 
 // register registers ins[idx] in group arn.
