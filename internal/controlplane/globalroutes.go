@@ -56,8 +56,36 @@ func (a lbAddresses) RegionLBAddresses(ctx context.Context, region string) ([]ne
 }
 
 // instanceLBAddresses gives the address the instances of a region reach its load balancer on:
-// inside the region's network where it tells one (regionnet.InstanceSide), else where clients do.
-type instanceLBAddresses struct{ lbAddresses }
+// inside the region's network where it tells one (regionnet.InstanceSide); for a region without
+// one, served by herd up's own load balancer, the host's address on the region's bridge when
+// that load balancer listens on every address, since the loopback address clients use is the
+// instance's own; else where clients reach it.
+type instanceLBAddresses struct {
+	lbAddresses
+	// gateways are the providers that tell a region's bridge address (the local provider's);
+	// nil when herd up's load balancer does not listen on every address.
+	gateways []regionGateway
+}
+
+// regionGateway tells the host's address on a region's bridge.
+type regionGateway interface {
+	RegionGateway(region string) (netip.Addr, bool)
+}
+
+// newInstanceLBAddresses reads which providers tell their regions' bridge addresses, used when
+// herd up's load balancer listens on lbAddress, every address.
+func newInstanceLBAddresses(lbs lbAddresses, providers map[string]provider.Provider, lbAddress string) instanceLBAddresses {
+	a := instanceLBAddresses{lbAddresses: lbs}
+	if addr, err := netip.ParseAddr(lbAddress); err != nil || !addr.IsUnspecified() {
+		return a
+	}
+	for _, prov := range providers {
+		if g, ok := prov.(regionGateway); ok {
+			a.gateways = append(a.gateways, g)
+		}
+	}
+	return a
+}
 
 func (a instanceLBAddresses) RegionLBAddresses(ctx context.Context, region string) ([]netip.Addr, error) {
 	for _, n := range a.networks {
@@ -65,6 +93,16 @@ func (a instanceLBAddresses) RegionLBAddresses(ctx context.Context, region strin
 			if addr, ok := in.InstanceAddress(ctx, region); ok {
 				return []netip.Addr{addr}, nil
 			}
+		}
+	}
+	for _, n := range a.networks {
+		if _, ok := n.DataAddress(ctx, region); ok {
+			return a.lbAddresses.RegionLBAddresses(ctx, region)
+		}
+	}
+	for _, g := range a.gateways {
+		if addr, ok := g.RegionGateway(region); ok {
+			return []netip.Addr{addr}, nil
 		}
 	}
 	return a.lbAddresses.RegionLBAddresses(ctx, region)
@@ -104,7 +142,11 @@ func listenDNS(opts DNSOptions, table func(context.Context) (routes.Table, error
 			return nil, fmt.Errorf("%slisten: %w", opts.flag(), err)
 		}
 	}
-	log.Info("dns serving", "zone", s.Zone(), "listen", l.Addr().String())
+	if l.Addr().Addr().IsUnspecified() {
+		log.Info("dns serving on every address of this host, its external interfaces included", "zone", s.Zone(), "listen", l.Addr().String())
+	} else {
+		log.Info("dns serving", "zone", s.Zone(), "listen", l.Addr().String())
+	}
 	return &dnsServer{s: s, l: l, table: table, log: log}, nil
 }
 

@@ -121,7 +121,7 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 	// the round trips each regional load balancer measures to its client networks.
 	lbs := lbAddresses{networks: p.networks, embedded: embeddedLBAddresses(p.opts.LBAddress)}
 	p.routes = routes.NewLive(routes.LiveOptions{Informer: p.cache, Reach: p.regions, RTT: p.rtts,
-		LB: lbs, InstanceLB: instanceLBAddresses{lbs}, DiscoveryZone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone)})
+		LB: lbs, InstanceLB: newInstanceLBAddresses(lbs, p.providers, p.opts.LBAddress), DiscoveryZone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone)})
 	if p.api, err = listenAPI(p.opts); err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package local
 import (
 	"fmt"
 	"net/netip"
+
+	"herd.dev/herd/internal/hostnet"
 )
 
 // DiscoveryDNS is herd's discovery DNS (spec.discovery) as the control plane serves it: every
@@ -44,4 +46,19 @@ func (p *Provider) discoveryFlags(gateway string) []string {
 		server = netip.AddrPortFrom(gw, d.Listen.Port())
 	}
 	return []string{"--discovery-zone", d.Zone, "--discovery-dns", server.String()}
+}
+
+// RegionGateway is the host's address on region's bridge: where the region's instances reach
+// this host, and so herd up's own load balancer when it listens on every address. ok is false
+// while the region has no subnet yet (no instance was ever given an address in it).
+func (p *Provider) RegionGateway(region string) (netip.Addr, bool) {
+	regions, err := readRegions(p.regionsDir())
+	if err != nil || regions[region] == nil {
+		return netip.Addr{}, false
+	}
+	subnet, err := netip.ParsePrefix(regions[region].Subnet)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return hostnet.HostAddr(subnet, gatewayHost), true
 }

@@ -33,3 +33,18 @@ func TestDiscoveryFlags(t *testing.T) {
 		t.Errorf("one address: flags %v, want %v", got, want)
 	}
 }
+
+// A region's gateway is the first host of the subnet it keeps, and none is told for a region
+// that was never given one.
+func TestRegionGateway(t *testing.T) {
+	p := &Provider{dir: t.TempDir()}
+	if a, ok := p.RegionGateway("default"); ok {
+		t.Errorf("a region without a subnet: gateway %s, want none", a)
+	}
+	if err := writeRegion(p.regionsDir(), &regionRecord{Region: "default", Subnet: "10.213.7.0/24", Bridge: "herdbr-x"}); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := p.RegionGateway("default"); !ok || a != netip.MustParseAddr("10.213.7.1") {
+		t.Errorf("gateway %s, %v; want 10.213.7.1", a, ok)
+	}
+}
