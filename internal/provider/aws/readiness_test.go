@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/provider"
@@ -127,18 +129,13 @@ func TestReadinessComesFromTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The backend tears down on a goroutine of its own, so as not to hold up the twin.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		be.mu.Lock()
-		down := be.down["web-1"]
-		be.mu.Unlock()
-		if down {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("terminating web-1 did not tear down what the backend ran for it")
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer be.mu.Unlock()
+		return be.down["web-1"], nil
+	})
+	if err != nil {
+		t.Fatal("terminating web-1 did not tear down what the backend ran for it")
 	}
 }
 
