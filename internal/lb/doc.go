@@ -8,8 +8,9 @@
 // before any response byte, is retried once on another target, within a retry budget. Targets removed by
 // Apply drain: they finish what they have in flight, up to a deadline.
 //
-// Two engines read and write HTTP: herd's own HTTP/1.1 one (h1*.go), the hot path for cleartext
-// listeners with HTTP/1.1 targets, and net/http's server and transport (proxy.go) for the rest. They
+// Two engines read and write HTTP: herd's own HTTP/1.1 one (h1*.go), the hot path for HTTP/1.x
+// clients, in cleartext or over TLS, of listeners with HTTP/1.1 targets, and net/http's server and
+// transport (proxy.go) for the rest (HTTP/2 clients, h2c targets). They
 // share one proxy core (core.go): picking, holding, retries, sticky sessions, hop-by-hop rules and
 // statistics. A target connection that holds or receives bytes beyond its answers is closed, never
 // reused, so that a misbehaving target cannot answer another client's request.

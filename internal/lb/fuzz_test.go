@@ -34,7 +34,8 @@ func FuzzH1(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var out bytes.Buffer
 		conn := &fakeConn{in: bytes.NewReader(raw), out: &out}
-		l.serveH1(&clientConn{Conn: conn, sock: l.sock})
+		cc := &clientConn{Conn: conn, sock: l.sock}
+		l.serveH1(cc, cc)
 		if v, ok := violation.Load("any"); ok {
 			violation.Delete("any")
 			t.Fatalf("%v\ninput: %q", v, raw)

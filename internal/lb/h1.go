@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -18,14 +19,17 @@ import (
 // server costs more than twice its CPU per proxied request (a goroutine and a context per request,
 // background reads, header maps). It parses strictly (RFC 9112) and refuses what is ambiguous, such as
 // both Content-Length and Transfer-Encoding. HTTP/2 (h2c prior knowledge) is handed to net/http's
-// server at the first request line; TLS listeners and h2c targets always use net/http (proxy.go).
+// server at the first request line. On TLS listeners it serves the connections whose client chose
+// HTTP/1.1 (or nothing) by ALPN, over the TLS session (h1tls.go); those that chose h2, and h2c
+// targets, go to net/http (proxy.go).
 
 const h1BufSize = 4096
 
 // h1conn is one client connection served by the HTTP/1.x engine.
 type h1conn struct {
 	l      *listener
-	c      *clientConn
+	c      *clientConn // the accepted connection: its address, RTT samples and open count
+	conn   net.Conn    // what requests are read from and answers written to: c, or a TLS session over it
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	ip     []byte // client address, for X-Forwarded-For
@@ -44,9 +48,10 @@ type h1conn struct {
 	keep     bool // the client connection may carry another request
 }
 
-// serveH1 serves a client connection until it closes, errs, or the listener shuts down.
-func (l *listener) serveH1(c *clientConn) {
-	h := &h1conn{l: l, c: c, br: bufio.NewReaderSize(c, h1BufSize), bw: bufio.NewWriterSize(c, h1BufSize)}
+// serveH1 serves a client connection over conn (c itself, or the TLS session over it) until it
+// closes, errs, or the listener shuts down.
+func (l *listener) serveH1(c *clientConn, conn net.Conn) {
+	h := &h1conn{l: l, c: c, conn: conn, br: bufio.NewReaderSize(conn, h1BufSize), bw: bufio.NewWriterSize(conn, h1BufSize)}
 	h.ip = []byte(clientIP(c.RemoteAddr().String()))
 	if !l.trackH1(h, true) {
 		c.Close()
@@ -56,7 +61,7 @@ func (l *listener) serveH1(c *clientConn) {
 	defer func() {
 		l.trackH1(h, false)
 		if !handedOff {
-			c.Close()
+			conn.Close()
 		}
 	}()
 	now := time.Now()
@@ -80,7 +85,9 @@ func (l *listener) serveH1(c *clientConn) {
 		}
 		err := h.readRequest(st)
 		if h.req.h2Preface && err == nil {
-			handedOff = l.handOffH2(c, h)
+			// Prior knowledge is for cleartext: over TLS a client asks for h2 by ALPN, and one
+			// that sends the preface after choosing HTTP/1.1 is not served.
+			handedOff = conn == net.Conn(c) && l.handOffH2(c, h)
 			return
 		}
 		if err != nil {
@@ -108,7 +115,7 @@ func (l *listener) serveH1(c *clientConn) {
 // last quarter of slack before want is kept, which spares a timer update on most requests.
 func (h *h1conn) readBy(want time.Time, slack time.Duration) {
 	if !nearDeadline(h.readDL, want, slack) {
-		h.c.SetReadDeadline(want)
+		h.conn.SetReadDeadline(want)
 		h.readDL = want
 	}
 }
@@ -116,7 +123,7 @@ func (h *h1conn) readBy(want time.Time, slack time.Duration) {
 // writeBy is readBy for writes.
 func (h *h1conn) writeBy(want time.Time, slack time.Duration) {
 	if !nearDeadline(h.writeDL, want, slack) {
-		h.c.SetWriteDeadline(want)
+		h.conn.SetWriteDeadline(want)
 		h.writeDL = want
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"time"
@@ -38,6 +39,15 @@ func (h *h1conn) fail(code int) {
 }
 
 func (h *h1conn) client() netip.Addr { return connAddr(h.c.Conn) }
+
+// wire is where an upgraded connection's bytes from the target go: the TCP connection itself in
+// cleartext, so that the copy can splice, or the TLS session.
+func (h *h1conn) wire() net.Conn {
+	if h.conn == net.Conn(h.c) {
+		return h.c.Conn
+	}
+	return h.conn
+}
 
 // refuse answers with code and a plain-text body.
 func (h *h1conn) refuse(code int, body string) {
@@ -274,7 +284,7 @@ func (h *h1conn) switchProtocols(st *listenerState, t *target, bc *bconn) outcom
 	}
 	st.switched(t, h.start)
 	// The upgraded connection lives by its own rules: no request deadlines.
-	h.c.SetDeadline(time.Time{})
+	h.conn.SetDeadline(time.Time{})
 	h.readDL, h.writeDL = time.Time{}, time.Time{}
 	bc.c.SetDeadline(time.Time{})
 	done := make(chan struct{})
@@ -283,8 +293,8 @@ func (h *h1conn) switchProtocols(st *listenerState, t *target, bc *bconn) outcom
 		h.br.WriteTo(bc.c) // whatever the client sent after its request first, then the rest
 		bc.c.Close()
 	}()
-	bc.br.WriteTo(h.c.Conn)
-	h.c.Close()
+	bc.br.WriteTo(h.wire())
+	h.conn.Close()
 	<-done
 	return outcome{done: true}
 }

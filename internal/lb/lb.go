@@ -25,7 +25,7 @@ var ErrStopped = errors.New("load balancer stopped")
 type Options struct {
 	// Logger receives the load balancer's logs; it gets a component=lb attribute. Default: discard.
 	Logger *slog.Logger
-	// Engine serves cleartext HTTP/1.x clients. Default: EngineFast, or the value of the environment
+	// Engine serves HTTP/1.x clients, in cleartext and over TLS. Default: EngineFast, or the value of the environment
 	// variable HERD_LB_ENGINE when set, so that benchmarks can compare the engines on one binary.
 	Engine Engine
 	// ClientNetworks bounds how many client networks ClientRTTs remembers; the least recently
@@ -321,8 +321,7 @@ func (lb *LB) buildState(lc Listener, kept map[targetKey]bool, callers map[netip
 		tlsOn:        lc.TLS != nil,
 		drainTimeout: lc.DrainTimeout.D(),
 		refused:      refusedCallers(lc, callers),
-		h1: lb.engine == EngineFast && lc.Protocol == ProtocolHTTP && lc.TLS == nil &&
-			lc.BackendProtocol == BackendHTTP1,
+		h1:           lb.engine == EngineFast && lc.Protocol == ProtocolHTTP && lc.BackendProtocol == BackendHTTP1,
 	}
 }
 

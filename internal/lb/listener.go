@@ -191,6 +191,7 @@ type listener struct {
 	budget *retryBudget
 
 	srv   *http.Server // HTTP listeners: serves HTTP/2 and TLS, and HTTP/1.x when the engine cannot
+	tls   *tls.Config  // TLS listeners: their sessions' settings (net/http sets srv.TLSConfig for h2c too)
 	queue *connQueue   // HTTP listeners
 	tcpWG sync.WaitGroup
 
@@ -273,12 +274,17 @@ func newListener(lb *LB, cfg Listener, sock *socket, stats *counters, budget *re
 		l.srv.Protocols.SetHTTP1(true)
 		if cfg.TLS != nil {
 			l.srv.Protocols.SetHTTP2(true)
-			l.srv.TLSConfig = &tls.Config{
+			l.tls = &tls.Config{
 				MinVersion: tls.VersionTLS12,
+				NextProtos: []string{"h2", "http/1.1"},
 				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 					return l.cert.Load(), nil
 				},
 			}
+			// A copy: net/http writes to its TLSConfig as it starts to serve, and l.tls is in use
+			// by then. Set, with "h2" in its NextProtos, it tells Serve to speak h2 on sessions
+			// whose client chose it.
+			l.srv.TLSConfig = l.tls.Clone()
 		} else {
 			l.srv.Protocols.SetUnencryptedHTTP2(true)
 		}
@@ -292,13 +298,9 @@ func (l *listener) start() {
 		return
 	}
 	go func() {
-		var err error
-		if l.srv.TLSConfig != nil {
-			err = l.srv.ServeTLS(l.queue, "", "")
-		} else {
-			err = l.srv.Serve(l.queue)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// Serve, not ServeTLS, on TLS listeners too: serveConn wraps each connection in its TLS
+		// session (h1tls.go), and net/http speaks h2 on those whose client chose it by ALPN.
+		if err := l.srv.Serve(l.queue); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			l.log.Error("listener stopped", "error", err)
 		}
 	}()
@@ -314,22 +316,42 @@ func (l *listener) serveConn(c net.Conn) {
 		}()
 		return
 	}
-	if l.state.Load().h1 {
-		cc, ok := c.(*clientConn)
-		if ok {
-			l.h1wg.Add(1)
-			go func() {
-				defer l.h1wg.Done()
-				l.serveH1(cc)
-			}()
-			return
-		}
+	cc, ok := c.(*clientConn)
+	fast := ok && l.state.Load().h1
+	switch {
+	case l.tls != nil && fast:
+		l.h1wg.Add(1)
+		go func() {
+			defer l.h1wg.Done()
+			l.serveTLS(cc)
+		}()
+	case l.tls != nil:
+		l.enqueue(tls.Server(c, l.tls))
+	case fast:
+		l.h1wg.Add(1)
+		go func() {
+			defer l.h1wg.Done()
+			l.serveH1(cc, cc)
+		}()
+	default:
+		l.enqueue(c)
 	}
+}
+
+// enqueue gives a connection to the listener's net/http server.
+func (l *listener) enqueue(c net.Conn) {
 	select {
 	case l.queue.ch <- c:
 	case <-l.queue.done:
-		// This listener was replaced while the connection was on its way: give it to the new one.
-		if next := l.sock.handler.Load(); next != nil && next != l {
+		// This listener was replaced while the connection was on its way: give it to the new one,
+		// which makes its own TLS session if the handshake has not started.
+		next := l.sock.handler.Load()
+		if tc, ok := c.(*tls.Conn); ok && !tc.ConnectionState().HandshakeComplete {
+			c = tc.NetConn()
+		} else if ok {
+			next = nil // a session made with this listener's certificate: the client reconnects
+		}
+		if next != nil && next != l {
 			next.serveConn(c)
 		} else {
 			c.Close()

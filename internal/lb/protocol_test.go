@@ -22,22 +22,7 @@ func TestWebSocketUpgrade(t *testing.T) {
 				http.Error(w, "not an upgrade", http.StatusBadRequest)
 				return
 			}
-			c, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-			brw.Flush()
-			// Echo lines, upper-cased, until the client closes.
-			for {
-				line, err := brw.ReadString('\n')
-				if err != nil {
-					return
-				}
-				brw.WriteString(strings.ToUpper(line))
-				brw.Flush()
-			}
+			echoUpgraded(w)
 		})
 		l := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
 		l.Timeouts.Write = Duration(300 * time.Millisecond) // upgraded connections must outlive it

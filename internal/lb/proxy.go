@@ -27,8 +27,8 @@ var (
 	errBodyBroken = errors.New("response body broken")
 )
 
-// This file is the net/http engine: it serves HTTP/2, TLS listeners and h2c targets, and HTTP/1.x
-// clients when the fast engine is off. net/http reads and writes the messages; the proxy core
+// This file is the net/http engine: it serves HTTP/2 (h2c and over TLS) and h2c targets, and
+// HTTP/1.x clients when the fast engine is off. net/http reads and writes the messages; the proxy core
 // (core.go) does the rest.
 
 // netExchange is one request served by net/http.
