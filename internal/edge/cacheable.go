@@ -121,7 +121,7 @@ func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, 
 	}
 	var prefix []byte
 	if reason == "" {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, b.MaxObjectSize+1))
+		body, err := readBody(resp, b.MaxObjectSize)
 		if err != nil {
 			resp.Body.Close()
 			return fetched{err: fmt.Errorf("reading the origin's response: %w", err)}
@@ -210,4 +210,19 @@ func isServerError(status int) bool {
 		return true
 	}
 	return false
+}
+
+// readBody reads an origin's body to store, at most limit+1 bytes: into one buffer of the length the
+// origin announced when it announced one, so that a stored body holds no spare capacity (which the
+// memory tier's bound would not see) and reading it leaves no garbage of grown buffers behind. A
+// body shorter than announced is an error, as it is to io.ReadAll.
+func readBody(resp *http.Response, limit int64) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= limit {
+		body := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, body); err != nil {
+			return nil, err
+		}
+		return body, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, limit+1))
 }

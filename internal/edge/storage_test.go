@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -215,4 +216,23 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// An origin's body is read into a buffer of exactly its announced length (the memory tier's bound
+// counts len, so spare capacity would be memory it does not see); without a length, at most one
+// byte past the limit is read; a body shorter than announced is an error.
+func TestReadBody(t *testing.T) {
+	resp := func(body string, length int64) *http.Response {
+		return &http.Response{Body: io.NopCloser(strings.NewReader(body)), ContentLength: length}
+	}
+	body, err := readBody(resp(strings.Repeat("x", 3000), 3000), 10<<20)
+	if err != nil || len(body) != 3000 || cap(body) != 3000 {
+		t.Fatalf("announced 3000: len %d cap %d, %v; want both 3000", len(body), cap(body), err)
+	}
+	if body, err = readBody(resp(strings.Repeat("x", 50), -1), 10); err != nil || len(body) != 11 {
+		t.Fatalf("unannounced 50 with limit 10: %d bytes, %v; want 11", len(body), err)
+	}
+	if _, err = readBody(resp("short", 100), 10<<20); err == nil {
+		t.Fatal("a body shorter than announced was read without an error")
+	}
 }
