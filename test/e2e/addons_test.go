@@ -21,9 +21,9 @@ import (
 // of the instance, and the same again after the pod is replaced (storage), and `kubectl top pods`
 // and a HorizontalPodAutoscaler read metrics-server inside the instance (resource metrics).
 func TestIntegrationAddons(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, building("test/e2e/testdata/addons/image.yaml"))
 	frontPort, notesPort := freePort(t), freePort(t)
-	e.startTwoListenerFleet("addons", filepath.Join(e.root, "test", "e2e", "testdata", "addons", "image.yaml"), "addons-e2e",
+	e.startTwoListenerFleet("addons", "addons-e2e",
 		"front", frontPort, "notes", notesPort)
 	applied := time.Now()
 	inst := e.waitServing(1)[0].Metadata.Name
@@ -133,17 +133,14 @@ func getBody(url string) ([]byte, error) {
 	return body, nil
 }
 
-// startTwoListenerFleet builds the node image in file (named image), starts herd up, and applies
-// a fleet of one instance of it with two HTTP listeners on ports port1 and port2 for the
+// startTwoListenerFleet starts herd up and applies a fleet of one instance of the node image named
+// image (built by newEnv's steps) with two HTTP listeners on ports port1 and port2 for the
 // instance's NodePorts 30080 and 30081, health-checked on 30080. Everything is cleaned up and
 // checked for leftovers at the end of the test.
-func (e *env) startTwoListenerFleet(fleet, file, image, name1 string, port1 int, name2 string, port2 int) {
+func (e *env) startTwoListenerFleet(fleet, image, name1 string, port1 int, name2 string, port2 int) {
 	e.t.Helper()
 	before := localtest.Take(e.t)
 	localtest.CleanupOnInterrupt(e.t, func() { e.cleanup(before) })
-	if out, err := e.herd("image", "build", "-f", file, "--data-dir", e.data); err != nil {
-		e.t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
-	}
 	e.startUp()
 	e.applyFleet(fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
 kind: Fleet

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +15,9 @@ import (
 // through the load balancer with what the overlay and the chart's values say, in the namespaces
 // they name, and calling each other by Service name through the DNS add-on.
 func TestIntegrationKustomizeAndHelm(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, building("examples/hello-charts/image.yaml"))
 	overlayPort, chartPort := freePort(t), freePort(t)
-	e.startTwoListenerFleet("charts", filepath.Join(e.root, "examples", "hello-charts", "image.yaml"), "hello-charts",
+	e.startTwoListenerFleet("charts", "hello-charts",
 		"overlay", overlayPort, "chart", chartPort)
 	inst := e.waitServing(1)[0].Metadata.Name
 

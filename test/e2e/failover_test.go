@@ -62,7 +62,10 @@ type env struct {
 	upArgs []string
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv is a test's own herd and data directory. It runs the steps (withHello, building: image
+// builds, which need no exclusive access) and then takes localtest.Exclusive, so that a build
+// never holds up another package's real instances.
+func newEnv(t *testing.T, steps ...func(*env)) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("real instances: skipped under -short")
@@ -79,9 +82,12 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, dir: dir, data: filepath.Join(dir, "d"), bin: filepath.Join(dir, "herd"),
 		upLog: filepath.Join(dir, "up.log"), created: map[string]bool{}}
 	localtest.CleanupOnInterrupt(t, func() { os.RemoveAll(dir) })
-	e.root = localtest.BuildHerd(t, dir)
+	e.installHerd()
 	if err := local.CheckHost(e.bin); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)
+	}
+	for _, step := range steps {
+		step(e)
 	}
 	localtest.Exclusive(t)
 	return e
@@ -129,21 +135,12 @@ func tail(s string, n int) string {
 // startHelloEnv is a herd up with the hello image built, cleaned up and checked for leftovers at
 // the end of the test, and a free port for the fleet's listener.
 func startHelloEnv(t *testing.T) *env {
-	e := newEnv(t)
+	e := newEnv(t, withHello)
 	before := localtest.Take(t)
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
-	e.buildHello()
 	e.startUp()
 	e.lbPort = freePort(t)
 	return e
-}
-
-// buildHello builds the node image of examples/hello into herd up's data directory.
-func (e *env) buildHello() {
-	e.t.Helper()
-	if out, err := e.herd("image", "build", "-f", filepath.Join(e.root, "examples", "hello", "image.yaml"), "--data-dir", e.data); err != nil {
-		e.t.Fatalf("herd image build: %v\n%s", err, tail(out, 30))
-	}
 }
 
 func (e *env) startUp() {

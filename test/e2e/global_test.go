@@ -44,12 +44,11 @@ type globalScenario struct {
 }
 
 func startGlobalScenario(t *testing.T) *globalScenario {
-	e := newEnv(t)
+	e := newEnv(t, withHello)
 	before := localtest.Take(t)
 	e.regions = []string{nearRegion, farRegion}
 	e.clientNets = []string{westNet, eastNet, nsNet}
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
-	e.buildHello()
 	sock := filepath.Join(e.dir, "api.sock")
 	e.upArgs = []string{"--dns-zone", globalZone, "--dns-listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--api-socket", sock}
 	e.startUp()

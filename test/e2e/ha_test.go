@@ -49,7 +49,7 @@ type haScenario struct {
 // replica that stays (the test's and the cleanup's herd up); the others are stopped before the
 // cleanup deletes the fleets through it.
 func startHA(t *testing.T) *haScenario {
-	e := newEnv(t)
+	e := newEnv(t, withHello, buildingVariant("hello-v2", "REVISION", "v2"))
 	ec, err := etcdcluster.Start(context.Background(), etcdcluster.Config{Dir: filepath.Join(e.dir, "etcd"),
 		Args: etcdcluster.FastElection, DieWithParent: true})
 	if err != nil {
@@ -60,8 +60,6 @@ func startHA(t *testing.T) *haScenario {
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	s := &haScenario{env: e, etcd: ec}
 	localtest.CleanupOnInterrupt(t, s.stopOthers)
-	e.buildHello()
-	e.buildVariant("hello-v2", "REVISION", "v2")
 	for i := range haReplicas {
 		s.startReplica(i)
 	}

@@ -28,10 +28,9 @@ import (
 // were before it started.
 func TestIntegrationOrphanCollected(t *testing.T) {
 	const grace, resync = 15 * time.Second, 5 * time.Minute // resync: the controller's default
-	e := newEnv(t)
+	e := newEnv(t, withHello)
 	before := localtest.Take(t)
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
-	e.buildHello()
 
 	p, err := local.New(local.Options{DataDir: e.data, HerdBinary: e.bin})
 	if err != nil {

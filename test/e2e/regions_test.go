@@ -131,13 +131,11 @@ func failures(t *testing.T, what string, rs []result, from, to time.Time) (faile
 }
 
 func startRegionsScenario(t *testing.T) *regionsScenario {
-	e := newEnv(t)
+	e := newEnv(t, withHello, buildingVariant("hello-bad", "FAIL_PERCENT", "50"))
 	before := localtest.Take(t)
 	e.regions = []string{nearRegion, farRegion}
 	e.clientNets = []string{usersNet}
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
-	e.buildHello()
-	e.buildVariant("hello-bad", "FAIL_PERCENT", "50")
 	e.startUp()
 	e.lbPort = freePort(t)
 	s := &regionsScenario{env: e}

@@ -87,12 +87,10 @@ spec:
 // startRolloutScenario builds the images, starts herd up and the fleet (rollout is the YAML of its
 // spec.rollout), waits for its 2 instances to serve and starts the load.
 func startRolloutScenario(t *testing.T, variant, key, value, rollout string) *rolloutScenario {
-	e := newEnv(t)
+	e := newEnv(t, withHello, buildingVariant(variant, key, value))
 	before := localtest.Take(t)
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	s := &rolloutScenario{env: e, original: map[string]bool{}}
-	e.buildHello()
-	e.buildVariant(variant, key, value)
 	e.startUp()
 	// Runs before e.cleanup: the fleet goes first, and e.cleanup waits for its instances to go.
 	localtest.CleanupOnInterrupt(t, func() {

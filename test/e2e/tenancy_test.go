@@ -177,11 +177,9 @@ func loadAvg() string {
 //
 //	tenancy: cold_first_answer_ms=<float> cross_tenant_answers=<int> isolation_p99_ratio=<float>
 func TestIntegrationTenancy(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, withHello, buildingVariant("hello-v2", "REVISION", "v2"))
 	before := localtest.Take(t)
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
-	e.buildHello()
-	e.buildVariant("hello-v2", "REVISION", "v2")
 	e.startUp()
 	e.lbPort = freePort(t)
 	s := &tenancyScenario{env: e, url: fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort), owns: map[string]string{}}
