@@ -31,7 +31,8 @@ import (
 // Each makes its own bridge, network namespace, veth and cgroup root, named after the test
 // process, and removes them (and everything else it made) when it ends, failed or not.
 
-// requireIntegration skips the test unless it can boot a real instance.
+// requireIntegration skips the test unless it can boot a real instance. The test then builds what
+// it boots and calls exclusive before booting: the builds need no exclusive access.
 func requireIntegration(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
@@ -50,6 +51,11 @@ func requireIntegration(t *testing.T) {
 			t.Skipf("%s not found on PATH (run make deps)", bin)
 		}
 	}
+}
+
+// exclusive makes the test the only one booting real instances on this machine.
+func exclusive(t *testing.T) {
+	t.Helper()
 	localtest.Exclusive(t)
 	// The kubelet sets host kernel settings; the local provider restores them after its last
 	// instance, and these tests run the agent without it.
@@ -302,6 +308,7 @@ func buildHello(t *testing.T) (agentBin string, bundle image.Bundle) {
 func TestIntegrationAgentBoots(t *testing.T) {
 	requireIntegration(t)
 	agentBin, bundle := buildHello(t)
+	exclusive(t)
 
 	in := startInstance(t, agentBin, bundle)
 	st := in.waitPhase(t, PhaseReady, 2*time.Minute)
@@ -454,6 +461,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
+	exclusive(t)
 
 	in := startInstance(t, agentBin, bundle, "--ready-timeout", "20s")
 	st := in.waitPhase(t, PhaseFailed, 2*time.Minute)
@@ -485,6 +493,7 @@ spec:
 func TestIntegrationAgentFailsWhenAComponentExits(t *testing.T) {
 	requireIntegration(t)
 	agentBin, bundle := buildHello(t)
+	exclusive(t)
 	in := startInstance(t, agentBin, bundle)
 	in.waitPhase(t, PhaseReady, 2*time.Minute)
 

@@ -73,7 +73,6 @@ func realEnv(t *testing.T) (*local.Provider, string) {
 	if err := local.CheckHost(bin); err != nil {
 		t.Skipf("real instances cannot run here (run make deps and make kubernetes): %v", err)
 	}
-	localtest.Exclusive(t)
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +88,8 @@ func realEnv(t *testing.T) (*local.Provider, string) {
 	if _, err := image.Build(context.Background(), filepath.Join(root, "examples", "hello", "image.yaml"), store, nil); err != nil {
 		t.Fatalf("build the hello image: %v", err)
 	}
+	// Taken after the builds, which need no exclusive access.
+	localtest.Exclusive(t)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, err := local.New(local.Options{DataDir: dataDir, HerdBinary: bin, Logger: log})
 	if err != nil {
