@@ -8,9 +8,11 @@ LDFLAGS := -X herd.dev/herd/internal/version.Version=$(VERSION)
 	bench-tenants bench-autoscale bench-ha bench-global bench-dns bench-regions bench-aws bench-edge conformance kubernetes deps
 
 # herd, and beside it herd-agent, which every local instance runs (a binary of its own so that
-# instances do not carry the image builder's Helm and Kustomize in their memory).
+# instances do not carry the image builder's Helm and Kustomize in their memory). Without the
+# symbol table and DWARF (-s -w): a third smaller on disk, and on every machine's disk image;
+# panics still print their stacks.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/herd ./cmd/herd-agent
+	$(GO) build -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/ ./cmd/herd ./cmd/herd-agent
 
 # Unit and integration tests. Integration tests are named TestIntegration*; those with real
 # instances need root, the Debian packages (make deps) and the Kubernetes components (make kubernetes),

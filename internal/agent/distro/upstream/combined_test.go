@@ -1,9 +1,13 @@
 package upstream
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"herd.dev/herd/internal/kubebin"
 
 	"herd.dev/herd/internal/agent/proc"
 )
@@ -109,6 +113,40 @@ func TestComponentFlagsAreAllFlags(t *testing.T) {
 			if f == "--" || !strings.HasPrefix(f, "--") || !strings.Contains(f, "=") {
 				t.Errorf("%s: argument %q is not a --flag=value: kube-combined would split its groups wrongly", name, f)
 			}
+		}
+	}
+}
+
+// A machine's disk carries kube-combined and none of the components' own binaries: they are
+// not looked for when kube-combined runs them all.
+func TestFindBinariesWithTheCombinedBinaryAlone(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("HERD_CACHE_DIR", cache)
+	bin := filepath.Join(cache, "kubernetes", kubebin.Version, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, combinedName), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := findBinaries()
+	for _, c := range combinedComponents {
+		if err != nil && strings.Contains(err.Error(), c) {
+			t.Errorf("findBinaries wants %s although kube-combined runs it: %v", c, err)
+		}
+	}
+	if want := filepath.Join(bin, combinedName); b.combined != want {
+		t.Errorf("combined = %q, want %q", b.combined, want)
+	}
+
+	// Without kube-combined, every component's own binary is wanted.
+	if err := os.Remove(filepath.Join(bin, combinedName)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = findBinaries()
+	for _, c := range combinedComponents {
+		if err == nil || !strings.Contains(err.Error(), c) {
+			t.Errorf("findBinaries without kube-combined or %s: error %v, want one naming %s", c, err, c)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,15 @@ func findBinaries() (binaries, error) {
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		errs = append(errs, errors.New("CNI plugins missing from /usr/lib/cni: run make deps (hack/install-deps.sh)"))
 	}
+	if p, err := kubebin.Path(combinedName); err == nil {
+		b.combined = p
+	}
 	kube := func(dst *string, name string) {
+		if b.combined != "" && slices.Contains(combinedComponents, name) {
+			// kube-combined runs it, so its own binary is not needed: a machine's disk
+			// (internal/disk) carries kube-combined alone.
+			return
+		}
 		p, err := kubebin.Path(name)
 		if err != nil {
 			errs = append(errs, err)
@@ -85,9 +94,6 @@ func findBinaries() (binaries, error) {
 	kube(&b.scheduler, "kube-scheduler")
 	kube(&b.kubelet, "kubelet")
 	kube(&b.kubeProxy, "kube-proxy")
-	if p, err := kubebin.Path(combinedName); err == nil {
-		b.combined = p
-	}
 	return b, errors.Join(errs...)
 }
 
