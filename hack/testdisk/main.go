@@ -1,7 +1,7 @@
 // Command testdisk proves herd image disk end to end (make test-disk): it builds the hello
 // example's node image and its disk, builds the disk a second time and checks that both have the
 // same digest, then boots the disk under QEMU (UEFI firmware from Debian's ovmf, KVM where
-// /dev/kvm exists, else TCG) with a NoCloud seed naming the instance, forwards a host port to the
+// /dev/kvm exists, else TCG, and TCG again when KVM fails to run it) with a NoCloud seed naming the instance, forwards a host port to the
 // hello app's NodePort and one to the agent's endpoints, and waits until the agent's /readyz
 // answers 200 and the app answers from the host. The machine's disk is 2 GiB bigger than the
 // image: the root file system must have grown to its end at boot.
@@ -15,8 +15,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +30,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -86,15 +89,54 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 	if err := disk.Seed(ctx, seed, []byte(userData), []byte("instance-id: disk-test\n")); err != nil {
 		return "", fmt.Errorf("seed: %w", err)
 	}
+	accel := "tcg"
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		accel = "kvm"
+	}
+	took, err := boot(ctx, first, work, seed, credential, accel, bootTimeout)
+	if errors.Is(err, errKVM) {
+		// A nested KVM (a machine that is a VM itself) may fail on the firmware's first
+		// instructions; QEMU then pauses the machine rather than exit. TCG runs anything.
+		fmt.Fprintln(os.Stderr, "KVM could not run the machine: booting again under TCG")
+		accel = "tcg"
+		took, err = boot(ctx, first, work, seed, credential, accel, bootTimeout)
+	}
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("disk: size_mb=%d allocated_mb=%d boot_to_serving_s=%.1f accel=%s", first.size>>20, first.allocated>>20, took.Seconds(), accel), nil
+}
+
+// errKVM is a boot that QEMU could not run under KVM.
+var errKVM = errors.New("KVM internal error")
+
+// kvmWatch passes QEMU's output on and closes failed when QEMU reports a KVM internal error.
+type kvmWatch struct {
+	out    io.Writer
+	failed chan struct{}
+	seen   []byte // the output's last bytes, for a report split across writes
+	once   sync.Once
+}
+
+func (w *kvmWatch) Write(p []byte) (int, error) {
+	w.seen = append(w.seen, p...)
+	if bytes.Contains(w.seen, []byte(errKVM.Error())) {
+		w.once.Do(func() { close(w.failed) })
+	}
+	if n := len(w.seen); n > 64 {
+		w.seen = w.seen[n-64:]
+	}
+	return w.out.Write(p)
+}
+
+// boot boots a copy of the disk under QEMU with the seed and waits until it serves. It copies
+// the disk afresh, so that a second boot starts from the image as built.
+func boot(ctx context.Context, first built, work, seed, credential, accel string, bootTimeout time.Duration) (time.Duration, error) {
 	// The machine's disk is bigger than the image, as an AMI's volume may be: a sparse copy with
 	// grow more at its end, where the root must grow to at first boot. The disk stays as built.
 	boot := filepath.Join(work, "boot.raw")
 	if err := growCopy(ctx, first.path, boot, grow); err != nil {
-		return "", err
-	}
-	accel := "tcg"
-	if _, err := os.Stat("/dev/kvm"); err == nil {
-		accel = "kvm"
+		return 0, err
 	}
 	appHost, agentHost := freePort(), freePort()
 	console := filepath.Join(work, "console.log")
@@ -112,10 +154,11 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 		"-device", "virtio-net-pci,netdev=net0",
 	}
 	qemu := exec.Command("qemu-system-x86_64", args...)
-	qemu.Stdout, qemu.Stderr = os.Stderr, os.Stderr
+	watch := &kvmWatch{out: os.Stderr, failed: make(chan struct{})}
+	qemu.Stdout, qemu.Stderr = watch, watch
 	start := time.Now()
 	if err := qemu.Start(); err != nil {
-		return "", fmt.Errorf("qemu: %w", err)
+		return 0, fmt.Errorf("qemu: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- qemu.Wait() }()
@@ -132,14 +175,14 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 
 	bootCtx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
-	if err := waitServing(bootCtx, exited, credential, agentHost, appHost); err != nil {
-		return "", fmt.Errorf("%w\nconsole (last lines):\n%s", err, lastLines(console, 60))
+	if err := waitServing(bootCtx, exited, watch.failed, credential, agentHost, appHost); err != nil {
+		return 0, fmt.Errorf("%w\nconsole (last lines):\n%s", err, lastLines(console, 60))
 	}
 	took := time.Since(start)
 	if err := rootGrown(console, first.size, first.size+grow); err != nil {
-		return "", fmt.Errorf("serving after %.1f s, but %w", took.Seconds(), err)
+		return 0, fmt.Errorf("serving after %.1f s, but %w", took.Seconds(), err)
 	}
-	return fmt.Sprintf("disk: size_mb=%d allocated_mb=%d boot_to_serving_s=%.1f accel=%s", first.size>>20, first.allocated>>20, took.Seconds(), accel), nil
+	return took, nil
 }
 
 // buildDisks builds the node image and its disk, twice when twice is set, and wants the same
@@ -241,7 +284,7 @@ func buildDisk(ctx context.Context, herd, data, name, out string) (built, error)
 
 // waitServing waits until the agent reports Ready and the app answers, both through QEMU's
 // forwarded ports.
-func waitServing(ctx context.Context, exited <-chan error, credential string, agentHost, appHost int) error {
+func waitServing(ctx context.Context, exited <-chan error, kvmFailed <-chan struct{}, credential string, agentHost, appHost int) error {
 	c := &http.Client{Timeout: 5 * time.Second}
 	get := func(port int, path string) (int, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
@@ -276,6 +319,8 @@ func waitServing(ctx context.Context, exited <-chan error, credential string, ag
 		select {
 		case err := <-exited:
 			return fmt.Errorf("qemu exited before the instance served: %v", err)
+		case <-kvmFailed:
+			return errKVM
 		case <-ctx.Done():
 			return fmt.Errorf("not serving in time: last %d %s: %w", code, body, ctx.Err())
 		case <-time.After(2 * time.Second):
