@@ -123,7 +123,7 @@ func (b *build) rootfs(ctx context.Context) error {
 		"--dpkgopt=force-unsafe-io",
 		"--hook-dir=/usr/share/mmdebstrap/hooks/eatmydata",
 		// /usr merged by symlinks from the start, as debootstrap does, rather than by the usrmerge
-		// package, which pulls in perl (45 MB the node never runs).
+		// package, which pulls in perl (44 MB the node never runs).
 		"--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
 		"--essential-hook=sync-in " + early + " /",
 		"--dpkgopt=path-exclude=/usr/share/man/*",
