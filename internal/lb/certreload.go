@@ -34,39 +34,34 @@ func stampOf(t *TLS) (certStamp, bool) {
 // reloadCerts checks the TLS listeners' certificate files every certReloadEvery until ctx is
 // done, and loads the pairs that changed.
 func (lb *LB) reloadCerts(ctx context.Context) {
-	seen := map[string]certStamp{} // by listener name
 	t := time.NewTicker(certReloadEvery)
 	defer t.Stop()
 	for {
-		lb.reloadChangedCerts(seen)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		lb.reloadChangedCerts()
 	}
 }
 
-// reloadChangedCerts loads the certificate of every TLS listener whose files changed since seen
-// recorded them (the first look only records).
-func (lb *LB) reloadChangedCerts(seen map[string]certStamp) {
+// reloadChangedCerts loads the certificate of every TLS listener whose files changed since they
+// were last looked at: by Apply, which loaded them, or by an earlier call.
+func (lb *LB) reloadChangedCerts() {
 	lb.mu.Lock()
 	listeners := lb.allListeners()
 	lb.mu.Unlock()
-	live := map[string]bool{}
 	for _, l := range listeners {
 		st := l.state.Load()
 		if st == nil || st.cfg.TLS == nil {
 			continue
 		}
-		live[l.name] = true
 		stamp, ok := stampOf(st.cfg.TLS)
 		if !ok {
 			continue
 		}
-		before, known := seen[l.name]
-		seen[l.name] = stamp
-		if !known || before == stamp {
+		if before := l.certSeen.Swap(&stamp); before != nil && *before == stamp {
 			continue
 		}
 		c, err := tls.LoadX509KeyPair(st.cfg.TLS.CertFile, st.cfg.TLS.KeyFile)
@@ -76,10 +71,5 @@ func (lb *LB) reloadChangedCerts(seen map[string]certStamp) {
 		}
 		l.cert.Store(&c)
 		l.log.Info("certificate reloaded", "cert_file", st.cfg.TLS.CertFile)
-	}
-	for name := range seen {
-		if !live[name] {
-			delete(seen, name)
-		}
 	}
 }

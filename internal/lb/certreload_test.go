@@ -81,3 +81,18 @@ func TestCertificateReloadedOnChange(t *testing.T) {
 		t.Errorf("no \"certificate reloaded\" log line:\n%s", logs.String())
 	}
 }
+
+// A renewal that lands between the Apply that loaded a pair and the reloader's first look is
+// served too: the stamp the reloader compares with is the one of the loaded pair.
+func TestCertificateRenewedRightAfterApply(t *testing.T) {
+	certFile, keyFile, _ := writeCert(t)
+	b := newBackend(t, "b", nil)
+	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
+	l.TLS = &TLS{CertFile: certFile, KeyFile: keyFile}
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
+	renewedCert, renewedKey, _ := writeCertSerial(t, 3)
+	copyFile(t, renewedKey, keyFile)
+	copyFile(t, renewedCert, certFile)
+	want := serialOf(t, renewedCert)
+	waitFor(t, 10*time.Second, "the renewed certificate served", func() bool { return servedSerial(t, lb.Addr("web/http")) == want })
+}

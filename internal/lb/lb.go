@@ -112,10 +112,14 @@ func (lb *LB) Apply(cfg Config) error {
 		return fmt.Errorf("invalid load balancer config: %w", err)
 	}
 	certs := make([]*tls.Certificate, len(cfg.Listeners))
+	stamps := make([]certStamp, len(cfg.Listeners))
 	for i, l := range cfg.Listeners {
 		if l.TLS == nil {
 			continue
 		}
+		// The stamp is taken before the files are read: a renewal in between makes it stale, and
+		// the next look loads the pair again rather than missing the renewal.
+		stamps[i], _ = stampOf(l.TLS)
 		c, err := tls.LoadX509KeyPair(l.TLS.CertFile, l.TLS.KeyFile)
 		if err != nil {
 			return fmt.Errorf("listeners[%d].tls: %w", i, err)
@@ -175,6 +179,7 @@ func (lb *LB) Apply(cfg Config) error {
 		}
 		if certs[i] != nil {
 			l.cert.Store(certs[i])
+			l.certSeen.Store(&stamps[i])
 		}
 		l.state.Store(lb.buildState(lc, kept, cfg.Callers))
 		listeners[lc.Name] = l

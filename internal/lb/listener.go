@@ -185,10 +185,12 @@ type listener struct {
 	sock  *socket
 	built serverSettings
 
-	state  atomic.Pointer[listenerState]
-	cert   atomic.Pointer[tls.Certificate]
-	stats  *counters // requests no target could take
-	budget *retryBudget
+	state atomic.Pointer[listenerState]
+	cert  atomic.Pointer[tls.Certificate]
+	// certSeen is the certificate files' stamp when they were last looked at (certreload.go).
+	certSeen atomic.Pointer[certStamp]
+	stats    *counters // requests no target could take
+	budget   *retryBudget
 
 	srv   *http.Server // HTTP listeners: serves HTTP/2 and TLS, and HTTP/1.x when the engine cannot
 	tls   *tls.Config  // TLS listeners: their sessions' settings (net/http sets srv.TLSConfig for h2c too)
