@@ -18,7 +18,10 @@
 //
 // On SIGTERM it stops accepting connections and finishes the requests in flight. With -version it
 // prints "hello REVISION" and exits: the image has no shell, so this is a command that kubectl exec
-// can run in the container to show that exec works.
+// can run in the container to show that exec works. With -get URL it makes one GET from inside the
+// container, prints the answer's status line and body, and exits (1, saying why, when no answer
+// came): how a test calls a URL of its choice from a pod, through the pod's own DNS and network
+// (`kubectl exec POD -- /hello -get http://api.herd.internal:8081/`), in an image without curl.
 package main
 
 import (
@@ -139,9 +142,31 @@ func handler(c config, fail func() bool) http.Handler {
 	return mux
 }
 
+// get GETs url and writes the answer's status line and body (at most 1 MiB) to out. Any answer is
+// written, a 403 or a 500 too; only a call that got no answer is an error.
+func get(url string, out io.Writer) error {
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	fmt.Fprintln(out, resp.Status)
+	_, err = io.Copy(out, io.LimitReader(resp.Body, 1<<20))
+	return err
+}
+
 func main() {
 	version := flag.Bool("version", false, `print "hello REVISION" and exit`)
+	getURL := flag.String("get", "", "GET this URL, print the answer's status line and body, and exit")
 	flag.Parse()
+	if *getURL != "" {
+		if err := get(*getURL, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "hello:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	c, err := loadConfig(os.Getenv)
 	if err != nil {
 		log.Fatal(err)

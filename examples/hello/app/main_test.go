@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -113,5 +114,22 @@ func TestUpstreamRelaysAnotherService(t *testing.T) {
 		if resp.StatusCode != tt.status || (tt.body != "" && string(body) != tt.body) {
 			t.Errorf("UPSTREAM=%q: GET /upstream = %d %q, want %d %q", tt.upstream, resp.StatusCode, body, tt.status, tt.body)
 		}
+	}
+}
+
+func TestGetPrintsStatusAndBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "not from you", http.StatusForbidden)
+	}))
+	defer srv.Close()
+	var out strings.Builder
+	if err := get(srv.URL+"/", &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "403 Forbidden\nnot from you\n"; out.String() != want {
+		t.Errorf("get printed %q, want %q", out.String(), want)
+	}
+	if err := get("http://127.0.0.1:1/", &out); err == nil {
+		t.Error("get of a closed port: no error")
 	}
 }
