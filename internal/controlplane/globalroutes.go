@@ -65,6 +65,18 @@ type instanceLBAddresses struct {
 	// gateways are the providers that tell a region's bridge address (the local provider's);
 	// nil when herd up's load balancer does not listen on every address.
 	gateways []regionGateway
+	// embeddedOnly skips the regions' networks: the addresses of herd up's own load balancer,
+	// for the fleets no region's load balancer serves (embedded).
+	embeddedOnly bool
+}
+
+// embedded gives where the instances of each region reach herd up's own load balancer, even in
+// a region with a network of its own: a fleet in one region without options is served there
+// only (regionlb.ServedRegionally), and its region's load balancer, if the region has one for
+// other fleets, does not listen on its ports.
+func (a instanceLBAddresses) embedded() instanceLBAddresses {
+	a.embeddedOnly = true
+	return a
 }
 
 // regionGateway tells the host's address on a region's bridge.
@@ -88,6 +100,14 @@ func newInstanceLBAddresses(lbs lbAddresses, providers map[string]provider.Provi
 }
 
 func (a instanceLBAddresses) RegionLBAddresses(ctx context.Context, region string) ([]netip.Addr, error) {
+	if a.embeddedOnly {
+		for _, g := range a.gateways {
+			if addr, ok := g.RegionGateway(region); ok {
+				return []netip.Addr{addr}, nil
+			}
+		}
+		return a.lbAddresses.embedded, nil
+	}
 	for _, n := range a.networks {
 		if in, ok := n.(regionnet.InstanceSide); ok {
 			if addr, ok := in.InstanceAddress(ctx, region); ok {
@@ -100,12 +120,7 @@ func (a instanceLBAddresses) RegionLBAddresses(ctx context.Context, region strin
 			return a.lbAddresses.RegionLBAddresses(ctx, region)
 		}
 	}
-	for _, g := range a.gateways {
-		if addr, ok := g.RegionGateway(region); ok {
-			return []netip.Addr{addr}, nil
-		}
-	}
-	return a.lbAddresses.RegionLBAddresses(ctx, region)
+	return a.embedded().RegionLBAddresses(ctx, region)
 }
 
 // embeddedLBAddresses are the addresses clients reach herd up's own load balancer on: the

@@ -61,3 +61,19 @@ func TestInstanceLBAddresses(t *testing.T) {
 		}
 	}
 }
+
+// The addresses of herd up's own load balancer, for the fleets no region's load balancer serves,
+// skip a region's network even where it has one: the host's address on the region's bridge when
+// that load balancer listens on every address, else its own.
+func TestInstanceLBAddressesEmbedded(t *testing.T) {
+	bridge := netip.MustParseAddr("10.213.7.1")
+	providers := map[string]provider.Provider{"local": gatewayProvider{region: "eu", addr: bridge}}
+	networks := map[string]regionnet.Networks{"local": labNetworks{region: "eu", addr: netip.MustParseAddr("10.250.1.2")}}
+	for _, tc := range []struct{ lbAddress, want string }{{"0.0.0.0", "10.213.7.1"}, {"192.0.2.9", "192.0.2.9"}} {
+		lbs := lbAddresses{networks: networks, embedded: embeddedLBAddresses(tc.lbAddress)}
+		got, err := newInstanceLBAddresses(lbs, providers, tc.lbAddress).embedded().RegionLBAddresses(t.Context(), "eu")
+		if want := []netip.Addr{netip.MustParseAddr(tc.want)}; err != nil || !slices.Equal(got, want) {
+			t.Errorf("--lb-address %s, herd up's load balancer in region eu: %v, %v; want %v", tc.lbAddress, got, err, want)
+		}
+	}
+}

@@ -120,8 +120,10 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 	// herd's DNS answers from the store, the regions' reachability from the clients' side and
 	// the round trips each regional load balancer measures to its client networks.
 	lbs := lbAddresses{networks: p.networks, embedded: embeddedLBAddresses(p.opts.LBAddress)}
+	inside := newInstanceLBAddresses(lbs, p.providers, p.opts.LBAddress)
 	p.routes = routes.NewLive(routes.LiveOptions{Informer: p.cache, Reach: p.regions, RTT: p.rtts,
-		LB: lbs, InstanceLB: newInstanceLBAddresses(lbs, p.providers, p.opts.LBAddress), DiscoveryZone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone)})
+		LB: lbs, InstanceLB: inside, Regional: regionlb.ServedRegionally, EmbeddedLB: inside.embedded(),
+		DiscoveryZone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone)})
 	if p.api, err = listenAPI(p.opts); err != nil {
 		return err
 	}

@@ -29,6 +29,10 @@ type LiveOptions struct {
 	// InstanceLB gives the addresses the instances reach each region's load balancer on, for
 	// the discovery routes. Default: LB.
 	InstanceLB LBAddresses
+	// Regional and EmbeddedLB tell the fleets no region's load balancer serves and where the
+	// instances reach herd up's own load balancer instead (Inputs.Regional, Inputs.EmbeddedLB).
+	Regional   func(*v1alpha1.Fleet) bool
+	EmbeddedLB LBAddresses
 	// DiscoveryZone is the zone of the discovery names, copied into every table.
 	DiscoveryZone string
 	// Interval: see DefaultInterval (the default).
@@ -67,9 +71,10 @@ type outside struct {
 	addrErrs    map[string]string
 	unreachable map[string]string
 	rtt         map[netip.Prefix]map[string]time.Duration
-	// inside are the addresses the instances reach the load balancers on, for the published
-	// fleets' regions.
-	inside insideAddrs
+	// inside are the addresses the instances reach the regions' load balancers on, for the
+	// published fleets' regions, and embedded those they reach herd up's own on, for the regions
+	// of the published fleets served by it.
+	inside, embedded insideAddrs
 }
 
 type insideAddrs struct {
@@ -99,24 +104,15 @@ func (o outside) RegionUnreachable(region string) (string, bool) {
 func (o outside) ClientRTTs() map[netip.Prefix]map[string]time.Duration { return o.rtt }
 
 // readOutside reads the inputs that are not in the store for regions, and the addresses inside
-// the published fleets' regions.
-func (l *Live) readOutside(ctx context.Context, regions, published map[string]bool) outside {
-	o := outside{addrs: map[string][]netip.Addr{}, addrErrs: map[string]string{}, unreachable: map[string]string{},
-		inside: insideAddrs{addrs: map[string][]netip.Addr{}, errs: map[string]string{}}}
+// the published fleets' regions: published of the regions' load balancers, embedded of herd up's.
+func (l *Live) readOutside(ctx context.Context, regions, published, embedded map[string]bool) outside {
+	o := outside{addrs: map[string][]netip.Addr{}, addrErrs: map[string]string{}, unreachable: map[string]string{}}
 	inside := l.opts.InstanceLB
 	if inside == nil {
 		inside = l.opts.LB
 	}
-	for r := range published {
-		if inside == nil {
-			break
-		}
-		if a, err := inside.RegionLBAddresses(ctx, r); err != nil {
-			o.inside.errs[r] = err.Error()
-		} else {
-			o.inside.addrs[r] = a
-		}
-	}
+	o.inside = readInside(ctx, inside, published)
+	o.embedded = readInside(ctx, l.opts.EmbeddedLB, embedded)
 	for r := range regions {
 		if l.opts.LB != nil {
 			if a, err := l.opts.LB.RegionLBAddresses(ctx, r); err != nil {
@@ -133,6 +129,22 @@ func (l *Live) readOutside(ctx context.Context, regions, published map[string]bo
 	}
 	if l.opts.RTT != nil {
 		o.rtt = l.opts.RTT.ClientRTTs()
+	}
+	return o
+}
+
+// readInside reads lb's addresses of regions.
+func readInside(ctx context.Context, lb LBAddresses, regions map[string]bool) insideAddrs {
+	o := insideAddrs{addrs: map[string][]netip.Addr{}, errs: map[string]string{}}
+	if lb == nil {
+		return o
+	}
+	for r := range regions {
+		if a, err := lb.RegionLBAddresses(ctx, r); err != nil {
+			o.errs[r] = err.Error()
+		} else {
+			o.addrs[r] = a
+		}
 	}
 	return o
 }
@@ -276,11 +288,15 @@ func (l *Live) Start(ctx context.Context) error {
 func (l *Live) recompute(ctx context.Context, changed bool) {
 	l.mu.Lock()
 	in := Inputs{Fleets: make([]*v1alpha1.Fleet, 0, len(l.global)), Ready: map[FleetRegion]int32{}}
-	regions, inside := map[string]bool{}, map[string]bool{}
+	regions, inside, embedded := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, f := range l.published {
 		in.Published = append(in.Published, f)
+		served := inside
+		if l.opts.Regional != nil && l.opts.EmbeddedLB != nil && !l.opts.Regional(f) {
+			served = embedded
+		}
 		for _, r := range f.Spec.Regions {
-			inside[r.Name] = true
+			served[r.Name] = true
 			if n := l.ready[FleetRegion{f.Metadata.Name, r.Name}]; n > 0 {
 				in.Ready[FleetRegion{f.Metadata.Name, r.Name}] = n
 			}
@@ -299,12 +315,15 @@ func (l *Live) recompute(ctx context.Context, changed bool) {
 		}
 	}
 	l.mu.Unlock()
-	o := l.readOutside(ctx, regions, inside)
+	o := l.readOutside(ctx, regions, inside, embedded)
 	if !changed && l.table != nil && reflect.DeepEqual(o, l.outside) {
 		return
 	}
 	l.outside = o
 	in.LB, in.Reach, in.RTT, in.InstanceLB = o, o, o, o.inside
+	if l.opts.Regional != nil && l.opts.EmbeddedLB != nil {
+		in.Regional, in.EmbeddedLB = l.opts.Regional, o.embedded
+	}
 	next := Compute(ctx, in)
 	if len(next.Discovery) > 0 {
 		next.DiscoveryZone = l.opts.DiscoveryZone

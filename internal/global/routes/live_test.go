@@ -2,10 +2,14 @@ package routes
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/informer"
@@ -144,5 +148,48 @@ func TestLiveFollowsReachability(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("region eu still healthy after it turned unreachable")
 		}
+	}
+}
+
+// TestLiveDiscoveryEmbedded: Live reads herd up's own load balancer's addresses for the regions of
+// the published fleets no region's load balancer serves, and the regions' for the others.
+func TestLiveDiscoveryEmbedded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := memory.New()
+	for _, f := range []*v1alpha1.Fleet{
+		{Metadata: v1alpha1.ObjectMeta{Name: "api"}, Spec: v1alpha1.FleetSpec{Regions: []v1alpha1.Region{{Name: "eu"}, {Name: "us"}}}},
+		{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{Regions: []v1alpha1.Region{{Name: "eu"}}}},
+	} {
+		f.Spec.Listeners = []v1alpha1.Listener{{Port: 8081, InstancePort: 30080}}
+		v1alpha1.SetFleetDefaults(f, "local")
+		if err := store.PutObject(ctx, st, store.Fleets, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inf := informer.New(informer.Options{Store: st, Resync: 5 * time.Millisecond})
+	live := NewLive(LiveOptions{Informer: inf, Interval: time.Hour,
+		InstanceLB: fakeLB{"eu": {netip.MustParseAddr("10.213.1.2")}, "us": {netip.MustParseAddr("10.213.2.2")}},
+		EmbeddedLB: fakeLB{"eu": {netip.MustParseAddr("10.213.1.1")}},
+		Regional:   func(f *v1alpha1.Fleet) bool { return len(f.Spec.Regions) > 1 }})
+	go func() { _ = inf.Start(ctx) }()
+	go func() { _ = live.Start(ctx) }()
+	want := map[string]string{"api eu": "[10.213.1.2]", "api us": "[10.213.2.2]", "web eu": "[10.213.1.1]"}
+	got := map[string]string{}
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		tab, err := live.Table(ctx)
+		if err != nil {
+			return false, err
+		}
+		clear(got)
+		for _, r := range tab.Discovery {
+			for _, rg := range r.Regions {
+				got[r.Hostname+" "+rg.Name] = fmt.Sprint(rg.Addresses)
+			}
+		}
+		return maps.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Errorf("discovery addresses %v, want %v: %v", got, want, err)
 	}
 }

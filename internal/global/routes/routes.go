@@ -128,6 +128,13 @@ type Inputs struct {
 	InstanceLB LBAddresses
 	// Callers are the instances by address: Instances' when nil.
 	Callers map[netip.Addr]FleetRegion
+	// Regional reports whether a fleet is served by its regions' own load balancers, and
+	// EmbeddedLB the addresses the instances of each region reach herd up's own load balancer
+	// on, which serves the published fleets Regional says no region's load balancer serves. A
+	// region's load balancer serves only the fleets served regionally, so the address it has in
+	// a region is no answer for the others. With either nil every fleet takes InstanceLB's.
+	Regional   func(*v1alpha1.Fleet) bool
+	EmbeddedLB LBAddresses
 }
 
 // FleetRegion names one region of one fleet.
@@ -198,18 +205,23 @@ func Compute(ctx context.Context, in Inputs) Table {
 }
 
 // discoveryRoutes are the published fleets' routes: every region of spec.regions in order, with
-// the address its instances reach its load balancer on, healthy with one Ready instance. An
-// instance calls from inside a region, so the region's reachability from outside does not count.
+// the address its instances reach the fleet's load balancer on (the region's own, or herd up's
+// for a fleet no region's load balancer serves), healthy with one Ready instance. An instance
+// calls from inside a region, so the region's reachability from outside does not count.
 func discoveryRoutes(ctx context.Context, in Inputs, ready map[FleetRegion]int32) []Route {
 	lb := in.InstanceLB
 	if lb == nil {
 		lb = in.LB
 	}
-	addrs := regionAddresses{lb: lb}
+	regional, embedded := regionAddresses{lb: lb}, regionAddresses{lb: in.EmbeddedLB}
 	var out []Route
 	for _, f := range in.Published {
 		if !f.Published() {
 			continue
+		}
+		addrs := &regional
+		if in.Regional != nil && in.EmbeddedLB != nil && !in.Regional(f) {
+			addrs = &embedded
 		}
 		r := Route{Fleet: f.Metadata.Name, Hostname: f.Spec.Discovery.Name, Policy: v1alpha1.PolicyFailover,
 			TTLSeconds: uint32(v1alpha1.DefaultGlobalTTL / time.Second), AllowFrom: f.Spec.Discovery.AllowFrom}

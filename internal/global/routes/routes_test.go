@@ -3,6 +3,8 @@ package routes
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -127,5 +129,42 @@ func TestComputeDiscovery(t *testing.T) {
 	}
 	if got := tab.Callers[netip.MustParseAddr("10.213.2.11")]; got != (FleetRegion{"web", "us"}) || len(tab.Callers) != 2 {
 		t.Errorf("callers %v, want both instances, web's in us", tab.Callers)
+	}
+}
+
+// A published fleet that no region's load balancer serves (one region, no options) is answered
+// with herd up's own load balancer's address in its region, not the region's load balancer's,
+// which other fleets' listeners run on and its own do not.
+func TestComputeDiscoveryEmbedded(t *testing.T) {
+	api := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "api"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Port: 8081, InstancePort: 30080}},
+		Regions:   []v1alpha1.Region{{Name: "eu"}, {Name: "us"}},
+	}}
+	web := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "web"}, Spec: v1alpha1.FleetSpec{
+		Listeners: []v1alpha1.Listener{{Port: 8082, InstancePort: 30080}},
+		Regions:   []v1alpha1.Region{{Name: "eu"}},
+	}}
+	v1alpha1.SetFleetDefaults(api, "local")
+	v1alpha1.SetFleetDefaults(web, "local")
+	in := Inputs{
+		Published:  []*v1alpha1.Fleet{api, web},
+		InstanceLB: fakeLB{"eu": {netip.MustParseAddr("10.213.1.2")}, "us": {netip.MustParseAddr("10.213.2.2")}},
+		EmbeddedLB: fakeLB{"eu": {netip.MustParseAddr("10.213.1.1")}},
+		Regional:   func(f *v1alpha1.Fleet) bool { return len(f.Spec.Regions) > 1 },
+	}
+	got := map[string]string{}
+	for _, r := range Compute(context.Background(), in).Discovery {
+		for _, rg := range r.Regions {
+			got[r.Hostname+" "+rg.Name] = fmt.Sprint(rg.Addresses)
+		}
+	}
+	want := map[string]string{"api eu": "[10.213.1.2]", "api us": "[10.213.2.2]", "web eu": "[10.213.1.1]"}
+	if !maps.Equal(got, want) {
+		t.Errorf("discovery addresses %v, want %v", got, want)
+	}
+	// Without Regional every fleet has the regions' addresses, as before.
+	in.Regional = nil
+	if r := Compute(context.Background(), in).Discovery[1]; r.Hostname != "web" || r.Regions[0].Addresses[0] != netip.MustParseAddr("10.213.1.2") {
+		t.Errorf("without Regional web's route is %+v, want eu's load balancer", r)
 	}
 }
