@@ -124,6 +124,16 @@ func (e *env) waitFor(timeout, every time.Duration, cond func() string) {
 	}
 }
 
+// subtest runs step as the subtest name of t, with the env's waits failing the subtest while it
+// runs: scenarios run their steps one after the other on the same instances.
+func (e *env) subtest(t *testing.T, name string, step func(t *testing.T)) {
+	t.Run(name, func(st *testing.T) {
+		e.t = st
+		defer func() { e.t = t }()
+		step(st)
+	})
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {

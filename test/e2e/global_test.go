@@ -240,13 +240,7 @@ func TestIntegrationGlobal(t *testing.T) {
 		t.Logf("global: dns_withdraw_s=%.2f dns_return_s=%.2f front_failed_requests=%d front_failover_ms=%d",
 			withdraw.Seconds(), back.Seconds(), frontFailed, frontFailover.Milliseconds())
 	}()
-	run := func(name string, step func(t *testing.T)) {
-		t.Run(name, func(st *testing.T) {
-			s.t = st
-			defer func() { s.t = t }()
-			step(st)
-		})
-	}
+	run := func(name string, step func(t *testing.T)) { s.subtest(t, name, step) }
 	run("failover", func(t *testing.T) {
 		s.expect(westNet, nearRegion, "failover")
 		s.expect(eastNet, nearRegion, "failover")

@@ -203,13 +203,7 @@ func TestIntegrationRegions(t *testing.T) {
 	}()
 
 	// Each step is a subtest on the same fleet; the env's waits fail the subtest that runs.
-	run := func(name string, step func(t *testing.T)) {
-		t.Run(name, func(st *testing.T) {
-			s.t = st
-			defer func() { s.t = t }()
-			step(st)
-		})
-	}
+	run := func(name string, step func(t *testing.T)) { s.subtest(t, name, step) }
 	run("distance", s.distance)
 	run("partition", func(t *testing.T) { partitionFailed, detect = s.partition(t) })
 	run("control-plane-down", func(t *testing.T) { cpDownFailed = s.controlPlaneDown(t) })
