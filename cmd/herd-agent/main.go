@@ -109,6 +109,7 @@ it stops the workload gracefully, then the cluster, and exits 0; a failed instan
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", agent.DefaultReadyTimeout, "fail the instance if it is not Ready this long after the agent starts")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", agent.DefaultStopTimeout, "on SIGTERM, how long the workload's pods get to stop before the cluster is stopped")
 	f.IntVar(&cfg.Port, "port", agent.DefaultPort, "port of the agent's HTTP endpoints on --address")
+	f.BoolVar(&cfg.ImagesPreloaded, "images-preloaded", false, "the bundle's images are in containerd's store under --state-dir already (the local provider puts them there): neither check nor import their tars")
 	f.BoolVar(&onEC2.on, "ec2", false, "on EC2: read the instance's name, address and credential and the bundle's digest from the instance metadata (IMDSv2) and user data, and stop gracefully on a spot interruption notice")
 	f.StringVar(&onEC2.endpoint, "imds-endpoint", "", "with --ec2, the instance metadata service's URL. Default: EC2's own (http://169.254.169.254)")
 	f.StringVar(&onEC2.imagesDir, "images-dir", "/var/lib/herd/images", "with --ec2, the image store on the AMI that holds the bundle the user data names")

@@ -127,7 +127,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.InstanceSpec) (prov
 	if err := setupInstanceNetwork(ctx, rec); err != nil {
 		return fail("network", err)
 	}
-	pid, start, err := p.startAgent(dir, rec)
+	pid, start, err := p.startAgent(ctx, dir, rec, bundle)
 	if err != nil {
 		return fail("start the agent", err)
 	}
@@ -181,7 +181,7 @@ func (p *Provider) checkNameFree(name string) error {
 
 // startAgent starts herd-agent for the instance as the contract says, without waiting for it:
 // it must outlive this process.
-func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
+func (p *Provider) startAgent(ctx context.Context, dir string, rec *record, b image.Bundle) (int, uint64, error) {
 	stateDir := filepath.Join(dir, agentDirName)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return 0, 0, err
@@ -202,6 +202,13 @@ func (p *Provider) startAgent(dir string, rec *record) (int, uint64, error) {
 			"--bundle", rec.BundleDir,
 			"--address", rec.Address,
 			"--credential-file", credFile)
+		preloaded, err := preloadImages(ctx, b, stateDir)
+		if err != nil {
+			return 0, 0, err
+		}
+		if preloaded {
+			args = append(args, "--images-preloaded")
+		}
 	}
 	args = append(args, p.discoveryFlags(rec.Gateway)...)
 	return hostproc.StartDetached(filepath.Join(dir, agentLogName), filepath.Join(hostnet.NetnsDir, rec.Netns), syscall.CLONE_NEWNS, args...)

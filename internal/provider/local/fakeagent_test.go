@@ -23,6 +23,7 @@ import (
 	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/hostproc"
+	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local/localtest"
 	"herd.dev/herd/internal/provider/providertest"
@@ -425,7 +426,7 @@ func TestInterruptedCreate(t *testing.T) {
 	// Killed after the agent started but before its pid was recorded: Delete finds the agent
 	// (by its cgroup, network namespace and command line) and removes everything.
 	rb := half(b)
-	if _, _, err := p.startAgent(p.InstanceDir(b), rb); err != nil {
+	if _, _, err := p.startAgent(ctx, p.InstanceDir(b), rb, image.Bundle{}); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, p.InstanceDir(b), agentReady)
