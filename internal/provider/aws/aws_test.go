@@ -240,7 +240,9 @@ func TestOtherInstallationUntouched(t *testing.T) {
 }
 
 // An instance stopped or terminated from outside is Failed with EC2's reason, not gone: the
-// controller replaces it.
+// controller replaces it. Deleted then, the terminated one is gone at once, though EC2 lists a
+// terminated instance for about an hour: listed on, it would be an instance with no record,
+// adopted and replaced again.
 func TestTerminatedFromOutsideIsFailed(t *testing.T) {
 	tw, opts := setup(t, awstwin.Options{})
 	p := newProvider(t, tw, "inst-1")
@@ -267,6 +269,18 @@ func TestTerminatedFromOutsideIsFailed(t *testing.T) {
 		}
 		if in.State != provider.StateFailed || !strings.Contains(in.Reason, want) {
 			t.Errorf("%s: %s %q, want Failed with %q", name, in.State, in.Reason, want)
+		}
+	}
+	if err := p.Delete(ctx, "x-1"); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := p.List(ctx, provider.ListOptions{Fleet: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range ins {
+		if in.Name == "x-1" {
+			t.Errorf("x-1, terminated from outside and deleted, is still listed: %s %q", in.State, in.Reason)
 		}
 	}
 }

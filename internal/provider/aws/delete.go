@@ -20,7 +20,7 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 	if !provider.ValidName(name) {
 		return nil
 	}
-	ids := map[target][]string{}
+	ids, gone := map[target][]string{}, map[target][]string{}
 	groups := map[target]map[string][]string{}
 	for _, t := range p.targetsFor("") {
 		// A snapshot at most ListMaxAgeChanging old, shared by the deletes of a scale-down.
@@ -28,8 +28,11 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("aws: delete %s: %w", name, err)
 		}
-		ids[t] = liveIDs(snap, name)
+		ids[t], gone[t] = liveIDs(snap, name), goneIDs(snap, name)
 		groups[t] = groupsOf(snap, name, ids[t])
+	}
+	if err := p.forget(ctx, name, gone); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	l, recent := p.launched[name]
@@ -65,6 +68,42 @@ func liveIDs(snap *snapshot, name string) []string {
 		}
 	}
 	return ids
+}
+
+// goneIDs are the IDs of the instances named name in snap that EC2 terminated without herd's
+// delete (from outside: the console, a spot reclaim, a failed host).
+func goneIDs(snap *snapshot, name string) []string {
+	var ids []string
+	for _, in := range snap.instances {
+		if tag(in, tagInstance) == name && tag(in, tagDeleting) == "" && in.State != nil && in.State.Name == types.InstanceStateNameTerminated {
+			ids = append(ids, aws.ToString(in.InstanceId))
+		}
+	}
+	return ids
+}
+
+// forget tags instances terminated from outside as deleted, and waits for a snapshot that shows
+// it. EC2 lists a terminated instance for about an hour: without the tag it stays Failed for
+// herd after its delete, an instance with no record that the controller would adopt again and
+// replace again, launching one more instance each time.
+func (p *Provider) forget(ctx context.Context, name string, gone map[target][]string) error {
+	for t, ids := range gone {
+		if len(ids) == 0 {
+			continue
+		}
+		api, err := p.client(ctx, t)
+		if err != nil {
+			return err
+		}
+		if err := p.batchesOf(t, api).tagDeleting.do(ctx, ids); err != nil {
+			return fmt.Errorf("aws: delete %s: tag the terminated %v as deleted: %w", name, ids, explain(err))
+		}
+		p.changed(t)
+		if _, err := p.takenAfter(ctx, t, p.opts.Now()); err != nil {
+			return fmt.Errorf("aws: delete %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // tag is the value of the instance's tag key, or "".
