@@ -58,8 +58,11 @@ type env struct {
 	// regions and clientNets are the region networks and client networks of the local
 	// provider the test uses besides the default region, checked for leftovers too.
 	regions, clientNets []string
-	// upArgs are more flags for herd up.
-	upArgs []string
+	// upArgs are more flags for herd up, upEnv more variables of its environment.
+	upArgs, upEnv []string
+	// stopped, when set, runs once herd up has stopped, before the check for leftovers, and
+	// returns what else the test made on the host, checked too.
+	stopped func() localtest.Owned
 }
 
 // newEnv is a test's own herd and data directory. It runs the steps (withHello, building: image
@@ -161,7 +164,7 @@ func (e *env) startUp() {
 	}
 	args := append([]string{"up", "--provider", "local", "--data-dir", e.data, "--listen", "127.0.0.1:0", "--lb-address", "127.0.0.1"}, e.upArgs...)
 	e.up = exec.Command(e.bin, args...)
-	e.up.Env = append(os.Environ(), "HERD_CONFIG="+filepath.Join(e.dir, "config"))
+	e.up.Env = append(append(os.Environ(), "HERD_CONFIG="+filepath.Join(e.dir, "config")), e.upEnv...)
 	e.up.Stdout, e.up.Stderr = logf, logf
 	if err := e.up.Start(); err != nil {
 		e.t.Fatal(err)
@@ -296,6 +299,10 @@ func (e *env) cleanup(before localtest.Snapshot) {
 			t.Logf("herd up log (tail):\n%s", tail(string(log), 60))
 		}
 	}
+	var more localtest.Owned
+	if e.stopped != nil {
+		more = e.stopped()
+	}
 	p, err := local.New(local.Options{DataDir: e.data, HerdBinary: e.bin})
 	if err != nil {
 		t.Errorf("local provider for cleanup: %v", err)
@@ -327,6 +334,8 @@ func (e *env) cleanup(before localtest.Snapshot) {
 		o.Cgroups = append(o.Cgroups, strings.TrimPrefix(cg, "/"))
 		o.Gone = append(o.Gone, p.InstanceDir(n))
 	}
+	o.Dirs, o.Gone = append(o.Dirs, more.Dirs...), append(o.Gone, more.Gone...)
+	o.Netns, o.Links, o.Cgroups = append(o.Netns, more.Netns...), append(o.Links, more.Links...), append(o.Cgroups, more.Cgroups...)
 	localtest.AssertClean(t, before, o)
 }
 
