@@ -129,6 +129,8 @@ type Provider struct {
 	batches  map[target]*batches // TerminateInstances and CreateTags of concurrent deletes
 
 	tg targetGroups // the target groups instances serve in (targetgroup.go)
+	// forgotten are instances terminated from outside that herd has deleted since (delete.go).
+	forgotten forgottenSet
 
 	agents *http.Client // asks the instances' agents for their readiness (bootstrap.go)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -28,12 +29,10 @@ func (p *Provider) Delete(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("aws: delete %s: %w", name, err)
 		}
-		ids[t], gone[t] = liveIDs(snap, name), goneIDs(snap, name)
+		ids[t], gone[t] = liveIDs(snap, name), p.goneIDs(snap, name)
 		groups[t] = groupsOf(snap, name, ids[t])
 	}
-	if err := p.forget(ctx, name, gone); err != nil {
-		return err
-	}
+	p.forget(ctx, name, gone)
 	p.mu.Lock()
 	l, recent := p.launched[name]
 	p.mu.Unlock()
@@ -72,38 +71,72 @@ func liveIDs(snap *snapshot, name string) []string {
 
 // goneIDs are the IDs of the instances named name in snap that EC2 terminated without herd's
 // delete (from outside: the console, a spot reclaim, a failed host).
-func goneIDs(snap *snapshot, name string) []string {
+func (p *Provider) goneIDs(snap *snapshot, name string) []string {
 	var ids []string
 	for _, in := range snap.instances {
-		if tag(in, tagInstance) == name && tag(in, tagDeleting) == "" && in.State != nil && in.State.Name == types.InstanceStateNameTerminated {
-			ids = append(ids, aws.ToString(in.InstanceId))
+		id := aws.ToString(in.InstanceId)
+		if tag(in, tagInstance) == name && tag(in, tagDeleting) == "" && !p.forgotten.has(id) &&
+			in.State != nil && in.State.Name == types.InstanceStateNameTerminated {
+			ids = append(ids, id)
 		}
 	}
 	return ids
 }
 
-// forget tags instances terminated from outside as deleted, and waits for a snapshot that shows
-// it. EC2 lists a terminated instance for about an hour: without the tag it stays Failed for
-// herd after its delete, an instance with no record that the controller would adopt again and
-// replace again, launching one more instance each time.
-func (p *Provider) forget(ctx context.Context, name string, gone map[target][]string) error {
+// forget makes instances terminated from outside gone for herd once it has deleted them. EC2 lists
+// a terminated instance for about an hour: still listed as Failed after its delete, it would be
+// an instance with no record that the controller adopts and replaces again, one more launch each
+// time. The provider remembers them, at once; it also tags them as deleted, so that a herd
+// restarted within the hour forgets them too where EC2 takes tags on a terminated instance, and
+// goes on without the tag where it does not.
+func (p *Provider) forget(ctx context.Context, name string, gone map[target][]string) {
 	for t, ids := range gone {
 		if len(ids) == 0 {
 			continue
 		}
+		p.forgotten.add(ids, p.opts.Now())
 		api, err := p.client(ctx, t)
-		if err != nil {
-			return err
+		if err == nil {
+			err = p.batchesOf(t, api).tagDeleting.do(ctx, ids)
 		}
-		if err := p.batchesOf(t, api).tagDeleting.do(ctx, ids); err != nil {
-			return fmt.Errorf("aws: delete %s: tag the terminated %v as deleted: %w", name, ids, explain(err))
+		if err != nil {
+			p.log.Debug("terminated instances not tagged as deleted; forgotten by this herd up only", "instance", name, "ids", ids, "error", explain(err))
+			continue
 		}
 		p.changed(t)
-		if _, err := p.takenAfter(ctx, t, p.opts.Now()); err != nil {
-			return fmt.Errorf("aws: delete %s: %w", name, err)
+	}
+}
+
+// forgetFor is how long a forgotten instance is remembered: longer than EC2 lists it.
+const forgetFor = 3 * time.Hour
+
+// forgottenSet holds the IDs of instances terminated from outside that herd has deleted.
+type forgottenSet struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (f *forgottenSet) add(ids []string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[string]time.Time{}
+	}
+	for id, at := range f.at {
+		if now.Sub(at) > forgetFor {
+			delete(f.at, id)
 		}
 	}
-	return nil
+	for _, id := range ids {
+		f.at[id] = now
+	}
+}
+
+func (f *forgottenSet) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.at[id]
+	return ok
 }
 
 // tag is the value of the instance's tag key, or "".

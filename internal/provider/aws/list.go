@@ -145,7 +145,7 @@ func (p *Provider) instance(ec2in types.Instance) (in provider.Instance, hidden 
 	}
 	deleting := tags[tagDeleting] != ""
 	switch {
-	case deleting && state == types.InstanceStateNameTerminated:
+	case (deleting || p.forgotten.has(id)) && state == types.InstanceStateNameTerminated:
 		return in, true
 	case deleting:
 		in.State = provider.StateDeleting
