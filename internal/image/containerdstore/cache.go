@@ -49,8 +49,9 @@ func Prepared(ctx context.Context, cacheDir string, b bundle.Bundle) (string, er
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}
+	removeUnfinished(cacheDir, hex)
 	// A short name: containerd's socket goes in it.
-	work, err := os.MkdirTemp(cacheDir, "tmp-"+hex[:min(12, len(hex))]+"-")
+	work, err := os.MkdirTemp(cacheDir, unfinishedPrefix(hex))
 	if err != nil {
 		return "", err
 	}
@@ -68,4 +69,18 @@ func Prepared(ctx context.Context, cacheDir string, b bundle.Bundle) (string, er
 		return "", fmt.Errorf("preparing containerd's store for bundle %s: %w", b.Digest, err)
 	}
 	return root, nil
+}
+
+// unfinishedPrefix begins the name of the work directory of a store of the bundle sha256:hex
+// being made.
+func unfinishedPrefix(hex string) string { return "tmp-" + hex[:min(12, len(hex))] + "-" }
+
+// removeUnfinished removes the work directories a maker of the store of bundle sha256:hex left
+// when it was killed. Called with the bundle's lock held: no one is making that store now. What
+// cannot be removed (a mount a killed import left) stays, and does not stop the next making.
+func removeUnfinished(cacheDir, hex string) {
+	dirs, _ := filepath.Glob(filepath.Join(cacheDir, unfinishedPrefix(hex)+"*"))
+	for _, d := range dirs {
+		_ = os.RemoveAll(d)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -194,4 +195,28 @@ func treeSums(t *testing.T, root string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// The work directories of a store's making that was killed go before the next making; another
+// bundle's, and finished stores, stay.
+func TestUnfinishedStoresRemoved(t *testing.T) {
+	cache := t.TempDir()
+	hex, other := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	for _, d := range []string{unfinishedPrefix(hex) + "1/root/io.containerd.content.v1.content", unfinishedPrefix(other) + "2", hex + "/root"} {
+		if err := os.MkdirAll(filepath.Join(cache, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeUnfinished(cache, hex)
+	entries, err := os.ReadDir(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{hex, unfinishedPrefix(other) + "2"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
+	}
 }

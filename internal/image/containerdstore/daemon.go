@@ -50,6 +50,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.opt"
 	defer logf.Close()
 	d.cmd = exec.Command("containerd", "--config", conf)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	// containerd goes when the process that started it dies, killed in the middle of an import,
+	// rather than serving a half-made store no one will finish.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("containerd (hack/install-deps.sh installs it): %w", err)
 	}
