@@ -62,10 +62,10 @@ test-short:
 
 # herd image disk end to end (hack/testdisk; needs root and a Debian mirror): builds the hello
 # example's disk twice and wants the same digest, boots it under QEMU (KVM where /dev/kvm exists,
-# else TCG: most of an hour on 2 cores) with a NoCloud seed naming the instance, and waits until
-# the agent reports Ready and the app answers through a forwarded port, on a disk 2 GiB bigger than
-# the image whose root must have grown to it at boot. Not part of make test: too
-# long for CI. TEST_DISK_FLAGS adds flags (-twice=false, -keep, -boot-timeout). Its last line is:
+# else TCG, or when KVM cannot run the machine: about 6 minutes on 2 cores in all) with a NoCloud
+# seed naming the instance, and waits until the agent reports Ready and the app answers through a
+# forwarded port, on a disk 2 GiB bigger than the image whose root must have grown to it at boot.
+# Not part of make test; .ci/run runs it after make test when time allows. TEST_DISK_FLAGS adds flags (-twice=false, -keep, -boot-timeout). Its last line is:
 #   disk: size_mb=<int> allocated_mb=<int> boot_to_serving_s=<float> accel=<kvm|tcg>
 test-disk: build deps kubernetes
 	$(GO) build -o $(BIN)/testdisk ./hack/testdisk
