@@ -21,6 +21,12 @@
 //     handler, which may be installed once per process (the kubelet installs it too): those two
 //     are started here from their exported Setup/Complete and Run functions, with this process's
 //     context, in the same steps as their commands take.
+//   - The CSI volume plugin keeps its node info manager in a package variable, which every
+//     Init sets: the kubelet's with its node's name, kube-controller-manager's volume controllers'
+//     with none. Set last by the controller manager, the kubelet's CSINode initialization asks
+//     for a node with an empty name until it gives up and ends the process. So, with the API
+//     server waited for, kube-controller-manager starts once the kubelet has made its CSINode
+//     (at most csiNodeWait later).
 //   - A component that returns, with or without an error, ends the process with status 1: the
 //     components are one unit for whoever supervises the process, and one failing fails them all.
 //     SIGTERM or SIGINT ends the process with status 0 once the components that watch their
@@ -42,7 +48,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -171,10 +180,18 @@ func main() {
 				return
 			}
 			klog.InfoS("kube-apiserver is ready; starting the other components")
+			cm := slices.IndexFunc(groups, func(g group) bool { return g.name == "kube-controller-manager" })
+			kubelet := slices.ContainsFunc(groups, func(g group) bool { return g.name == "kubelet" })
 			for i := range groups {
-				if i != api {
+				if i != api && (i != cm || !kubelet) {
 					start(i)
 				}
+			}
+			if cm >= 0 && kubelet {
+				if !waitCSINode(ctx, readyKubeconfig) {
+					klog.InfoS("No CSINode yet; starting kube-controller-manager anyway", "waited", csiNodeWait)
+				}
+				start(cm)
 			}
 		}()
 	} else {
@@ -209,17 +226,47 @@ func main() {
 // before the components other than kube-apiserver start.
 const readyFlag = "--start-after-ready"
 
-// waitReady polls GET /readyz of the API server that kubeconfig names until it answers 200, ctx
-// ends (an error) or a component stops (done has a result: then it is put back, and an error).
-func waitReady(ctx context.Context, kubeconfig string, done chan result) error {
+// csiNodeWait bounds how long kube-controller-manager waits for the kubelet's CSINode.
+const csiNodeWait = 30 * time.Second
+
+// waitCSINode polls the API server that kubeconfig names until it has a CSINode, which the
+// kubelet makes once its CSI plugin is initialized, for at most csiNodeWait. It reports whether
+// one came; an answer that says it cannot tell (no access) ends the wait at once.
+func waitCSINode(ctx context.Context, kubeconfig string) bool {
+	client, err := clientFor(kubeconfig)
+	if err != nil {
+		return false
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, csiNodeWait, true, func(ctx context.Context) (bool, error) {
+		l, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{Limit: 1})
+		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+			return false, err
+		}
+		return err == nil && len(l.Items) > 0, nil
+	})
+	return err == nil
+}
+
+// clientFor makes a client of the API server kubeconfig names, each request bounded to a second.
+func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return fmt.Errorf("%s: %w", readyFlag, err)
+		return nil, fmt.Errorf("%s: %w", readyFlag, err)
 	}
 	cfg.Timeout = time.Second
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("%s: %w", readyFlag, err)
+		return nil, fmt.Errorf("%s: %w", readyFlag, err)
+	}
+	return client, nil
+}
+
+// waitReady polls GET /readyz of the API server that kubeconfig names until it answers 200, ctx
+// ends (an error) or a component stops (done has a result: then it is put back, and an error).
+func waitReady(ctx context.Context, kubeconfig string, done chan result) error {
+	client, err := clientFor(kubeconfig)
+	if err != nil {
+		return err
 	}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
