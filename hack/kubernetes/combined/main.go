@@ -188,7 +188,11 @@ func main() {
 				}
 			}
 			if cm >= 0 && kubelet {
-				if !waitCSINode(ctx, readyKubeconfig) {
+				came := waitCSINode(ctx, readyKubeconfig)
+				if ctx.Err() != nil {
+					return // stopping: nothing more to start
+				}
+				if !came {
 					klog.InfoS("No CSINode yet; starting kube-controller-manager anyway", "waited", csiNodeWait)
 				}
 				start(cm)
