@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"herd.dev/herd/internal/h1"
 )
 
 // This file is the proxy core that both HTTP engines share: picking a target (and holding the request
@@ -191,7 +193,7 @@ func isFramingHeader[T string | []byte](name T) bool {
 
 func inFold[T string | []byte](name T, list []string) bool {
 	for _, h := range list {
-		if eqFold(name, h) {
+		if h1.EqFold(name, h) {
 			return true
 		}
 	}

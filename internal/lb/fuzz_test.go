@@ -82,12 +82,11 @@ func fuzzListener(f *testing.F) (*listener, *sync.Map) {
 	// The listener is not started: stand in for its http.Server, which takes HTTP/2 connections.
 	go func() {
 		for {
-			select {
-			case c := <-l.queue.ch:
-				c.Close()
-			case <-l.queue.done:
+			c, err := l.queue.Accept()
+			if err != nil {
 				return
 			}
+			c.Close()
 		}
 	}()
 	f.Cleanup(func() {

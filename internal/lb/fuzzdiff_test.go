@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"herd.dev/herd/internal/h1"
 )
 
 // FuzzH1ParserVsNetHTTP reads the same bytes as a request head with the fast engine's parser and with
@@ -95,9 +97,9 @@ func fastView(r *reqHead) reqView {
 	v := reqView{
 		method: string(r.method.in(r.raw)),
 		target: string(line[bytes.IndexByte(line, ' ')+1 : bytes.LastIndexByte(line, ' ')]),
-		minor:  r.minor, chunked: r.chunked, length: max(r.contentLength, 0),
+		minor:  r.minor, chunked: r.Chunked, length: max(r.ContentLength, 0),
 	}
-	if r.chunked {
+	if r.Chunked {
 		v.length = -1
 	}
 	switch {
@@ -105,8 +107,8 @@ func fastView(r *reqHead) reqView {
 		v.host = string(r.absHost.in(r.raw))
 	default:
 		for _, hl := range r.hdrs {
-			if eqFold(hl.name.in(r.raw), "host") {
-				_, vs, ve, _ := splitField(hl.line.in(r.raw))
+			if h1.EqFold(hl.name.in(r.raw), "host") {
+				_, vs, ve, _ := h1.SplitField(hl.line.in(r.raw))
 				v.host = string(hl.line.in(r.raw)[vs:ve])
 			}
 		}
@@ -129,10 +131,10 @@ func fastOnlyRefusal(raw []byte, nv reqView) string {
 		return "repeated Content-Length is refused (400) even when the values agree; net/http merges them"
 	case nv.minor == 0 && strings.Contains(head, "\ntransfer-encoding:"):
 		return "Transfer-Encoding in HTTP/1.0 is refused (400); net/http ignores it and frames by Content-Length"
-	case !strings.HasPrefix(nv.target, "/") && nv.target != "*" && !hasPrefixFold([]byte(nv.target), "http://") &&
-		!hasPrefixFold([]byte(nv.target), "https://"):
+	case !strings.HasPrefix(nv.target, "/") && nv.target != "*" && !h1.HasPrefixFold([]byte(nv.target), "http://") &&
+		!h1.HasPrefixFold([]byte(nv.target), "https://"):
 		return "a target in neither origin, asterisk nor http(s) absolute form is refused (400)"
-	case !strings.HasPrefix(nv.target, "/") && nv.target != "*" && !validAuthority([]byte(nv.host)):
+	case !strings.HasPrefix(nv.target, "/") && nv.target != "*" && !h1.ValidAuthority([]byte(nv.host)):
 		return "an absolute-form target whose authority is not host[:port] of RFC 3986 bytes, without percent-encoding, is refused (400)"
 	case strings.Contains(authorityOf(nv.target), "%"):
 		return "percent-encoding in an absolute-form target's authority (user info included) is refused (400)"
@@ -169,7 +171,7 @@ func netOnlyRefusal(raw []byte) string {
 // netHTTPReader reads request heads with a real net/http server, whose checks go beyond
 // http.ReadRequest (Host is required and validated, header values are checked).
 type netHTTPReader struct {
-	conns chan net.Conn
+	conns *h1.ConnQueue
 	got   chan *http.Request
 }
 
@@ -183,23 +185,23 @@ func newNetHTTPReader(f *testing.F) *netHTTPReader {
 		MaxHeaderBytes: 1 << 20,
 	}
 	srv.SetKeepAlivesEnabled(false)
-	ln := newConnQueue(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80})
-	r.conns = ln.ch
+	ln := h1.NewConnQueue(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80})
+	r.conns = ln
 	go srv.Serve(ln)
 	f.Cleanup(func() { srv.Close() })
 	return r
 }
 
 var (
-	errNetHTTPRefused = &httpError{400, "net/http refused the request"}
-	errAnsweredItself = &httpError{200, "net/http answered the request itself"}
+	errNetHTTPRefused = &httpError{Code: 400, Why: "net/http refused the request"}
+	errAnsweredItself = &httpError{Code: 200, Why: "net/http answered the request itself"}
 )
 
 // read serves raw to the server, as one client connection that ends after it, and returns the server's
 // view of the first request, or an error when the server refused it (or waited for more).
 func (r *netHTTPReader) read(raw []byte) (reqView, error) {
 	c := &endConn{fakeConn: fakeConn{in: bytes.NewReader(raw), out: &bytes.Buffer{}}, closed: make(chan struct{})}
-	r.conns <- c
+	r.conns.Put(c)
 	select {
 	case <-c.closed:
 	case <-time.After(10 * time.Second):

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/fnvmix"
+	"herd.dev/herd/internal/h1"
 )
 
 // This file is herd's own HTTP/1.x server side, used for every cleartext HTTP/1.x client connection of
@@ -94,7 +95,7 @@ func (l *listener) serveH1(c *clientConn, conn net.Conn) {
 			var he *httpError
 			if errors.As(err, &he) {
 				l.badRequest(c.RemoteAddr().String(), he.Error())
-				h.writeError(he.code, true)
+				h.writeError(he.Code, true)
 				l.stats.observe(Class4xx, 0)
 			}
 			return
@@ -138,28 +139,7 @@ func nearDeadline(cur, want time.Time, slack time.Duration) bool {
 func (l *listener) handOffH2(c *clientConn, h *h1conn) bool {
 	buffered, _ := h.br.Peek(h.br.Buffered())
 	replay := append(append([]byte(nil), h.req.raw...), buffered...)
-	rc := &replayConn{clientConn: c, pending: replay}
-	select {
-	case l.queue.ch <- rc:
-		return true
-	case <-l.queue.done:
-		return false
-	}
-}
-
-// replayConn returns already-read bytes before reading on.
-type replayConn struct {
-	*clientConn
-	pending []byte
-}
-
-func (c *replayConn) Read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
-	return c.clientConn.Read(p)
+	return l.queue.Put(&h1.ReplayConn{Conn: c, Pending: replay})
 }
 
 // trackH1 registers or forgets a connection for graceful shutdown; it refuses new ones once closing.
@@ -246,12 +226,12 @@ func (h *h1conn) buildOut(tlsOn bool) {
 	if r.teTrailers {
 		out = append(out, "TE: trailers\r\n"...)
 	}
-	if r.upgradeAsked && r.hasUpgrade {
+	if r.UpgradeAsked && r.hasUpgrade {
 		out = append(out, "Connection: Upgrade\r\nUpgrade: "...)
 		out = append(out, r.upgrade.in(r.raw)...)
 		out = append(out, '\r', '\n')
 	}
-	if r.chunked {
+	if r.Chunked {
 		out = append(out, "Transfer-Encoding: chunked\r\n"...)
 	}
 	h.out = out

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"herd.dev/herd/internal/h1"
 )
 
 // This file relays message bodies for the fast engine: by length, chunked, or until the connection
@@ -100,7 +102,7 @@ func relayChunked(dst *bufio.Writer, src *bufio.Reader, chunked bool, limit int6
 			return errBadChunk, nil
 		}
 		if total += size; limit >= 0 && total > limit {
-			return &httpError{413, "request body too large"}, nil
+			return &httpError{Code: 413, Why: "request body too large"}, nil
 		}
 		if size == 0 {
 			if chunked {
@@ -164,8 +166,8 @@ func chunkLine(dst *bufio.Writer, src *bufio.Reader, rd *readDeadline) (line []b
 
 // validField reports whether line is a well-formed "name: value" field line.
 func validField(line []byte) bool {
-	_, vs, ve, ok := splitField(line)
-	return ok && validValue(line[vs:ve])
+	_, vs, ve, ok := h1.SplitField(line)
+	return ok && h1.ValidValue(line[vs:ve])
 }
 
 func chunkErr(err error) error {

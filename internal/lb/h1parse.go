@@ -3,7 +3,8 @@ package lb
 import (
 	"bytes"
 	"io"
-	"strconv"
+
+	"herd.dev/herd/internal/h1"
 )
 
 // This file is the fast engine's request reader: it parses a client's request head strictly (RFC 9112)
@@ -25,9 +26,7 @@ type reqHead struct {
 	method, target span
 	minor          int // HTTP/1.minor
 	hdrs           []hdrLine
-	contentLength  int64 // -1 when absent
-	chunked        bool
-	hosts          int
+	h1.Framing
 	connection
 	upgrade        span
 	hasUpgrade     bool
@@ -46,22 +45,13 @@ type reqHead struct {
 }
 
 func (r *reqHead) reset() {
-	*r = reqHead{raw: r.raw[:0], hdrs: r.hdrs[:0], connection: connection{connTokens: r.connTokens[:0]}, xff: r.xff[:0], cookies: r.cookies[:0], contentLength: -1}
+	*r = reqHead{raw: r.raw[:0], hdrs: r.hdrs[:0], connection: connection{connTokens: r.connTokens[:0]}, xff: r.xff[:0], cookies: r.cookies[:0], Framing: h1.Framing{ContentLength: -1}}
 }
-
-func (r *reqHead) hasBody() bool { return r.chunked || r.contentLength > 0 }
 
 // httpError is a request the engine refuses, with the status to answer.
-type httpError struct {
-	code int
-	why  string
-}
+type httpError = h1.Error
 
-func (e *httpError) Error() string { return strconv.Itoa(e.code) + " " + e.why }
-
-func badRequest(why string) error { return &httpError{400, why} }
-
-var errHeadTooLarge = &httpError{431, "request header too large"}
+func badRequest(why string) error { return h1.BadRequest(why) }
 
 // readRequest reads and checks one request head.
 func (h *h1conn) readRequest(st *listenerState) error {
@@ -94,7 +84,7 @@ func (h *h1conn) readRequest(st *listenerState) error {
 			break
 		}
 		if len(r.hdrs) >= st.maxHeaders {
-			return &httpError{431, "too many header fields"}
+			return &httpError{Code: 431, Why: "too many header fields"}
 		}
 		if err := r.parseHeader(line, st.routes); err != nil {
 			return err
@@ -107,7 +97,7 @@ func (h *h1conn) readRequest(st *listenerState) error {
 // the read buffer are assembled; the whole head may not exceed limit bytes.
 func (h *h1conn) readLine(limit int) (span, error) {
 	start := len(h.req.raw)
-	s, err := readLineInto(h.br, &h.req.raw, limit, errHeadTooLarge)
+	s, err := readLineInto(h.br, &h.req.raw, limit, h1.ErrHeadTooLarge)
 	if err == io.EOF && len(h.req.raw) > start {
 		return span{}, badRequest("truncated request head")
 	}
@@ -115,108 +105,60 @@ func (h *h1conn) readLine(limit int) (span, error) {
 }
 
 func (r *reqHead) parseRequestLine(s span) error {
-	line := s.in(r.raw)
-	sp1 := bytes.IndexByte(line, ' ')
-	sp2 := bytes.LastIndexByte(line, ' ')
-	if sp1 <= 0 || sp2 <= sp1+1 {
-		return badRequest("malformed request line")
+	rl, err := h1.ParseRequestLine(s.in(r.raw))
+	if err != nil {
+		return err
 	}
-	method, target, version := line[:sp1], line[sp1+1:sp2], line[sp2+1:]
-	if !isToken(method) {
-		return badRequest("malformed method")
-	}
-	inQuery := false
-	for i, c := range target {
-		inQuery = inQuery || c == '?'
-		if c <= ' ' || c == 0x7f || (c == '%' && !inQuery && !(i+2 < len(target) && isHex(target[i+1]) && isHex(target[i+2]))) {
-			// A malformed percent-encoding in the path is refused as net/http refuses it, so that both
-			// engines and the targets behind them read the same path.
-			return badRequest("malformed request target")
-		}
-	}
-	switch string(version) {
-	case "HTTP/1.1":
-		r.minor = 1
-	case "HTTP/1.0":
-		r.minor = 0
-	case "HTTP/2.0":
-		if string(method) == "PRI" && string(target) == "*" {
-			r.h2Preface = true
-			return nil
-		}
-		return &httpError{505, "HTTP version not supported"}
-	default:
-		if bytes.HasPrefix(version, []byte("HTTP/")) {
-			return &httpError{505, "HTTP version not supported"}
-		}
-		return badRequest("malformed HTTP version")
-	}
-	r.method = span{s.start, s.start + sp1}
-	r.target = span{s.start + sp1 + 1, s.start + sp2}
+	r.minor, r.h2Preface = rl.Minor, rl.H2Preface
+	r.method = span{s.start, s.start + rl.MethodEnd}
+	r.target = span{s.start + rl.TargetStart, s.start + rl.TargetEnd}
 	return nil
 }
 
 // parseHeader checks one header line and notes what the proxy needs from it.
 func (r *reqHead) parseHeader(s span, rt *routes) error {
 	line := s.in(r.raw)
-	if line[0] == ' ' || line[0] == '\t' {
-		return badRequest("obsolete line folding")
+	colon, vs, ve, err := h1.CheckField(line)
+	if err != nil {
+		return err
 	}
-	colon, vs, ve, ok := splitField(line)
-	if !ok {
-		return badRequest("malformed header line")
-	}
-	value := line[vs:ve]
-	if !validValue(value) {
-		return badRequest("control character in header value")
-	}
-	name := line[:colon]
+	value, name := line[vs:ve], line[:colon]
 	h := hdrLine{name: span{s.start, s.start + colon}, line: s}
 	valSpan := span{s.start + vs, s.start + ve}
+	framing, err := r.Framing.Field(name, value)
+	if err != nil {
+		return err
+	}
 	switch {
-	case eqFold(name, "host"):
-		if !validHost(value) {
-			// A target routing by Host must see the one the proxy checked: net/http refuses these too.
-			return badRequest("malformed Host header")
+	case framing:
+	case h1.EqFold(name, "host"):
+		if err := h1.CheckHost(value); err != nil {
+			return err
 		}
-		r.hosts++
+		r.Hosts++
 		r.host = valSpan
-	case eqFold(name, "content-length"):
-		if r.contentLength >= 0 {
-			return badRequest("more than one Content-Length")
-		}
-		n, ok := parseLength(value)
-		if !ok {
-			return badRequest("malformed Content-Length")
-		}
-		r.contentLength = n
-	case eqFold(name, "transfer-encoding"):
-		if r.chunked || !eqFold(value, "chunked") {
-			return &httpError{501, "unsupported Transfer-Encoding"}
-		}
-		r.chunked = true
-	case eqFold(name, "connection"):
+	case h1.EqFold(name, "connection"):
 		r.connection.parse(value, s.start+vs)
-	case eqFold(name, "upgrade"):
+	case h1.EqFold(name, "upgrade"):
 		r.upgrade, r.hasUpgrade = valSpan, true
-	case eqFold(name, "te"):
+	case h1.EqFold(name, "te"):
 		r.teTrailers = r.teTrailers || bytes.Contains(bytes.ToLower(value), []byte("trailers"))
-	case eqFold(name, "expect"):
-		if !eqFold(value, "100-continue") {
-			return &httpError{417, "unsupported Expect"}
+	case h1.EqFold(name, "expect"):
+		if !h1.EqFold(value, "100-continue") {
+			return &httpError{Code: 417, Why: "unsupported Expect"}
 		}
 		r.expectContinue, h.drop = true, true
-	case eqFold(name, "x-forwarded-for"):
+	case h1.EqFold(name, "x-forwarded-for"):
 		r.xff = append(r.xff, valSpan)
-	case eqFold(name, "cookie"):
+	case h1.EqFold(name, "cookie"):
 		if rt.cookie != "" {
 			r.cookies = append(r.cookies, valSpan)
 		}
 	}
-	if tr := rt.tenants; tr != nil && tr.key == TenantByHeader && !r.hasTenant && eqFold(name, tr.header) {
+	if tr := rt.tenants; tr != nil && tr.key == TenantByHeader && !r.hasTenant && h1.EqFold(name, tr.header) {
 		r.tenantValue, r.hasTenant = valSpan, true
 	}
-	if rt.hashHeader != "" && !r.hasHash && eqFold(name, rt.hashHeader) {
+	if rt.hashHeader != "" && !r.hasHash && h1.EqFold(name, rt.hashHeader) {
 		r.hashValue, r.hasHash = valSpan, true
 	}
 	// The proxy writes the hop-by-hop fields its target connection needs itself (buildOut), and the
@@ -228,30 +170,21 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 
 // check validates the head as a whole.
 func (r *reqHead) check(st *listenerState) error {
-	switch {
-	case r.minor == 1 && r.hosts == 0:
-		return badRequest("missing Host header")
-	case r.hosts > 1:
-		return badRequest("more than one Host header")
-	case r.chunked && r.contentLength >= 0:
-		// Both framings at once is how requests are smuggled past proxies: refuse it.
-		return badRequest("both Content-Length and Transfer-Encoding")
-	case r.chunked && r.minor == 0:
-		return badRequest("Transfer-Encoding in HTTP/1.0")
-	case r.contentLength > st.maxBody:
-		return &httpError{413, "request body too large"}
+	r.Framing.Minor = r.minor
+	if err := r.Framing.Check(st.maxBody); err != nil {
+		return err
 	}
 	method := r.method.in(r.raw)
 	target := r.target.in(r.raw)
 	switch {
 	case string(method) == "CONNECT":
-		return &httpError{405, "CONNECT is not proxied"}
+		return &httpError{Code: 405, Why: "CONNECT is not proxied"}
 	case string(target) == "*":
 		if string(method) != "OPTIONS" {
 			return badRequest("* target outside OPTIONS")
 		}
 	case target[0] == '/':
-	case hasPrefixFold(target, "http://") || hasPrefixFold(target, "https://"):
+	case h1.HasPrefixFold(target, "http://") || h1.HasPrefixFold(target, "https://"):
 		if err := r.absoluteForm(); err != nil {
 			return err
 		}
@@ -275,12 +208,12 @@ func (r *reqHead) absoluteForm() error {
 	}
 	auth.end = end
 	if at := bytes.LastIndexByte(auth.in(r.raw), '@'); at >= 0 {
-		if !validUserinfo(r.raw[auth.start : auth.start+at]) {
+		if !h1.ValidUserinfo(r.raw[auth.start : auth.start+at]) {
 			return badRequest("malformed request target")
 		}
 		auth.start += at + 1
 	}
-	if !validAuthority(auth.in(r.raw)) {
+	if !h1.ValidAuthority(auth.in(r.raw)) {
 		return badRequest("malformed request target")
 	}
 	r.target.start = end // may be empty or start with "?": buildOut writes the "/" then
@@ -289,38 +222,23 @@ func (r *reqHead) absoluteForm() error {
 	}
 	r.absHost, r.hasAbsHost = auth, true
 	for i := range r.hdrs {
-		if eqFold(r.hdrs[i].name.in(r.raw), "host") {
+		if h1.EqFold(r.hdrs[i].name.in(r.raw), "host") {
 			r.hdrs[i].drop = true
 		}
 	}
 	return nil
 }
 
-// connection is what Connection headers say, in a request or a response.
+// connection is what Connection headers say, in a request or a response, with the names of the
+// other fields they make hop-by-hop.
 type connection struct {
-	close        bool
-	keepAlive    bool   // HTTP/1.0 "Connection: keep-alive"
-	upgradeAsked bool   // "upgrade" among the tokens
-	connTokens   []span // other header names listed: hop-by-hop too
+	h1.Connection
+	connTokens []span // other header names listed: hop-by-hop too
 }
 
 // parse notes the tokens of one Connection header value, which starts at offset off of the raw head.
 func (c *connection) parse(value []byte, off int) {
-	for i := 0; i < len(value); {
-		var a, b int
-		a, b, i = commaToken(value, i)
-		switch tok := value[a:b]; {
-		case len(tok) == 0:
-		case eqFold(tok, "close"):
-			c.close = true
-		case eqFold(tok, "keep-alive"):
-			c.keepAlive = true
-		case eqFold(tok, "upgrade"):
-			c.upgradeAsked = true
-		default:
-			c.connTokens = append(c.connTokens, span{off + a, off + b})
-		}
-	}
+	c.Connection.Parse(value, func(a, b int) { c.connTokens = append(c.connTokens, span{off + a, off + b}) })
 }
 
 // dropNamed marks the fields named by tokens (the names listed in a Connection header) as dropped,
@@ -337,176 +255,4 @@ func dropNamed(raw []byte, hdrs []hdrLine, tokens []span) {
 			}
 		}
 	}
-}
-
-// splitField splits a "name: value" field line at its colon and bounds its value, trimmed of spaces
-// and tabs, by vs and ve; ok is false when the name is not a token.
-func splitField(line []byte) (colon, vs, ve int, ok bool) {
-	colon = bytes.IndexByte(line, ':')
-	if colon <= 0 || !isToken(line[:colon]) {
-		return 0, 0, 0, false
-	}
-	vs, ve = colon+1, len(line)
-	for vs < ve && (line[vs] == ' ' || line[vs] == '\t') {
-		vs++
-	}
-	for ve > vs && (line[ve-1] == ' ' || line[ve-1] == '\t') {
-		ve--
-	}
-	return colon, vs, ve, true
-}
-
-// validValue reports whether a field value is free of control characters (tabs aside).
-func validValue(value []byte) bool {
-	for _, c := range value {
-		if (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// isToken reports whether b is an RFC 9110 token (method or header name).
-func isToken(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if int(c) >= len(tokenChars) || !tokenChars[c] {
-			return false
-		}
-	}
-	return true
-}
-
-var tokenChars = asciiSet("!#$%&'*+-.^_`|~")
-
-// asciiSet is a lookup table of the ASCII letters, digits and the bytes of extra.
-func asciiSet(extra string) [128]bool {
-	var t [128]bool
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c], t[c-'a'+'A'] = true, true
-	}
-	for _, c := range extra {
-		t[c] = true
-	}
-	return t
-}
-
-// commaToken returns the bounds of the element of a comma-separated header value that starts at
-// i, trimmed of spaces and tabs, and where the next element starts.
-func commaToken(value []byte, i int) (a, b, next int) {
-	a, b = i, i
-	for b < len(value) && value[b] != ',' {
-		b++
-	}
-	next = b + 1
-	for a < b && (value[a] == ' ' || value[a] == '\t') {
-		a++
-	}
-	for b > a && (value[b-1] == ' ' || value[b-1] == '\t') {
-		b--
-	}
-	return a, b, next
-}
-
-// eqFold compares ASCII case-insensitively without allocating.
-func eqFold[T string | []byte](b T, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range len(b) {
-		c, d := b[i], s[i]
-		if c == d {
-			continue
-		}
-		if lc := c | 0x20; lc < 'a' || lc > 'z' || lc != d|0x20 {
-			return false
-		}
-	}
-	return true
-}
-
-func hasPrefixFold(b []byte, prefix string) bool {
-	return len(b) >= len(prefix) && eqFold(b[:len(prefix)], prefix)
-}
-
-// parseLength parses a Content-Length: decimal digits only, no sign, no overflow.
-func parseLength(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	var n int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-}
-
-// validHost reports whether a Host value holds only bytes that may appear in a URI host and port (RFC
-// 3986 section 3.2.2), as net/http checks it (golang.org/x/net/http/httpguts.ValidHostHeader).
-func validHost(h []byte) bool {
-	for _, c := range h {
-		if int(c) >= len(hostChars) || !hostChars[c] {
-			return false
-		}
-	}
-	return true
-}
-
-var hostChars = asciiSet("!$%&'()*+,-.:;=[]_~")
-
-// validAuthority reports whether an absolute-form target's authority is a host and optional decimal
-// port: a name of host bytes, or an IPv6 literal in brackets. Percent-encoding has no use in a host a
-// proxy forwards to, and net/http reads it its own way: it is refused.
-func validAuthority(a []byte) bool {
-	if !validHost(a) || bytes.IndexByte(a, '%') >= 0 {
-		return false
-	}
-	host, port := a, []byte(nil)
-	if len(a) > 0 && a[0] == '[' {
-		end := bytes.IndexByte(a, ']')
-		if end < 0 {
-			return false
-		}
-		host, port = a[1:end], a[end+1:]
-		if len(port) > 0 && port[0] != ':' {
-			return false
-		}
-	} else if i := bytes.LastIndexByte(a, ':'); i >= 0 {
-		host, port = a[:i], a[i:]
-		if bytes.ContainsAny(host, ":") {
-			return false
-		}
-	}
-	if bytes.ContainsAny(host, "[]") {
-		return false
-	}
-	for _, c := range port[min(1, len(port)):] {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// validUserinfo reports whether the user info of an absolute-form target, which is not forwarded, holds
-// only the bytes RFC 3986 allows there, as net/http checks it; percent-encoding is refused.
-func validUserinfo(u []byte) bool {
-	for _, c := range u {
-		if c != '@' && (c == '%' || c == '[' || c == ']' || int(c) >= len(hostChars) || !hostChars[c]) {
-			return false
-		}
-	}
-	return true
 }

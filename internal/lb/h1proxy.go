@@ -21,7 +21,7 @@ func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 	h.buildOut(st.tlsOn)
 	h.key = h.pickKey(st.routes)
 	h.start, h.keep, h.bodyDone = start, false, false
-	if r.expectContinue && r.hasBody() && r.minor == 1 {
+	if r.expectContinue && r.HasBody() && r.minor == 1 {
 		// The body is streamed to whichever target is chosen: ask for it now.
 		h.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 		if h.bw.Flush() != nil {
@@ -34,7 +34,7 @@ func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 
 // fail answers with a proxy error. The connection can carry on only if the request was read whole.
 func (h *h1conn) fail(code int) {
-	h.keep = h.clientKeep() && (!h.req.hasBody() || h.bodyDone)
+	h.keep = h.clientKeep() && (!h.req.HasBody() || h.bodyDone)
 	h.writeError(code, !h.keep)
 }
 
@@ -51,7 +51,7 @@ func (h *h1conn) wire() net.Conn {
 
 // refuse answers with code and a plain-text body.
 func (h *h1conn) refuse(code int, body string) {
-	h.keep = h.clientKeep() && (!h.req.hasBody() || h.bodyDone)
+	h.keep = h.clientKeep() && (!h.req.HasBody() || h.bodyDone)
 	h.writeBy(time.Now().Add(5*time.Second), 0)
 	b := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %d\r\n", code, http.StatusText(code), len(body))
 	if !h.keep {
@@ -66,9 +66,9 @@ func (h *h1conn) refuse(code int, body string) {
 func (h *h1conn) clientKeep() bool {
 	r := &h.req
 	if r.minor == 0 {
-		return r.keepAlive && !r.close
+		return r.KeepAlive && !r.Close
 	}
-	return !r.close
+	return !r.Close
 }
 
 // attempt sends the request to t and relays its answer.
@@ -82,20 +82,20 @@ func (h *h1conn) attempt(st *listenerState, t *target) outcome {
 	sent := time.Now()
 	bc.extend(sent, st.cfg.Timeouts.Response.D())
 	bc.bw.Write(h.out)
-	if r.hosts == 0 && !r.hasAbsHost {
+	if r.Hosts == 0 && !r.hasAbsHost {
 		bc.bw.WriteString("Host: ")
 		bc.bw.WriteString(t.key.addr)
 		bc.bw.WriteString("\r\n")
 	}
 	bc.bw.WriteString("\r\n")
-	if r.hasBody() {
+	if r.HasBody() {
 		o.bodySent = true
 		h.readBy(sent.Add(st.cfg.Timeouts.Read.D()), 0)
 		var rerr, werr error
-		if r.chunked {
+		if r.Chunked {
 			rerr, werr = relayChunked(bc.bw, h.br, true, st.maxBody, nil)
 		} else {
-			rerr, werr = relayN(bc.bw, h.br, r.contentLength, nil)
+			rerr, werr = relayN(bc.bw, h.br, r.ContentLength, nil)
 		}
 		h.bodyDone = rerr == nil && werr == nil
 		if rerr != nil {
@@ -105,7 +105,7 @@ func (h *h1conn) attempt(st *listenerState, t *target) outcome {
 			var he *httpError
 			if errors.As(rerr, &he) {
 				h.l.badRequest(h.c.RemoteAddr().String(), he.Error())
-				h.writeError(he.code, true)
+				h.writeError(he.Code, true)
 			}
 			return outcome{done: true}
 		}
@@ -200,7 +200,7 @@ func (h *h1conn) relay(st *listenerState, t *target, bc *bconn, o outcome) outco
 	}
 	// A target that sent more than its framing said is out of step: never reuse its connection. Bytes
 	// that arrive later are caught by getH1.
-	reusable := rerr == nil && werr == nil && !resp.close && (resp.minor == 1 || resp.keepAlive) &&
+	reusable := rerr == nil && werr == nil && !resp.Close && (resp.minor == 1 || resp.KeepAlive) &&
 		(noBody || resp.chunked || resp.contentLength >= 0) && bc.br.Buffered() == 0
 	if reusable {
 		t.putH1(bc, now)
@@ -265,7 +265,7 @@ func (h *h1conn) writeStatus(version string, resp *respHead) {
 // side closes.
 func (h *h1conn) switchProtocols(st *listenerState, t *target, bc *bconn) outcome {
 	r, resp := &h.req, &h.resp
-	if !r.upgradeAsked || !r.hasUpgrade || !resp.hasUpgrade || !bytes.EqualFold(r.upgrade.in(r.raw), resp.upgrade.in(resp.raw)) {
+	if !r.UpgradeAsked || !r.hasUpgrade || !resp.hasUpgrade || !bytes.EqualFold(r.upgrade.in(r.raw), resp.upgrade.in(resp.raw)) {
 		bc.c.Close()
 		st.misbehaved(t, errors.New("target switched protocols without an agreed upgrade"), h.start)
 		h.keep = h.clientKeep()

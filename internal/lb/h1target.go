@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"herd.dev/herd/internal/h1"
 )
 
 // This file is the fast engine's side towards targets: its pool of kept-alive connections and its
@@ -153,7 +155,7 @@ func (r *respHead) read(br *bufio.Reader) error {
 	if r.chunked && r.contentLength >= 0 {
 		// Transfer-Encoding wins (RFC 9112 section 6.3); the length must not reach the client.
 		for i := range r.hdrs {
-			if eqFold(r.hdrs[i].name.in(r.raw), "content-length") {
+			if h1.EqFold(r.hdrs[i].name.in(r.raw), "content-length") {
 				r.hdrs[i].drop = true
 			}
 		}
@@ -165,32 +167,32 @@ func (r *respHead) read(br *bufio.Reader) error {
 
 func (r *respHead) parseHeader(s span) error {
 	line := s.in(r.raw)
-	colon, vs, ve, ok := splitField(line)
+	colon, vs, ve, ok := h1.SplitField(line)
 	value := line[vs:ve]
-	if !ok || !validValue(value) {
+	if !ok || !h1.ValidValue(value) {
 		return errBadResponse
 	}
 	name := line[:colon]
 	h := hdrLine{name: span{s.start, s.start + colon}, line: s}
 	switch {
-	case eqFold(name, "content-length"):
-		n, ok := parseLength(value)
+	case h1.EqFold(name, "content-length"):
+		n, ok := h1.ParseLength(value)
 		if !ok || (r.contentLength >= 0 && r.contentLength != n) {
 			return errBadResponse
 		}
 		r.contentLength = n
-	case eqFold(name, "transfer-encoding"):
-		if !eqFold(value, "chunked") {
+	case h1.EqFold(name, "transfer-encoding"):
+		if !h1.EqFold(value, "chunked") {
 			return errBadResponse
 		}
 		r.chunked = true
-	case eqFold(name, "connection"):
+	case h1.EqFold(name, "connection"):
 		r.connection.parse(value, s.start+vs)
-	case eqFold(name, "upgrade"):
+	case h1.EqFold(name, "upgrade"):
 		r.upgrade, r.hasUpgrade = span{s.start + vs, s.start + ve}, true
 	}
 	// Trailers are relayed as they come, so their announcement stays.
-	h.drop = isHopHeader(name) && !eqFold(name, "trailer")
+	h.drop = isHopHeader(name) && !h1.EqFold(name, "trailer")
 	r.hdrs = append(r.hdrs, h)
 	return nil
 }
@@ -198,23 +200,6 @@ func (r *respHead) parseHeader(s span) error {
 // readLineInto appends the next line of br to *raw and returns its span without the line ending. When
 // *raw would grow past limit bytes it returns tooLarge.
 func readLineInto(br *bufio.Reader, raw *[]byte, limit int, tooLarge error) (span, error) {
-	start := len(*raw)
-	for {
-		frag, err := br.ReadSlice('\n')
-		if len(*raw)+len(frag) > limit {
-			return span{}, tooLarge
-		}
-		*raw = append(*raw, frag...)
-		if err == nil {
-			break
-		}
-		if err != bufio.ErrBufferFull {
-			return span{}, err
-		}
-	}
-	end := len(*raw) - 1
-	if end > start && (*raw)[end-1] == '\r' {
-		end--
-	}
-	return span{start, end}, nil
+	start, end, err := h1.ReadLine(br, raw, limit, tooLarge)
+	return span{start, end}, err
 }

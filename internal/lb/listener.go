@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"herd.dev/herd/internal/h1"
 )
 
 // socket is one bound TCP listening socket. It outlives listener objects: while some listener of the
@@ -100,8 +102,8 @@ func asClientConn(c net.Conn) *clientConn {
 	switch v := c.(type) {
 	case *clientConn:
 		return v
-	case *replayConn:
-		return v.clientConn
+	case *h1.ReplayConn:
+		return asClientConn(v.Conn)
 	case *tls.Conn:
 		return asClientConn(v.NetConn())
 	}
@@ -146,35 +148,6 @@ func (c *clientConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// connQueue is the net.Listener an http.Server of a listener accepts from: the socket hands it
-// connections, so the server can be replaced while the socket stays open.
-type connQueue struct {
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-	addr net.Addr
-}
-
-func newConnQueue(addr net.Addr) *connQueue {
-	return &connQueue{ch: make(chan net.Conn), done: make(chan struct{}), addr: addr}
-}
-
-func (q *connQueue) Accept() (net.Conn, error) {
-	select {
-	case c := <-q.ch:
-		return c, nil
-	case <-q.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (q *connQueue) Close() error {
-	q.once.Do(func() { close(q.done) })
-	return nil
-}
-
-func (q *connQueue) Addr() net.Addr { return q.addr }
-
 // listener is the serving side of one configured listener: an http.Server or a TCP proxy. Routing state
 // is swapped in place on every Apply; a change to what the http.Server itself was built with (protocol,
 // TLS, timeouts, header limit) makes a new listener on the same socket instead, and the old one drains.
@@ -192,9 +165,9 @@ type listener struct {
 	stats    *counters // requests no target could take
 	budget   *retryBudget
 
-	srv   *http.Server // HTTP listeners: serves HTTP/2 and TLS, and HTTP/1.x when the engine cannot
-	tls   *tls.Config  // TLS listeners: their sessions' settings (net/http sets srv.TLSConfig for h2c too)
-	queue *connQueue   // HTTP listeners
+	srv   *http.Server  // HTTP listeners: serves HTTP/2 and TLS, and HTTP/1.x when the engine cannot
+	tls   *tls.Config   // TLS listeners: their sessions' settings (net/http sets srv.TLSConfig for h2c too)
+	queue *h1.ConnQueue // HTTP listeners
 	tcpWG sync.WaitGroup
 
 	closing atomic.Bool // shutting down: connections end after their current request
@@ -255,7 +228,7 @@ func newListener(lb *LB, cfg Listener, sock *socket, stats *counters, budget *re
 		stats: stats, budget: budget,
 	}
 	if cfg.Protocol == ProtocolHTTP {
-		l.queue = newConnQueue(sock.ln.Addr())
+		l.queue = h1.NewConnQueue(sock.ln.Addr())
 		l.srv = &http.Server{
 			Handler:           l,
 			ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
@@ -342,9 +315,7 @@ func (l *listener) serveConn(c net.Conn) {
 
 // enqueue gives a connection to the listener's net/http server.
 func (l *listener) enqueue(c net.Conn) {
-	select {
-	case l.queue.ch <- c:
-	case <-l.queue.done:
+	if !l.queue.Put(c) {
 		// This listener was replaced while the connection was on its way: give it to the new one,
 		// which makes its own TLS session if the handshake has not started.
 		next := l.sock.handler.Load()
