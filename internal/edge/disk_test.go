@@ -136,15 +136,15 @@ func TestDiskTierSurvivesRestart(t *testing.T) {
 	}))
 	defer origin.Close()
 	dir := t.TempDir()
-	start := func() (*Edge, *httptest.Server) {
+	start := func() (*Edge, *testServer) {
 		e, err := New(Config{Behaviors: []Behavior{{PathPattern: "*", Origin: Origin{Primary: mustURL(t, origin.URL)}}},
 			DiskDir: dir, DiskBytes: 1 << 20}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e, httptest.NewServer(e)
+		return e, startServer(t, e)
 	}
-	get := func(srv *httptest.Server, path string) (string, string) {
+	get := func(srv *testServer, path string) (string, string) {
 		t.Helper()
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {

@@ -31,4 +31,11 @@
 //
 // Stored responses are served with an Age header, as 304 to a client's matching conditional request,
 // as 206 to a Range request and without a body to HEAD, all through net/http's ServeContent.
+//
+// Server (server.go) serves an Edge on listeners. Its HTTP/1.x connections are served by an engine
+// of herd's own that reads request heads with the load balancer's rules (package h1) and answers a
+// fresh hit that nothing in the request changes straight from the stored object: the status line
+// and fields made once per object, then Age, then the body, in one write. Every other GET and HEAD
+// goes through the Edge as an http.Handler on the same connection; other methods, upgrades and
+// HTTP/2 hand the connection to net/http's server.
 package edge

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,6 +33,8 @@ type object struct {
 	// modTime its Last-Modified: worked out once, when it is made, not again for every hit.
 	initialAge time.Duration
 	modTime    time.Time
+	// h1head is what a hit on the engine writes before the object's Age, made on first use.
+	h1head atomic.Pointer[hitHead]
 }
 
 // newObject makes a stored response from what the origin sent and when.

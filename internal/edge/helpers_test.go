@@ -3,6 +3,7 @@ package edge
 import (
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -16,7 +17,7 @@ import (
 type rig struct {
 	t       *testing.T
 	edge    *Edge
-	srv     *httptest.Server
+	srv     *testServer
 	origin  *httptest.Server
 	client  *http.Client
 	offset  atomic.Int64 // added to the wall clock, in nanoseconds
@@ -50,8 +51,7 @@ func newRig(t *testing.T, origin http.HandlerFunc, tune func(*Behavior)) *rig {
 	}
 	e.now = func() time.Time { return time.Now().Add(time.Duration(g.offset.Load())) }
 	g.edge = e
-	g.srv = httptest.NewServer(e)
-	t.Cleanup(g.srv.Close)
+	g.srv = startServer(t, e)
 	g.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2000}}
 	t.Cleanup(g.client.CloseIdleConnections)
 	return g
@@ -134,3 +134,25 @@ func fixed(status int, body string, hdr ...string) http.HandlerFunc {
 		io.WriteString(w, body)
 	}
 }
+
+// testServer is an edge served by its own server (the engine, and net/http for what it hands
+// over) on a loopback port.
+type testServer struct {
+	URL string
+	srv *Server
+}
+
+// startServer serves e until the test ends.
+func startServer(t testing.TB, e *Edge) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{URL: "http://" + ln.Addr().String(), srv: NewServer(e, ServerOptions{})}
+	go s.srv.Serve(ln)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *testServer) Close() { s.srv.Close() }

@@ -11,21 +11,25 @@ import (
 // one site's listeners, cleartext and HTTPS, share their objects), path, and the raw query when the
 // policy keys on it. The method is not part of it: GET fills the entry, and HEAD is served from it.
 func primaryKey(r *http.Request, p Policy) string {
-	host := strings.ToLower(r.Host)
+	return primaryKeyOf(r.Host, r.URL.EscapedPath(), r.URL.RawQuery, p)
+}
+
+// primaryKeyOf is primaryKey from the request's Host, escaped path and raw query.
+func primaryKeyOf(host, path, query string, p Policy) string {
+	host = strings.ToLower(host)
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	path := r.URL.EscapedPath()
 	if path == "" {
 		path = "/"
 	}
 	var b strings.Builder
-	b.Grow(len(host) + len(path) + len(r.URL.RawQuery) + 2)
+	b.Grow(len(host) + len(path) + len(query) + 2)
 	b.WriteString(host)
 	b.WriteString(path)
-	if p.QueryString && r.URL.RawQuery != "" {
+	if p.QueryString && query != "" {
 		b.WriteByte('?')
-		b.WriteString(r.URL.RawQuery)
+		b.WriteString(query)
 	}
 	return b.String()
 }

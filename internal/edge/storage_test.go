@@ -204,7 +204,7 @@ func TestSecondaryOrigin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.srv.Config.Handler = e
+	g.srv = startServer(t, e)
 	g.expect(g.do("GET", "/a"), 200, "secondary", "Miss", 1)
 	primary.origin.Close()
 	g.expect(g.do("GET", "/b"), 200, "secondary", "Miss", 2)

@@ -49,6 +49,24 @@ func newStore(maxBytes int64) *store {
 // lookup returns the variant of the entry at pk that the request selects, if any: the identity
 // with coding "", or the variant compressed in coding.
 func (s *store) lookup(pk string, r *http.Request, p Policy, coding string) *object {
+	e := s.entry(pk)
+	if e == nil {
+		return nil
+	}
+	return e.variants[codedKey(secondaryKey(r, e.vary, p), coding)]
+}
+
+// lookupPlain returns the identity variant stored at pk when the entry varies on nothing, so that
+// it is the one every request selects under a policy that keys on no header or cookie.
+func (s *store) lookupPlain(pk string) *object {
+	if e := s.entry(pk); e != nil && len(e.vary) == 0 {
+		return e.variants[""]
+	}
+	return nil
+}
+
+// entry returns what is stored at pk, from memory or else from the disk tier.
+func (s *store) entry(pk string) *entry {
 	e, ok := s.c.GetIfPresent(pk)
 	if !ok {
 		if s.disk == nil {
@@ -59,7 +77,7 @@ func (s *store) lookup(pk string, r *http.Request, p Policy, coding string) *obj
 		}
 		e, _ = s.c.SetIfAbsent(pk, e) // back in memory, unless another request got there first
 	}
-	return e.variants[codedKey(secondaryKey(r, e.vary, p), coding)]
+	return e
 }
 
 // codedKey is the variant key of a representation compressed in coding, next to its identity's.

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"herd.dev/herd/internal/edge"
 )
 
 // The limits an edge listener holds its clients to: the load balancer's listeners' defaults, so that
@@ -19,14 +21,15 @@ const (
 // of it takes less.
 var readHeaderTimeout = 10 * time.Second
 
-// newServer is an edge listener's server. net/http's own parser refuses most hostile requests (400
-// for a malformed request line, header line, method or Host, differing Content-Lengths, control
+// serverOptions are an edge listener's server's: the engine reads request heads with the load
+// balancer's rules (package h1), net/http's reader refuses most hostile requests handed over to it
+// (400 for a malformed request line, header line, method or Host, differing Content-Lengths, control
 // characters; 431 past maxHeaderBytes; 501 for a Transfer-Encoding other than chunked; 417 for an
-// unknown Expect) and ReadHeaderTimeout cuts off clients that trickle their headers; guard adds the
-// rest of the load balancer's rules.
-func newServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{Handler: guard{h}, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
-		MaxHeaderBytes: maxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+// unknown Expect), the read-header timeout cuts off clients that trickle their headers, and guard adds
+// the rest of the load balancer's rules for what goes through the handler.
+func serverOptions(h http.Handler, log *slog.Logger) edge.ServerOptions {
+	return edge.ServerOptions{Handler: guard{h}, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout,
+		MaxHeaderBytes: maxHeaderBytes, MaxHeaders: maxHeaders, Logger: log}
 }
 
 // guard refuses what net/http's server lets through and the load balancer does not.

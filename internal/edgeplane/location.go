@@ -55,7 +55,7 @@ type Location struct {
 // served is one listener's server.
 type served struct {
 	name string
-	srv  *http.Server
+	srv  *edge.Server
 	addr string
 }
 
@@ -199,21 +199,19 @@ func (l *Location) listen(d *v1alpha1.Distribution) error {
 
 // open starts serving one listener.
 func (l *Location) open(el v1alpha1.EdgeListener) (*served, error) {
-	srv := newServer(l.edge, l.log)
+	opts := serverOptions(l.edge, l.log)
 	if el.TLS != nil {
 		cfg, err := l.tlsConfig(el)
 		if err != nil {
 			return nil, err
 		}
-		srv.TLSConfig = cfg
+		opts.TLS = cfg
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(el.Address, strconv.Itoa(int(el.Port))))
 	if err != nil {
 		return nil, err
 	}
-	if srv.TLSConfig != nil {
-		ln = tls.NewListener(ln, srv.TLSConfig)
-	}
+	srv := edge.NewServer(l.edge, opts)
 	s := &served{name: el.Name, srv: srv, addr: ln.Addr().String()}
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -1,0 +1,209 @@
+package edge
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// This file answers a fresh hit on the engine's connections: the stored object's status line and
+// fields, made once per object, then its Age (and Date when the origin sent none), then the body,
+// in one write.
+
+// hitHead is what every plain hit on an object writes before its Age: the status line and the
+// stored fields with X-Cache, Content-Length and Accept-Ranges, as serveObject sets them through
+// net/http, which also names a missing Content-Type by sniffing the body. hasDate: the origin sent
+// a Date, so that none is added.
+type hitHead struct {
+	b       []byte
+	hasDate bool
+	sniffed bool // Content-Type was sniffed: a HEAD, which net/http does not sniff, goes the slow way
+}
+
+// hitHead returns the object's head for hits, made on first use.
+func (o *object) hitHead() *hitHead {
+	if hh := o.h1head.Load(); hh != nil {
+		return hh
+	}
+	h := make(http.Header, len(o.header)+4)
+	for k, vs := range o.header {
+		h[k] = vs
+	}
+	delete(h, "Age")
+	h["X-Cache"] = []string{"Hit"}
+	h["Content-Length"] = []string{strconv.Itoa(len(o.body))}
+	if o.status == http.StatusOK {
+		h["Accept-Ranges"] = acceptRanges
+	}
+	hh := &hitHead{}
+	_, hh.hasDate = h["Date"]
+	if _, ok := h["Content-Type"]; !ok && len(o.body) > 0 && h.Get("Transfer-Encoding") == "" {
+		h["Content-Type"] = []string{http.DetectContentType(o.body[:min(len(o.body), 512)])}
+		hh.sniffed = true
+	}
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 ")
+	b.WriteString(strconv.Itoa(o.status))
+	b.WriteByte(' ')
+	b.WriteString(http.StatusText(o.status))
+	b.WriteString("\r\n")
+	h.Write(&b)
+	hh.b = b.Bytes()
+	o.h1head.Store(hh)
+	return hh
+}
+
+// serveHit answers the request in h.req, a GET or HEAD whose head has nothing that changes how a
+// stored response is served, from a fresh stored object, as ServeHTTP would. It reports false, having
+// written nothing, when the request is not such a hit.
+func (e *Edge) serveHit(h *h1conn) bool {
+	r := &h.req
+	path, query, ok := plainTarget(r.target)
+	if !ok {
+		return false
+	}
+	b := e.cfg.Load().behavior(path)
+	if b == nil || !b.allows(string(r.method)) || len(b.Policy.Headers) > 0 || len(b.Policy.Cookies) > 0 ||
+		(b.Policy.Compress && r.acceptEncoding) {
+		return false
+	}
+	pk := primaryKeyOf(string(r.host), path, query, b.Policy)
+	o := e.store.lookupPlain(pk)
+	if o == nil || o.status < 200 || o.status == http.StatusNoContent || o.status == http.StatusNotModified ||
+		http.StatusText(o.status) == "" {
+		return false
+	}
+	now := e.now()
+	age := o.age(now)
+	if !o.freshFor(nil, age) {
+		return false
+	}
+	head := string(r.method) == http.MethodHead
+	hh := o.hitHead()
+	if head && hh.sniffed {
+		return false
+	}
+	e.metrics.requests.Inc()
+	e.metrics.hits.Inc()
+	out := &h.out
+	out.write(hh.b)
+	out.writeString("Age: ")
+	out.writeInt(int64(age / time.Second))
+	out.writeString("\r\n")
+	if !hh.hasDate {
+		out.writeString("Date: ")
+		out.write(httpNow())
+		out.writeString("\r\n")
+	}
+	if !r.keep() {
+		out.writeString("Connection: close\r\n")
+	} else if r.Minor == 0 {
+		out.writeString("Connection: keep-alive\r\n")
+	}
+	out.writeString("\r\n")
+	if !head {
+		out.body(o.body)
+		e.metrics.bytesServed.Add(float64(len(o.body)))
+	}
+	return true
+}
+
+// plainTarget splits an origin-form target into its path and query when the path is one that
+// net/url reads as it is: no percent-encoding and nothing it would escape, so that the behavior's
+// match and the cache key are those ServeHTTP makes from r.URL.
+func plainTarget(target []byte) (path, query string, ok bool) {
+	t := string(target)
+	path, query, _ = strings.Cut(t, "?")
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; int(c) >= len(pathChars) || !pathChars[c] {
+			return "", "", false
+		}
+	}
+	return path, query, true
+}
+
+// pathChars are the bytes net/url keeps as they are in a path: unreserved and sub-delims, ':', '@'
+// and '/'.
+var pathChars = func() (t [128]bool) {
+	for _, c := range "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/" {
+		t[c] = true
+	}
+	return t
+}()
+
+// dateCache is the Date of answers, formatted once a second.
+var dateCache atomic.Pointer[dateStamp]
+
+type dateStamp struct {
+	sec int64
+	b   []byte
+}
+
+func httpNow() []byte {
+	now := time.Now()
+	if d := dateCache.Load(); d != nil && d.sec == now.Unix() {
+		return d.b
+	}
+	d := &dateStamp{sec: now.Unix(), b: now.UTC().AppendFormat(nil, http.TimeFormat)}
+	dateCache.Store(d)
+	return d.b
+}
+
+// outbuf gathers a connection's answers until they are written: small bytes in one buffer, large
+// stored bodies by reference, written with one writev on a TCP connection.
+type outbuf struct {
+	conn   net.Conn
+	vec    bool // the connection takes net.Buffers in one writev
+	buf    []byte
+	mark   int // buf[:mark] is already in segs
+	segs   net.Buffers
+	queued int
+}
+
+func (o *outbuf) init(c net.Conn, vec bool) { o.conn, o.vec = c, vec }
+
+func (o *outbuf) write(b []byte)       { o.buf = append(o.buf, b...) }
+func (o *outbuf) writeString(s string) { o.buf = append(o.buf, s...) }
+func (o *outbuf) writeInt(n int64)     { o.buf = strconv.AppendInt(o.buf, n, 10) }
+func (o *outbuf) pending() int         { return len(o.buf) - o.mark + o.queued }
+
+// body queues a body: copied when small or when the connection cannot take a vector, else by
+// reference (stored bodies never change).
+func (o *outbuf) body(b []byte) {
+	if !o.vec || len(b) < 2048 {
+		o.buf = append(o.buf, b...)
+		return
+	}
+	o.segs = append(o.segs, o.buf[o.mark:], b)
+	o.mark = len(o.buf)
+	o.queued += len(b)
+}
+
+// flush writes what is queued.
+func (o *outbuf) flush() error {
+	var err error
+	if len(o.segs) == 0 {
+		if len(o.buf) > 0 {
+			_, err = o.conn.Write(o.buf)
+		}
+	} else {
+		if len(o.buf) > o.mark {
+			o.segs = append(o.segs, o.buf[o.mark:])
+		}
+		v := o.segs
+		_, err = v.WriteTo(o.conn)
+		clear(o.segs)
+		o.segs = o.segs[:0]
+	}
+	o.buf, o.mark, o.queued = o.buf[:0], 0, 0
+	if cap(o.buf) > 64<<10 {
+		o.buf = nil // a large streamed answer's buffer is not kept for the connection's life
+	}
+	return err
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
