@@ -107,6 +107,10 @@ type Listener struct {
 	// serves: a request from an instance of another fleet gets 403 (HTTP), or its connection is
 	// closed (TCP); a client that is no instance is served (callers.go). Default: every fleet.
 	AllowFrom []string `json:"allowFrom,omitempty"`
+	// Routes, when set, make the listener a host router (hosts.go): it has no groups of its
+	// own, and serves each request with the listener of the same config that its Host names;
+	// a Host no route names gets 404. Fleet is not required of it. Default: none.
+	Routes []HostRoute `json:"routes,omitempty"`
 	// Groups are the target groups, one per fleet revision. An empty list serves 503 to every request.
 	Groups []TargetGroup `json:"groups,omitempty"`
 }
@@ -370,6 +374,7 @@ func (l Listener) withDefaults() Listener {
 		l.Hold = &h
 	}
 	l.AllowFrom = slices.Clone(l.AllowFrom)
+	l.Routes = slices.Clone(l.Routes)
 	groups := make([]TargetGroup, len(l.Groups))
 	for i, g := range l.Groups {
 		g.Targets = append([]Target(nil), g.Targets...)
@@ -410,6 +415,7 @@ func (c Config) Validate() error {
 			addrs[l.Address] = i
 		}
 	}
+	errs = append(errs, c.validateRoutes()...)
 	return errors.Join(errs...)
 }
 
@@ -421,7 +427,7 @@ func (l Listener) validate(p string) []error {
 	if l.Name == "" {
 		bad("name", "required")
 	}
-	if l.Fleet == "" {
+	if l.Fleet == "" && len(l.Routes) == 0 {
 		bad("fleet", "required")
 	}
 	if err := checkHostPort(l.Address, true); err != nil {
@@ -442,6 +448,7 @@ func (l Listener) validate(p string) []error {
 		bad("protocol", "%q is not one of http, tcp", l.Protocol)
 	}
 	l.Tenancy.validate(bad, l.Protocol)
+	l.validateRoutes(bad)
 	if l.TLS != nil && (l.TLS.CertFile == "" || l.TLS.KeyFile == "") {
 		bad("tls", "certFile and keyFile are both required")
 	}

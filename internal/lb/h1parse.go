@@ -150,22 +150,27 @@ func (r *reqHead) parseHeader(s span, rt *routes) error {
 		r.expectContinue, h.drop = true, true
 	case h1.EqFold(name, "x-forwarded-for"):
 		r.xff = append(r.xff, valSpan)
-	case h1.EqFold(name, "cookie"):
-		if rt.cookie != "" {
-			r.cookies = append(r.cookies, valSpan)
-		}
 	}
-	if tr := rt.tenants; tr != nil && tr.key == TenantByHeader && !r.hasTenant && h1.EqFold(name, tr.header) {
-		r.tenantValue, r.hasTenant = valSpan, true
-	}
-	if rt.hashHeader != "" && !r.hasHash && h1.EqFold(name, rt.hashHeader) {
-		r.hashValue, r.hasHash = valSpan, true
-	}
+	r.noteRouting(name, valSpan, rt)
 	// The proxy writes the hop-by-hop fields its target connection needs itself (buildOut), and the
 	// X-Forwarded ones.
 	h.drop = h.drop || isHopHeader(name) || inFold(name, forwardedHeaders)
 	r.hdrs = append(r.hdrs, h)
 	return nil
+}
+
+// noteRouting notes a header field that rt picks targets by: the sticky cookie, the tenant's
+// header, the hashed header.
+func (r *reqHead) noteRouting(name []byte, value span, rt *routes) {
+	if rt.cookie != "" && h1.EqFold(name, "cookie") {
+		r.cookies = append(r.cookies, value)
+	}
+	if tr := rt.tenants; tr != nil && tr.key == TenantByHeader && !r.hasTenant && h1.EqFold(name, tr.header) {
+		r.tenantValue, r.hasTenant = value, true
+	}
+	if rt.hashHeader != "" && !r.hasHash && h1.EqFold(name, rt.hashHeader) {
+		r.hashValue, r.hasHash = value, true
+	}
 }
 
 // check validates the head as a whole.

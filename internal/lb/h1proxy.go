@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/netip"
 	"time"
+
+	"herd.dev/herd/internal/h1"
 )
 
 // This file is the fast engine's part of the proxy core's exchange (core.go): it sends the request an
@@ -18,9 +20,26 @@ import (
 // whether the client connection may carry another request.
 func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 	r := &h.req
-	h.buildOut(st.tlsOn)
-	h.key = h.pickKey(st.routes)
 	h.start, h.keep, h.bodyDone = start, false, false
+	// X-Forwarded-Proto is what the client spoke, to the listener it connected to.
+	h.buildOut(st.tlsOn)
+	l := h.l
+	if st.hosts != nil {
+		host := r.host.in(r.raw)
+		if r.hasAbsHost {
+			host = r.absHost.in(r.raw)
+		}
+		if l, st = st.routed(host); l == nil {
+			h.l.unknownHost(h, host, start)
+			return h.keep
+		}
+		// The router read the head without knowing what the routed listener picks by.
+		for _, hl := range r.hdrs {
+			_, vs, ve, _ := h1.CheckField(hl.line.in(r.raw))
+			r.noteRouting(hl.name.in(r.raw), span{hl.line.start + vs, hl.line.start + ve}, st.routes)
+		}
+	}
+	h.key = h.pickKey(st.routes)
 	if r.expectContinue && r.HasBody() && r.minor == 1 {
 		// The body is streamed to whichever target is chosen: ask for it now.
 		h.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
@@ -28,7 +47,7 @@ func (h *h1conn) proxy(st *listenerState, start time.Time) bool {
 			return false
 		}
 	}
-	h.l.forward(context.Background(), st, h, &h.key, idempotentBytes(r.method.in(r.raw)), start)
+	l.forward(context.Background(), st, h, &h.key, idempotentBytes(r.method.in(r.raw)), start)
 	return h.keep
 }
 

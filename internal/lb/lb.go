@@ -156,6 +156,7 @@ func (lb *LB) Apply(cfg Config) error {
 	// From here on nothing fails.
 	kept := map[targetKey]bool{}
 	listeners := map[string]*listener{}
+	states := map[string]*listenerState{}
 	var started, retired []*listener
 	for i, lc := range cfg.Listeners {
 		stats := lb.lstats[lc.Name]
@@ -181,8 +182,13 @@ func (lb *LB) Apply(cfg Config) error {
 			l.cert.Store(certs[i])
 			l.certSeen.Store(&stamps[i])
 		}
-		l.state.Store(lb.buildState(lc, kept, cfg.Callers))
+		states[lc.Name] = lb.buildState(lc, kept, cfg.Callers)
 		listeners[lc.Name] = l
+	}
+	// A host router's state points at the listeners just built (hosts.go).
+	bindRoutes(cfg, listeners, states)
+	for name, l := range listeners {
+		l.state.Store(states[name])
 	}
 	for name, l := range lb.listeners {
 		if listeners[name] == nil {

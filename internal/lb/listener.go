@@ -212,6 +212,9 @@ type listenerState struct {
 	// refused are the instances the listener refuses (Listener.AllowFrom), with their fleet; nil
 	// when it takes every fleet's.
 	refused map[netip.Addr]string
+	// hosts are a host router's listeners by the Host they serve (Listener.Routes); nil on
+	// every other listener.
+	hosts map[string]*listener
 }
 
 func (l *listener) maxConns() int {

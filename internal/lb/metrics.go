@@ -280,6 +280,9 @@ func (lb *LB) Metrics() Snapshot {
 	}
 	// Requests that no target could take belong to the fleet but to no group.
 	for _, l := range listeners {
+		if len(l.state.Load().cfg.Routes) > 0 {
+			continue // a host router's refusals belong to no fleet; Prometheus has them
+		}
 		f := fleetOf(l.state.Load().cfg.Fleet)
 		f.Stats = f.Stats.Add(l.stats.snapshot())
 	}

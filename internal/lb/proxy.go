@@ -57,6 +57,14 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.reject(w, r, http.StatusMethodNotAllowed, "CONNECT is not proxied")
 		return
 	}
+	tlsOn := st.tlsOn
+	if st.hosts != nil {
+		router := l
+		if l, st = st.routed([]byte(r.Host)); l == nil {
+			router.unknownHost(&netExchange{l: router, w: w, r: r, start: start}, []byte(r.Host), start)
+			return
+		}
+	}
 	x := &netExchange{l: l, w: w, r: r, start: start}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		var rc io.ReadCloser = r.Body
@@ -72,7 +80,7 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = http.NewResponseController(w).EnableFullDuplex()
 		}
 	}
-	x.upgrade = prepareRequest(r, st.tlsOn)
+	x.upgrade = prepareRequest(r, tlsOn)
 	x.key = st.routes.keyOf(r)
 	l.forward(r.Context(), st, x, &x.key, idempotent(r.Method), start)
 }
