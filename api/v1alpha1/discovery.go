@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,6 +27,27 @@ type Discovery struct {
 	// resolve for the instances of other fleets, and the regional load balancers refuse their
 	// connections (HTTP 403 with a body that says why). Default: every fleet.
 	AllowFrom []string `json:"allowFrom,omitempty"`
+	// Port is the port of the listener (spec.listeners[].port) that the name alone reaches: a
+	// call on the standard HTTP port, http://NAME.<zone>/, goes to this listener, while
+	// http://NAME.<zone>:PORT/ reaches the listener of that port. It must be an http listener
+	// without tls (the standard port is cleartext, routed by the Host header). Default: the
+	// first http listener without tls; a fleet with none answers on its listeners' ports only.
+	Port int32 `json:"port,omitempty"`
+}
+
+// DiscoveryListener is the listener that a call of the fleet's discovery name on the standard
+// HTTP port reaches (spec.discovery.port); ok is false when there is none. The fleet must have
+// been defaulted.
+func (f *Fleet) DiscoveryListener() (l Listener, ok bool) {
+	if !f.Published() {
+		return Listener{}, false
+	}
+	for _, l := range f.Spec.Listeners {
+		if l.Protocol == ProtocolHTTP && l.TLS == nil && (f.Spec.Discovery.Port == 0 || l.Port == f.Spec.Discovery.Port) {
+			return l, true
+		}
+	}
+	return Listener{}, false
 }
 
 // Published reports whether the fleet is published under spec.discovery.name. The fleet must have
@@ -89,6 +111,7 @@ func validateDiscovery(s *FleetSpec) field.ErrorList {
 	if msgs := validation.IsDNS1123Label(d.Name); len(msgs) > 0 {
 		errs = append(errs, field.Invalid(p.Child("name"), d.Name, fmt.Sprintf("must be one DNS label such as \"api\" (the name is NAME.<zone>): %s", strings.Join(msgs, "; "))))
 	}
+	errs = append(errs, validateDiscoveryPort(s, p.Child("port"))...)
 	seen := map[string]int{}
 	for i, name := range d.AllowFrom {
 		ip := p.Child("allowFrom").Index(i)
@@ -101,4 +124,30 @@ func validateDiscovery(s *FleetSpec) field.ErrorList {
 		seen[name] = i
 	}
 	return errs
+}
+
+// validateDiscoveryPort checks that spec.discovery.port names a listener the name alone can reach.
+func validateDiscoveryPort(s *FleetSpec, p *field.Path) field.ErrorList {
+	port := s.Discovery.Port
+	if port == 0 {
+		return nil
+	}
+	var ports []string
+	for _, l := range s.Listeners {
+		ports = append(ports, strconv.Itoa(int(l.Port)))
+		if l.Port != port {
+			continue
+		}
+		switch {
+		case l.Protocol != ProtocolHTTP:
+			return field.ErrorList{field.Invalid(p, port, fmt.Sprintf("listener %s is %s: the name alone is called over HTTP and routed by its Host header; name an http listener", l.Name, l.Protocol))}
+		case l.TLS != nil:
+			return field.ErrorList{field.Invalid(p, port, fmt.Sprintf("listener %s terminates TLS, and the name alone is called in cleartext on port 80; name a listener without tls, or call https://NAME.<zone>:%d/", l.Name, port))}
+		}
+		return nil
+	}
+	if len(ports) == 0 {
+		return field.ErrorList{field.Invalid(p, port, "the fleet has no listener: add one to spec.listeners, or leave port out")}
+	}
+	return field.ErrorList{field.Invalid(p, port, fmt.Sprintf("no listener has this port: name one of spec.listeners[].port (%s)", strings.Join(ports, ", ")))}
 }

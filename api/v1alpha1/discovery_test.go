@@ -1,6 +1,9 @@
 package v1alpha1
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestDiscoveryDefaults(t *testing.T) {
 	served := &Fleet{Metadata: ObjectMeta{Name: "api"}, Spec: FleetSpec{Listeners: []Listener{{Port: 8081, InstancePort: 30080}}}}
@@ -38,5 +41,52 @@ func TestDiscoveryAllows(t *testing.T) {
 	d := &Discovery{AllowFrom: []string{"web"}}
 	if !d.Allows("web") || d.Allows("batch") || d.Allows("") {
 		t.Errorf("allowFrom [web]: web %v, batch %v, unknown %v", d.Allows("web"), d.Allows("batch"), d.Allows(""))
+	}
+}
+
+// The name alone reaches spec.discovery.port's listener, by default the first http listener
+// without tls; a port that names no such listener is refused, naming the field and the fix.
+func TestDiscoveryListener(t *testing.T) {
+	tls := &ListenerTLS{LocalCA: true}
+	listeners := []Listener{
+		{Port: 5432, InstancePort: 30432, Protocol: ProtocolTCP},
+		{Port: 8443, InstancePort: 30443, TLS: tls},
+		{Port: 8081, InstancePort: 30080},
+		{Port: 8082, InstancePort: 30081},
+	}
+	for _, tc := range []struct {
+		port     int32
+		want     int32
+		refusal  string
+		disabled bool
+	}{
+		{port: 0, want: 8081},
+		{port: 8082, want: 8082},
+		{port: 5432, refusal: "is tcp"},
+		{port: 8443, refusal: "terminates TLS"},
+		{port: 9999, refusal: "name one of spec.listeners[].port (5432, 8443, 8081, 8082)"},
+		{port: 0, disabled: true},
+	} {
+		f := &Fleet{Metadata: ObjectMeta{Name: "api"}, Spec: FleetSpec{Listeners: listeners, Discovery: &Discovery{Port: tc.port}}}
+		if tc.disabled {
+			f.Spec.Discovery.Enabled = new(bool)
+		}
+		SetFleetDefaults(f, "local")
+		errs := validateDiscovery(&f.Spec)
+		if tc.refusal != "" {
+			if len(errs) != 1 || errs[0].Field != "spec.discovery.port" || !strings.Contains(errs[0].Error(), tc.refusal) {
+				t.Errorf("port %d: %v, want spec.discovery.port refused with %q", tc.port, errs, tc.refusal)
+			}
+			continue
+		}
+		l, ok := f.DiscoveryListener()
+		if len(errs) > 0 || ok != (tc.want != 0) || l.Port != tc.want {
+			t.Errorf("port %d (disabled %v): listener %d %v, errors %v; want %d", tc.port, tc.disabled, l.Port, ok, errs, tc.want)
+		}
+	}
+	tcpOnly := &Fleet{Metadata: ObjectMeta{Name: "db"}, Spec: FleetSpec{Listeners: listeners[:1]}}
+	SetFleetDefaults(tcpOnly, "local")
+	if l, ok := tcpOnly.DiscoveryListener(); ok {
+		t.Errorf("a fleet with a tcp listener only: the name alone reaches %+v, want none", l)
 	}
 }
