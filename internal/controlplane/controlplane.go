@@ -61,6 +61,11 @@ type Options struct {
 	// DiscoveryListen is the UDP and TCP address herd's DNS answers the discovery zone on, which
 	// the instances' cluster DNS must reach. Default: none (not served).
 	DiscoveryListen string
+	// DiscoveryHTTPPort is the port the discovery names are called on alone
+	// (http://NAME.<zone>/): every load balancer the names resolve to routes it by the Host
+	// header to the fleet's spec.discovery.port listener (lbsync.Discovery). With
+	// DiscoveryListen only. Default: 0, none (herd up's flag defaults to 80).
+	DiscoveryHTTPPort int
 	// Route53 keeps a Route 53 hosted zone in step with the routes. Default: none.
 	Route53 Route53Options
 	// OrphanGrace is how long an instance no fleet owns is left before the controller deletes it.

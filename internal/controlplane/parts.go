@@ -177,6 +177,10 @@ func (p *parts) buildDataPlane() error {
 	}
 	p.localCA = ca
 	p.targets.UseLocalCA(ca)
+	if err := p.checkDiscoveryHTTP(); err != nil {
+		return err
+	}
+	p.targets.SetDiscovery(p.discoveryHTTP())
 	p.edges = edgeplane.NewSet(edgeplane.SetOptions{Store: p.st, LBAddress: p.opts.LBAddress, LocalCA: ca, DataDir: p.opts.DataDir, Logger: p.log})
 	// The monitor gives the controller the load balancer's view: health and error rates for
 	// self-healing, load for autoscaling.
@@ -194,7 +198,8 @@ func (p *parts) buildGlobal() error {
 	// probe what the regional configurer last saw (nothing on a replica that never led).
 	// The front door (where a provider runs one) serves the fleets served regionally, from the
 	// regional load balancers the regional configurer reached; it follows each pass of it.
-	p.regional = regionlb.New(regionlb.Options{Networks: p.networks, Logger: p.log, LocalCA: p.localCA, Applied: p.regionalApplied})
+	p.regional = regionlb.New(regionlb.Options{Networks: p.networks, Logger: p.log, LocalCA: p.localCA, Applied: p.regionalApplied,
+		Discovery: p.discoveryHTTP()})
 	p.door = front.NewSync(front.SyncOptions{Networks: p.networks, Regions: p.regional.Balancers, Logger: p.log})
 	// The round trip from each client network to each region, as the regions' load balancers
 	// measure it: what a latency-based answer ranks regions by.

@@ -53,6 +53,12 @@ type Sync struct {
 	// request's fleet by (lb.Config.Callers).
 	callers map[string]map[netip.Addr]string
 
+	// discovery configures the host router of the discovery names (discovery.go); routes are
+	// each published fleet's route, and routersErr why the router was last left out.
+	discovery  Discovery
+	routes     map[string]lb.HostRoute
+	routersErr string
+
 	regionsMu sync.Mutex
 	regionOf  map[string]string   // instance -> region
 	instances map[string][]string // fleet -> its instances in regionOf
@@ -64,7 +70,7 @@ func New(b Balancer, bindHost string, log *slog.Logger) *Sync {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Sync{lb: b, bindHost: bindHost, log: log.With("component", "lbsync"), fleets: map[string][]lb.Listener{}, refused: map[string]error{},
-		callers: map[string]map[netip.Addr]string{}}
+		callers: map[string]map[netip.Addr]string{}, routes: map[string]lb.HostRoute{}}
 }
 
 // routable reports whether an instance should be a target: it has an address and is not on its way
@@ -216,7 +222,8 @@ func (s *Sync) SetFleetTargets(f *v1alpha1.Fleet, instances []*v1alpha1.Instance
 	if callersChanged {
 		s.callers[f.Metadata.Name] = addrs
 	}
-	if reflect.DeepEqual(s.fleets[f.Metadata.Name], ls) && !(callersChanged && s.limitsCallersLocked()) {
+	routeChanged := s.setRouteLocked(f, ls)
+	if !routeChanged && reflect.DeepEqual(s.fleets[f.Metadata.Name], ls) && !(callersChanged && s.limitsCallersLocked()) {
 		return
 	}
 	prev, had := s.fleets[f.Metadata.Name]
@@ -252,6 +259,7 @@ func (s *Sync) RemoveFleet(name string) {
 	defer s.mu.Unlock()
 	delete(s.refused, name)
 	delete(s.callers, name)
+	delete(s.routes, name)
 	if _, ok := s.fleets[name]; !ok {
 		return
 	}
@@ -330,7 +338,7 @@ func (s *Sync) applyLocked() error {
 		}
 	}
 	start := time.Now()
-	if err := s.lb.Apply(cfg); err != nil {
+	if err := s.applyWithRouters(cfg); err != nil {
 		return fmt.Errorf("apply load balancer config: %w", err)
 	}
 	s.log.Debug("load balancer config applied", "listeners", len(cfg.Listeners), "took", time.Since(start).String())

@@ -62,7 +62,11 @@ type Options struct {
 	Applied func()
 	// LocalCA issues the certificates of listeners with tls.localCA.
 	LocalCA *localca.CA
-	Logger  *slog.Logger
+	// Discovery, with a port, gives each regional load balancer a host router for the
+	// discovery names of the fleets it serves, on the address the region's instances reach it
+	// on (lbsync.Discovery). Default: none.
+	Discovery lbsync.Discovery
+	Logger    *slog.Logger
 }
 
 // Regional keeps the load balancer of every region in step with the store: for each region
@@ -83,6 +87,9 @@ type Regional struct {
 	lbs map[string]*regionLB // by region
 	// served holds the regions of each fleet whose load balancers it configures.
 	served map[string][]string
+	// routersErr says, by region, why its load balancer has no host router for the discovery
+	// names ("" when it has one, or needs none).
+	routersErr map[string]string
 }
 
 // regionLB is what Regional knows of one region's load balancer.
@@ -160,6 +167,7 @@ type regionWant struct {
 	prov    regionnet.Networks
 	options map[string]string
 	cfg     lb.Config
+	routes  []lb.HostRoute // the discovery names of its fleets
 }
 
 // apply derives every region's configuration from f and gives it to the region's load balancer
@@ -188,7 +196,11 @@ func (r *Regional) apply(ctx context.Context, v *fleetwatch.View) {
 				w = &regionWant{prov: prov, options: reg.Options}
 				want[reg.Name] = w
 			}
-			w.cfg.Listeners = append(w.cfg.Listeners, r.listeners.Listeners(fl, here, regionWeights(fl, reg.Name, weights))...)
+			ls := r.listeners.Listeners(fl, here, regionWeights(fl, reg.Name, weights))
+			w.cfg.Listeners = append(w.cfg.Listeners, ls...)
+			if r.opts.Discovery.Port != 0 {
+				w.routes = append(w.routes, lbsync.DiscoveryRoutes(r.opts.Discovery.Zone, []*v1alpha1.Fleet{fl}, [][]lb.Listener{ls})...)
+			}
 			served[name] = append(served[name], reg.Name)
 		}
 	}
@@ -201,6 +213,7 @@ func (r *Regional) apply(ctx context.Context, v *fleetwatch.View) {
 		// Instances of every region call through this one when theirs has no Ready instance of
 		// the fleet they call.
 		w.cfg.Callers = lbsync.Callers(w.cfg.Listeners, v.Instances)
+		r.addRouter(region, w)
 	}
 	sort.Strings(regions)
 	for _, region := range regions {
