@@ -95,11 +95,12 @@ func (s *discoveryScenario) instanceOf(fleet, region string) string {
 var errNoAnswer = errors.New("no answer")
 
 // getFrom makes one GET of url from inside the hello pod of instance inst (`/hello -get`, run by
-// kubectl exec through herd up's proxy), so that the call uses the pod's own DNS and network. It
-// returns the answer's status line and body; an error wrapping errNoAnswer when the pod's call
-// got no answer (the error it printed); another error when the exec itself failed.
-func (s *discoveryScenario) getFrom(inst, url string) (status, body string, err error) {
-	cmd := exec.Command(s.bin, "kubectl", inst, "--", "exec", "-n", "default", "deploy/hello", "-c", "hello", "--", "/hello", "-get", url)
+// kubectl exec through herd up's proxy), so that the call uses the pod's own DNS and network,
+// with host as its Host header unless it is "". It returns the answer's status line and body; an
+// error wrapping errNoAnswer when the pod's call got no answer (the error it printed); another
+// error when the exec itself failed.
+func (s *discoveryScenario) getFrom(inst, url, host string) (status, body string, err error) {
+	cmd := exec.Command(s.bin, "kubectl", inst, "--", "exec", "-n", "default", "deploy/hello", "-c", "hello", "--", "/hello", "-get", url, "-host", host)
 	cmd.Env = append(os.Environ(), "HERD_CONFIG="+filepath.Join(s.dir, "config"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -116,12 +117,12 @@ func (s *discoveryScenario) getFrom(inst, url string) (status, body string, err 
 	return status, body, nil
 }
 
-// answer waits until inst's pod gets an answer from url, retrying only a failed exec, and
-// returns it.
-func (s *discoveryScenario) answer(inst, url string) (status, body string, err error) {
+// answer waits until inst's pod gets an answer from url (with Host host, unless ""), retrying
+// only a failed exec, and returns it.
+func (s *discoveryScenario) answer(inst, url, host string) (status, body string, err error) {
 	s.t.Helper()
 	s.waitFor(time.Minute, time.Second, func() string {
-		status, body, err = s.getFrom(inst, url)
+		status, body, err = s.getFrom(inst, url, host)
 		if err != nil && !errors.Is(err, errNoAnswer) {
 			return err.Error()
 		}
@@ -157,67 +158,79 @@ func (s *discoveryScenario) apiAnswer(status, body string) (instance, region str
 	return s.answeredBy(apiFleet, status, body)
 }
 
-// TestIntegrationDiscovery calls fleet api by its discovery name from inside the pod of fleet
-// web's instance, on real instances in two regions: api answers from web's own region; with api's
-// instance there killed, from the other region; and fleet batch, which api's allowFrom leaves
-// out, gets no such host for the name and 403 from api's load balancer at its address, while it
-// calls web, which allows every fleet, by its name.
+// TestIntegrationDiscovery calls fleet api by its discovery name alone (http://api.herd.internal/,
+// port 80) from inside the pod of fleet web's instance, on real instances in two regions: api
+// answers from web's own region, by the name with its listener's port too; with api's instance
+// there killed, from the other region; and fleet batch, which api's allowFrom leaves out, gets no
+// such host for the name and 403 from api's load balancer at its address (on port 80 with api's
+// name as Host, and on api's port), while it calls web, which allows every fleet, by its name
+// alone through herd up's own load balancer.
 func TestIntegrationDiscovery(t *testing.T) {
 	s := startDiscoveryScenario(t)
 	web := s.instanceOf(webFleet, nearRegion)
 	batch := s.instanceOf(batchFleet, nearRegion)
-	url := fmt.Sprintf("http://%s.%s:%d/", apiFleet, discoveryZone, s.ports[apiFleet])
+	apiName := apiFleet + "." + discoveryZone
+	url := "http://" + apiName + "/"
 	var failover time.Duration
 	defer func() { t.Logf("discovery: other_region_answer_after_kill_s=%.2f", failover.Seconds()) }()
 	run := func(name string, step func(t *testing.T)) { s.subtest(t, name, step) }
 
 	run("same-region", func(t *testing.T) {
-		for i := range 3 {
-			status, body, err := s.answer(web, url)
+		withPort := fmt.Sprintf("http://%s:%d/", apiName, s.ports[apiFleet])
+		for i, u := range []string{url, url, url, withPort} {
+			status, body, err := s.answer(web, u, "")
 			if err != nil {
-				t.Fatalf("GET %s from web's pod: %v", url, err)
+				t.Fatalf("GET %s from web's pod: %v", u, err)
 			}
 			in, region, err := s.apiAnswer(status, body)
 			if err != nil {
-				t.Fatalf("GET %s from web's pod: %v", url, err)
+				t.Fatalf("GET %s from web's pod: %v", u, err)
 			}
 			if region != nearRegion {
-				t.Fatalf("GET %s from web's pod in region %s answered by %s of region %s, want api's instance in %s", url, nearRegion, in, region, nearRegion)
+				t.Fatalf("GET %s from web's pod in region %s answered by %s of region %s, want api's instance in %s", u, nearRegion, in, region, nearRegion)
 			}
-			if i == 0 {
-				t.Logf("GET %s from web's pod in region %s: answered by api's instance %s of region %s", url, nearRegion, in, region)
+			if i == 0 || u == withPort {
+				t.Logf("GET %s from web's pod in region %s: answered by api's instance %s of region %s", u, nearRegion, in, region)
 			}
 		}
 	})
 
 	run("allow-from", func(t *testing.T) {
 		// batch's pod resolves and calls a fleet that takes calls from every fleet: web, which
-		// herd up's own load balancer serves (one region, no options).
-		webURL := fmt.Sprintf("http://%s.%s:%d/", webFleet, discoveryZone, s.ports[webFleet])
-		status, body, err := s.answer(batch, webURL)
+		// herd up's own load balancer serves (one region, no options), on its bridge address.
+		webURL := "http://" + webFleet + "." + discoveryZone + "/"
+		status, body, err := s.answer(batch, webURL, "")
 		if in, _, aerr := s.answeredBy(webFleet, status, body); err != nil || aerr != nil || in != web {
 			t.Errorf("GET %s from batch's pod: %q %q %v %v, want web's answer from %s", webURL, status, body, err, aerr, web)
 		}
-		_, _, err = s.answer(batch, url)
+		_, _, err = s.answer(batch, url, "")
 		if !errors.Is(err, errNoAnswer) || !strings.Contains(err.Error(), "no such host") {
 			t.Errorf("GET %s from batch's pod: %v, want no such host (api allows calls from web only)", url, err)
 		} else {
 			t.Logf("GET %s from batch's pod: %v", url, err)
 		}
 		// The name is not a wall: batch calling api's load balancer at its address is refused
-		// there.
+		// there, on port 80 with api's name as Host and on api's own port; a Host that names
+		// no fleet gets 404.
 		addr := s.discoveryAddress(apiFleet, nearRegion)
+		port80 := "http://" + addr + "/"
 		direct := "http://" + net.JoinHostPort(addr, strconv.Itoa(s.ports[apiFleet])) + "/"
-		status, body, err = s.answer(batch, direct)
-		if err != nil || status != "403 Forbidden" || !strings.Contains(body, "fleet batch") || !strings.Contains(body, "allowFrom") {
-			t.Errorf("GET %s (api's load balancer in %s) from batch's pod: %q %q %v, want 403 naming fleet batch and allowFrom", direct, nearRegion, status, body, err)
-		} else {
-			t.Logf("GET %s from batch's pod: %s %s", direct, status, strings.TrimSpace(body))
+		for _, call := range []struct{ url, host string }{{port80, apiName}, {direct, ""}} {
+			status, body, err = s.answer(batch, call.url, call.host)
+			if err != nil || status != "403 Forbidden" || !strings.Contains(body, "fleet batch") || !strings.Contains(body, "allowFrom") {
+				t.Errorf("GET %s (Host %q, api's load balancer in %s) from batch's pod: %q %q %v, want 403 naming fleet batch and allowFrom", call.url, call.host, nearRegion, status, body, err)
+			} else {
+				t.Logf("GET %s (Host %q) from batch's pod: %s %s", call.url, call.host, status, strings.TrimSpace(body))
+			}
 		}
-		// And web, at the same address, is served.
-		status, body, err = s.answer(web, direct)
+		status, body, err = s.answer(batch, port80, "")
+		if err != nil || status != "404 Not Found" || !strings.Contains(body, addr) {
+			t.Errorf("GET %s (no fleet's name as Host) from batch's pod: %q %q %v, want 404 naming the host", port80, status, body, err)
+		}
+		// And web, at the same address and port 80 with api's name, is served.
+		status, body, err = s.answer(web, port80, apiName)
 		if _, region, aerr := s.apiAnswer(status, body); err != nil || aerr != nil || region != nearRegion {
-			t.Errorf("GET %s from web's pod: %q %q %v %v, want api's answer from region %s", direct, status, body, err, aerr, nearRegion)
+			t.Errorf("GET %s (Host %s) from web's pod: %q %q %v %v, want api's answer from region %s", port80, apiName, status, body, err, aerr, nearRegion)
 		}
 	})
 
@@ -233,7 +246,7 @@ func TestIntegrationDiscovery(t *testing.T) {
 		s.waitFor(3*time.Minute, time.Second, func() string {
 			// A call whose name is still cached for eu is held by eu's load balancer, which has
 			// no instance left, until the pod's client gives up; the next call resolves again.
-			status, body, err := s.getFrom(web, url)
+			status, body, err := s.getFrom(web, url, "")
 			if err != nil {
 				last = err.Error()
 				return "GET from web's pod after the kill: " + last

@@ -21,7 +21,8 @@
 // can run in the container to show that exec works. With -get URL it makes one GET from inside the
 // container, prints the answer's status line and body, and exits (1, saying why, when no answer
 // came): how a test calls a URL of its choice from a pod, through the pod's own DNS and network
-// (`kubectl exec POD -- /hello -get http://api.herd.internal:8081/`), in an image without curl.
+// (`kubectl exec POD -- /hello -get http://api.herd.internal/`), in an image without curl; -host
+// sends another Host header than the URL's, to call a load balancer's address as a name.
 package main
 
 import (
@@ -143,10 +144,18 @@ func handler(c config, fail func() bool) http.Handler {
 }
 
 // get GETs url and writes the answer's status line and body (at most 1 MiB) to out. Any answer is
-// written, a 403 or a 500 too; only a call that got no answer is an error.
-func get(url string, out io.Writer) error {
+// written, a 403 or a 500 too; only a call that got no answer is an error. A host other than ""
+// is sent as the Host header.
+func get(url, host string, out io.Writer) error {
 	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -159,9 +168,10 @@ func get(url string, out io.Writer) error {
 func main() {
 	version := flag.Bool("version", false, `print "hello REVISION" and exit`)
 	getURL := flag.String("get", "", "GET this URL, print the answer's status line and body, and exit")
+	getHost := flag.String("host", "", "with -get: the Host header to send (default: the URL's host)")
 	flag.Parse()
 	if *getURL != "" {
-		if err := get(*getURL, os.Stdout); err != nil {
+		if err := get(*getURL, *getHost, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "hello:", err)
 			os.Exit(1)
 		}

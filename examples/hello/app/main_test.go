@@ -119,17 +119,17 @@ func TestUpstreamRelaysAnotherService(t *testing.T) {
 
 func TestGetPrintsStatusAndBody(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "not from you", http.StatusForbidden)
+		http.Error(w, "not from "+r.Host, http.StatusForbidden)
 	}))
 	defer srv.Close()
 	var out strings.Builder
-	if err := get(srv.URL+"/", &out); err != nil {
+	if err := get(srv.URL+"/", "api.herd.internal", &out); err != nil {
 		t.Fatal(err)
 	}
-	if want := "403 Forbidden\nnot from you\n"; out.String() != want {
+	if want := "403 Forbidden\nnot from api.herd.internal\n"; out.String() != want {
 		t.Errorf("get printed %q, want %q", out.String(), want)
 	}
-	if err := get("http://127.0.0.1:1/", &out); err == nil {
+	if err := get("http://127.0.0.1:1/", "", &out); err == nil {
 		t.Error("get of a closed port: no error")
 	}
 }
