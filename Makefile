@@ -35,9 +35,9 @@ test-tenancy: deps kubernetes
 	$(GO) test -tags tenancy -count=1 -v -timeout 30m -run '^TestIntegrationTenancy$$' ./test/e2e
 
 # Fleet discovery end to end on real instances (TestIntegrationDiscovery alone; make test runs it
-# too; needs root, four instances in two regions): fleet web calls http://api.herd.internal:PORT/
-# from inside its pod and gets api's answer from its own region, and from the other region once
-# api's instance in its own is killed; fleet batch, which api's spec.discovery.allowFrom leaves
+# too; needs root, four instances in two regions): fleet web calls http://api.herd.internal/ (and
+# :PORT) from inside its pod and gets api's answer from its own region, and from the other region
+# once api's instance in its own is killed; fleet batch, which api's spec.discovery.allowFrom leaves
 # out, gets "no such host" for the name and 403 from api's load balancer at its address.
 test-discovery: deps kubernetes
 	$(GO) test -count=1 -v -timeout 15m -run '^TestIntegrationDiscovery$$' ./test/e2e
