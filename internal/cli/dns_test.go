@@ -40,8 +40,8 @@ func routesEnv(t *testing.T) string {
 			{Name: "eu", Addresses: []netip.Addr{netip.MustParseAddr("10.216.0.1")}, Weight: 1, Ready: 2, MinReady: 1, Reachable: true, Healthy: true, Why: "reachable, 2 Ready instances (min 1)"},
 			{Name: "us", Addresses: []netip.Addr{netip.MustParseAddr("10.216.0.2")}, Weight: 1, Ready: 2, MinReady: 1, Why: "unreachable from outside the region: partitioned"},
 		}}},
-		DiscoveryZone: v1alpha1.DefaultDiscoveryZone,
-		Discovery: []routes.Route{{Fleet: "web", Hostname: "web", Policy: v1alpha1.PolicyFailover, TTLSeconds: 5, AllowFrom: []string{"front"},
+		DiscoveryZone: v1alpha1.DefaultDiscoveryZone, DiscoveryHTTPPort: 80,
+		Discovery: []routes.Route{{Fleet: "web", Hostname: "web", Policy: v1alpha1.PolicyFailover, TTLSeconds: 5, AllowFrom: []string{"front"}, Port: 8080,
 			Regions: []routes.RegionRoute{
 				{Name: "eu", Addresses: []netip.Addr{netip.MustParseAddr("10.213.1.2")}, Weight: 1, Ready: 2, MinReady: 1, Reachable: true, Healthy: true, Why: "2 Ready instances (min 1)"},
 				{Name: "us", Addresses: []netip.Addr{netip.MustParseAddr("10.213.2.2")}, Weight: 1, Ready: 0, MinReady: 1, Reachable: true, Why: "0 Ready instances, fewer than minHealthyInstances 1"},
@@ -69,8 +69,8 @@ func TestGetRoutes(t *testing.T) {
 		"HOSTNAME FLEET POLICY TTL REGION ANSWER READY ADDRESS WHY",
 		"web.herd.test web failover 5s eu primary 2/1 10.216.0.1 reachable, 2 Ready instances (min 1)",
 		"web.herd.test web failover 5s us out 2/1 10.216.0.2 unreachable from outside the region: partitioned",
-		"web.herd.internal web nearest (from front) 5s eu in 2/1 10.213.1.2 2 Ready instances (min 1)",
-		"web.herd.internal web nearest (from front) 5s us out 0/1 10.213.2.2 0 Ready instances, fewer than minHealthyInstances 1",
+		"web.herd.internal web nearest, port 80 to 8080 (from front) 5s eu in 2/1 10.213.1.2 2 Ready instances (min 1)",
+		"web.herd.internal web nearest, port 80 to 8080 (from front) 5s us out 0/1 10.213.2.2 0 Ready instances, fewer than minHealthyInstances 1",
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("herd get routes:\n%s\nwant %d lines", out, len(want))

@@ -73,6 +73,10 @@ func getRoutes(ctx context.Context, g *globals, args []string, output string) er
 	}
 	for _, r := range table.Discovery {
 		policy := "nearest"
+		if table.DiscoveryHTTPPort != 0 && r.Port != 0 {
+			// The name alone is called on the standard port and reaches this listener.
+			policy += fmt.Sprintf(", port %d to %d", table.DiscoveryHTTPPort, r.Port)
+		}
 		if len(r.AllowFrom) > 0 {
 			policy += " (from " + strings.Join(r.AllowFrom, ",") + ")"
 		}

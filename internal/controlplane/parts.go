@@ -123,7 +123,7 @@ func (p *parts) build(ctx context.Context, newProvider func(dataDir string, log 
 	inside := newInstanceLBAddresses(lbs, p.providers, p.opts.LBAddress)
 	p.routes = routes.NewLive(routes.LiveOptions{Informer: p.cache, Reach: p.regions, RTT: p.rtts,
 		LB: lbs, InstanceLB: inside, Regional: regionlb.ServedRegionally, EmbeddedLB: inside.embedded(),
-		DiscoveryZone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone)})
+		DiscoveryZone: cmp.Or(p.opts.DiscoveryZone, v1alpha1.DefaultDiscoveryZone), DiscoveryHTTPPort: p.discoveryHTTP().Port})
 	if p.api, err = listenAPI(p.opts); err != nil {
 		return err
 	}

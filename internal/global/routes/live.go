@@ -35,6 +35,9 @@ type LiveOptions struct {
 	EmbeddedLB LBAddresses
 	// DiscoveryZone is the zone of the discovery names, copied into every table.
 	DiscoveryZone string
+	// DiscoveryHTTPPort is the port the discovery names are called on alone, copied into every
+	// table. 0: none.
+	DiscoveryHTTPPort int
 	// Interval: see DefaultInterval (the default).
 	Interval time.Duration
 	// OnChange, when set, is called with every new table, from Start's goroutine; the table must
@@ -326,7 +329,7 @@ func (l *Live) recompute(ctx context.Context, changed bool) {
 	}
 	next := Compute(ctx, in)
 	if len(next.Discovery) > 0 {
-		next.DiscoveryZone = l.opts.DiscoveryZone
+		next.DiscoveryZone, next.DiscoveryHTTPPort = l.opts.DiscoveryZone, l.opts.DiscoveryHTTPPort
 	}
 	l.mu.Lock()
 	first := l.table == nil

@@ -32,6 +32,9 @@ type Table struct {
 	Discovery []Route `json:"discovery,omitempty"`
 	// DiscoveryZone is the zone the discovery names are in (herd up --discovery-zone).
 	DiscoveryZone string `json:"discoveryZone,omitempty"`
+	// DiscoveryHTTPPort is the port the discovery names are called on alone (herd up
+	// --discovery-http-port): the load balancers route it by Host to each route's Port. 0: none.
+	DiscoveryHTTPPort int `json:"discoveryHTTPPort,omitempty"`
 	// Callers are the instances by address, with their fleet and region: who asks, when a
 	// discovery query comes from that address.
 	Callers map[netip.Addr]FleetRegion `json:"callers,omitempty"`
@@ -53,6 +56,9 @@ type Route struct {
 	LatencyFallback v1alpha1.RoutingPolicy `json:"latencyFallback,omitempty"`
 	// AllowFrom, on a discovery route, are the only fleets whose instances get an answer.
 	AllowFrom []string `json:"allowFrom,omitempty"`
+	// Port, on a discovery route, is the port of the listener the name alone reaches
+	// (spec.discovery.port); 0 when it reaches none.
+	Port int32 `json:"port,omitempty"`
 }
 
 // RegionRoute is one region of a route.
@@ -225,6 +231,9 @@ func discoveryRoutes(ctx context.Context, in Inputs, ready map[FleetRegion]int32
 		}
 		r := Route{Fleet: f.Metadata.Name, Hostname: f.Spec.Discovery.Name, Policy: v1alpha1.PolicyFailover,
 			TTLSeconds: uint32(v1alpha1.DefaultGlobalTTL / time.Second), AllowFrom: f.Spec.Discovery.AllowFrom}
+		if l, ok := f.DiscoveryListener(); ok {
+			r.Port = l.Port
+		}
 		for _, rg := range f.Spec.Regions {
 			r.Regions = append(r.Regions, addrs.region(ctx, rg.Name, ready[FleetRegion{f.Metadata.Name, rg.Name}], 1, false, nil))
 		}

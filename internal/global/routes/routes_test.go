@@ -120,8 +120,8 @@ func TestComputeDiscovery(t *testing.T) {
 		InstanceLB: fakeLB{"eu": {netip.MustParseAddr("10.213.1.2")}, "us": {netip.MustParseAddr("10.213.2.2")}},
 		Reach:      fakeReach{"eu": "partitioned"},
 	})
-	if len(tab.Discovery) != 1 || tab.Discovery[0].Hostname != "api" || !slices.Equal(tab.Discovery[0].AllowFrom, []string{"web"}) {
-		t.Fatalf("discovery routes %+v, want api allowing web", tab.Discovery)
+	if len(tab.Discovery) != 1 || tab.Discovery[0].Hostname != "api" || !slices.Equal(tab.Discovery[0].AllowFrom, []string{"web"}) || tab.Discovery[0].Port != 8081 {
+		t.Fatalf("discovery routes %+v, want api allowing web, the name alone reaching port 8081", tab.Discovery)
 	}
 	eu, us := tab.Discovery[0].Regions[0], tab.Discovery[0].Regions[1]
 	if !eu.Healthy || eu.Addresses[0] != netip.MustParseAddr("10.213.1.2") || us.Healthy || us.Why != "0 Ready instances, fewer than minHealthyInstances 1" {
