@@ -132,11 +132,16 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 		fmt.Printf("run %d: %s at %s: Create returned in %.3f s, app answered after %.2f s\n",
 			i+1, name, in.Address, createTook.Seconds(), boot)
 		if st, err := agent.ReadStatus(filepath.Join(p.InstanceDir(name), "agent", agent.StatusFile)); err == nil {
-			fmt.Println(timeline(st, start, []event{
+			evs := []event{
 				{at: createTook, name: "Create returned"},
 				{at: answered, name: "app answered from the host"},
 				{at: ready, name: "instance Ready (provider)"},
-			}))
+			}
+			scheduled, err := scheduledEvents(filepath.Join(p.InstanceDir(name), "agent", agent.KubeconfigFile), start)
+			if err != nil {
+				return "", err
+			}
+			fmt.Println(timeline(st, start, append(evs, scheduled...)))
 		}
 		last = in
 		if i < runs-1 {

@@ -4,15 +4,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"herd.dev/herd/internal/kubebin"
 )
 
 // podCosts prints, for every pod of the instance, its processes' RSS and their sum, add-ons (the
@@ -67,21 +63,13 @@ func podCosts(kubeconfig string, procs []procRSS) error {
 
 // podNames maps pod UIDs to namespace/name, from the instance's API server.
 func podNames(kubeconfig string) (map[string]string, error) {
-	kubectl, err := kubebin.Path("kubectl")
-	if err != nil {
-		return nil, err
-	}
-	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "pods", "-A", "-o", "json").Output()
-	if err != nil {
-		return nil, fmt.Errorf("kubectl get pods: %w", err)
-	}
 	var list struct {
 		Items []struct {
 			Metadata struct{ Name, Namespace, UID string } `json:"metadata"`
 		} `json:"items"`
 	}
-	if err := json.Unmarshal(out, &list); err != nil {
-		return nil, fmt.Errorf("kubectl get pods: %w", err)
+	if err := kubectlGet(kubeconfig, "pods", &list); err != nil {
+		return nil, err
 	}
 	names := map[string]string{}
 	for _, p := range list.Items {
