@@ -7,7 +7,8 @@
 // name. With kube-apiserver among them and --start-after-ready=KUBECONFIG first, the API server
 // starts first and the others once the API server KUBECONFIG names answers /readyz (started
 // together, they would compete with its start-up for the CPU, then wait in their retry
-// back-off). herd's local instances run their components this way because every component carries its
+// back-off); the kubelet starts sooner, once /readyz passes but for the checks of the bootstrap
+// writes it does not need (kubeletExcludes). herd's local instances run their components this way because every component carries its
 // own copy of the same libraries' code and static data (client-go, apimachinery, the API schemes):
 // in one process those pages are counted, and touched, once.
 //
@@ -171,23 +172,31 @@ func main() {
 			done <- result{g.name, runs[i](ctx)}
 		}()
 	}
-	api := slices.IndexFunc(groups, func(g group) bool { return g.name == "kube-apiserver" })
+	index := func(name string) int { return slices.IndexFunc(groups, func(g group) bool { return g.name == name }) }
+	api := index("kube-apiserver")
 	if api >= 0 && readyKubeconfig != "" {
 		start(api)
 		go func() {
-			if err := waitReady(ctx, readyKubeconfig, done); err != nil {
+			cm, kubelet := index("kube-controller-manager"), index("kubelet")
+			if kubelet >= 0 {
+				if err := waitReady(ctx, readyKubeconfig, kubeletExcludes, done); err != nil {
+					klog.ErrorS(err, "Not starting the other components")
+					return
+				}
+				klog.InfoS("kube-apiserver serves what the kubelet needs; starting the kubelet")
+				start(kubelet)
+			}
+			if err := waitReady(ctx, readyKubeconfig, nil, done); err != nil {
 				klog.ErrorS(err, "Not starting the other components")
 				return
 			}
 			klog.InfoS("kube-apiserver is ready; starting the other components")
-			cm := slices.IndexFunc(groups, func(g group) bool { return g.name == "kube-controller-manager" })
-			kubelet := slices.ContainsFunc(groups, func(g group) bool { return g.name == "kubelet" })
 			for i := range groups {
-				if i != api && (i != cm || !kubelet) {
+				if i != api && i != kubelet && (i != cm || kubelet < 0) {
 					start(i)
 				}
 			}
-			if cm >= 0 && kubelet {
+			if cm >= 0 && kubelet >= 0 {
 				came := waitCSINode(ctx, readyKubeconfig)
 				if ctx.Err() != nil {
 					return // stopping: nothing more to start
@@ -265,9 +274,25 @@ func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 	return client, nil
 }
 
-// waitReady polls GET /readyz of the API server that kubeconfig names until it answers 200, ctx
-// ends (an error) or a component stops (done has a result: then it is put back, and an error).
-func waitReady(ctx context.Context, kubeconfig string, done chan result) error {
+// kubeletExcludes are the API server's readiness checks the kubelet does not wait for: the post-start
+// hooks that write the default RBAC policy (each of its objects one etcd write, with its fsync, after
+// a second's sleep), the system priority classes (after a second's sleep too) and API Priority and
+// Fairness' flow schemas and priority levels (a write each). The kubelet needs none of them: the
+// Node authorizer, not RBAC, authorizes it; a node needs no priority class (its pods, which do,
+// come from the controller-manager, started once the API server is ready); and until the flow
+// schemas are written, API Priority and Fairness serves every request by the mandatory levels it
+// keeps in memory. Started in that time, which is mostly the hooks' sleeps and etcd's fsyncs, the
+// kubelet has registered its node, and made its CSINode, by the time the others start.
+var kubeletExcludes = []string{
+	"poststarthook/rbac/bootstrap-roles",
+	"poststarthook/scheduling/bootstrap-system-priority-classes",
+	"poststarthook/priority-and-fairness-config-producer",
+}
+
+// waitReady polls GET /readyz, less the checks excluded, of the API server that kubeconfig names
+// until it answers 200, ctx ends (an error) or a component stops (done has a result: then it is
+// put back, and an error).
+func waitReady(ctx context.Context, kubeconfig string, excluded []string, done chan result) error {
 	client, err := clientFor(kubeconfig)
 	if err != nil {
 		return err
@@ -276,7 +301,11 @@ func waitReady(ctx context.Context, kubeconfig string, done chan result) error {
 	defer t.Stop()
 	for {
 		var code int
-		client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&code)
+		req := client.Discovery().RESTClient().Get().AbsPath("/readyz")
+		for _, check := range excluded {
+			req = req.Param("exclude", check)
+		}
+		req.Do(ctx).StatusCode(&code)
 		if code == 200 {
 			return nil
 		}
