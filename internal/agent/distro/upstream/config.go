@@ -223,7 +223,7 @@ func kubeletConfig(c nodeConfig) ([]byte, error) {
 }
 
 // kubeProxyConfig renders the KubeProxyConfiguration: iptables mode, NodePorts on the instance
-// address only, and conntrack settings at zero so that kube-proxy leaves the host-wide conntrack
+// address only, rules rewritten promptly (minSyncPeriod), and conntrack settings at zero so that kube-proxy leaves the host-wide conntrack
 // table size and timeouts alone.
 func kubeProxyConfig(c nodeConfig) ([]byte, error) {
 	conf := map[string]any{
@@ -237,6 +237,11 @@ func kubeProxyConfig(c nodeConfig) ([]byte, error) {
 		"bindAddress":        c.address.String(),
 		"healthzBindAddress": "127.0.0.1:10256",
 		"metricsBindAddress": "127.0.0.1:10249",
+		// kube-proxy rewrites its rules at most once per minSyncPeriod after its first two
+		// changes in a row (1 s by default). At boot every Service's endpoints become ready
+		// within a second or two of each other, so the workload's could wait most of a second
+		// behind the add-ons'; one node's few rules are rewritten in milliseconds.
+		"iptables": map[string]any{"minSyncPeriod": "100ms"},
 		"conntrack": map[string]any{
 			"maxPerCore":            0,
 			"min":                   0,

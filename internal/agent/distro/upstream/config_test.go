@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -129,6 +130,9 @@ func TestKubeProxyConfig(t *testing.T) {
 			Min                   *int   `json:"min"`
 			TCPEstablishedTimeout string `json:"tcpEstablishedTimeout"`
 		} `json:"conntrack"`
+		IPTables struct {
+			MinSyncPeriod string `json:"minSyncPeriod"`
+		} `json:"iptables"`
 	}
 	if err := yaml.Unmarshal(data, &conf); err != nil {
 		t.Fatal(err)
@@ -138,6 +142,9 @@ func TestKubeProxyConfig(t *testing.T) {
 	}
 	if conf.Conntrack.MaxPerCore == nil || *conf.Conntrack.MaxPerCore != 0 || conf.Conntrack.Min == nil || *conf.Conntrack.Min != 0 || conf.Conntrack.TCPEstablishedTimeout != "0s" {
 		t.Errorf("conntrack = %+v: kube-proxy would change the host's conntrack settings", conf.Conntrack)
+	}
+	if d, err := time.ParseDuration(conf.IPTables.MinSyncPeriod); err != nil || d <= 0 || d >= time.Second {
+		t.Errorf("iptables.minSyncPeriod = %q: want a positive period under kube-proxy's default of 1s", conf.IPTables.MinSyncPeriod)
 	}
 }
 
