@@ -6,7 +6,8 @@
 //     its cgroup subtree (the agent, etcd, containerd, the Kubernetes components, shims and pods);
 //     it prints each process (with its RssAnon, what is its own and not shared page cache) and
 //     each pod's processes (pause, containers and the shim), the add-ons being kube-system's;
-//   - idle_cpu_cores: the CPU time its cgroup used over the next -window (cpuacct), per second.
+//   - idle_cpu_cores: the CPU time its cgroup used over the next -window (cpuacct), per second;
+//     each process's and each pod's line says its own share (its utime and stime over the window).
 //
 // It runs as root on a data directory of its own, and removes every instance it created and the
 // data directory on exit, also on Ctrl-C and SIGTERM. The last line is:
@@ -15,7 +16,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -26,8 +26,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -159,19 +157,8 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 	if err := pause(ctx, idle); err != nil {
 		return "", err
 	}
-	rss, procs, err := cgroupRSS(root)
+	procs, err := cgroupProcs(root)
 	if err != nil {
-		return "", err
-	}
-	for _, pr := range procs {
-		fmt.Printf("  %-28s %7.1f MB (own %5.1f MB)\n", pr.name, float64(pr.rssKB)/1024, float64(pr.anonKB)/1024)
-	}
-	var anon int64
-	for _, pr := range procs {
-		anon += pr.anonKB
-	}
-	fmt.Printf("idle RSS of %d processes: %.1f MB, of which their own (RssAnon; the rest is mostly binaries' pages, shared between instances): %.1f MB\n", len(procs), float64(rss)/1024, float64(anon)/1024)
-	if err := podCosts(filepath.Join(p.InstanceDir(last.Name), "agent", "kubeconfig"), procs); err != nil {
 		return "", err
 	}
 	u0, err := cpuUsage(root)
@@ -186,7 +173,13 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 	if err != nil {
 		return "", err
 	}
-	cores := (u1 - u0).Seconds() / time.Since(t0).Seconds()
+	took := time.Since(t0)
+	cores := (u1 - u0).Seconds() / took.Seconds()
+	cpuOver(procs, took)
+	rss := printProcs(procs)
+	if err := podCosts(filepath.Join(p.InstanceDir(last.Name), "agent", "kubeconfig"), procs); err != nil {
+		return "", err
+	}
 	if st, err := p.Get(ctx, last.Name); err != nil || st.State != provider.StateReady {
 		return "", fmt.Errorf("the measured instance is not Ready at the end: %+v %v", st, err)
 	}
@@ -257,99 +250,4 @@ func pause(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-type procRSS struct {
-	name  string // comm[pid]
-	comm  string
-	pid   int
-	rssKB int64
-	// anonKB is the part of rssKB that is the process's own (RssAnon): the rest is mostly the
-	// binary's pages, shared in the page cache with every instance running the same binary.
-	anonKB int64
-}
-
-// cgroupRSS sums VmRSS over every process of the cgroup subtree root in every hierarchy.
-func cgroupRSS(root string) (int64, []procRSS, error) {
-	pids, err := localtest.CgroupPIDs(root)
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(pids) == 0 {
-		return 0, nil, fmt.Errorf("no process in the cgroup %s", root)
-	}
-	var total int64
-	var out []procRSS
-	for _, pid := range pids {
-		name, kb, anon, ok := readRSS(pid)
-		if !ok {
-			continue
-		}
-		total += kb
-		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), comm: name, pid: pid, rssKB: kb, anonKB: anon})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].rssKB > out[j].rssKB })
-	return total, out, nil
-}
-
-func readRSS(pid int) (name string, rssKB, anonKB int64, ok bool) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return "", 0, 0, false
-	}
-	defer f.Close()
-	kb := func(v string) int64 {
-		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		return n
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "Name":
-			name = strings.TrimSpace(v)
-		case "VmRSS":
-			rssKB = kb(v)
-		case "RssAnon":
-			anonKB = kb(v)
-		}
-	}
-	return name, rssKB, anonKB, name != ""
-}
-
-// cpuUsage is the CPU time the cgroup subtree root has used: cpuacct.usage on cgroup v1,
-// cpu.stat usage_usec on v2.
-func cpuUsage(root string) (time.Duration, error) {
-	hier, err := localtest.CgroupHierarchies()
-	if err != nil {
-		return 0, err
-	}
-	for _, h := range hier {
-		if data, err := os.ReadFile(filepath.Join(h, root, "cpuacct.usage")); err == nil {
-			ns, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("cpuacct.usage of %s: %w", root, err)
-			}
-			return time.Duration(ns), nil
-		}
-	}
-	for _, h := range hier {
-		data, err := os.ReadFile(filepath.Join(h, root, "cpu.stat"))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-				us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("cpu.stat of %s: %w", root, err)
-				}
-				return time.Duration(us) * time.Microsecond, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("no CPU accounting (cpuacct.usage or cpu.stat) for the cgroup %s", root)
 }

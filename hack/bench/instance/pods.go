@@ -11,8 +11,9 @@ import (
 	"strings"
 )
 
-// podCosts prints, for every pod of the instance, its processes' RSS and their sum, add-ons (the
-// pods of kube-system) first, and returns the RSS of the processes counted.
+// podCosts prints, for every pod of the instance, the sum of its processes' RSS and CPU and each
+// process's RSS (the program of each container, pause, the shim), add-ons (the pods of
+// kube-system) first.
 func podCosts(kubeconfig string, procs []procRSS) error {
 	names, err := podNames(kubeconfig)
 	if err != nil {
@@ -47,16 +48,17 @@ func podCosts(kubeconfig string, procs []procRSS) error {
 	fmt.Println("per pod (add-ons are the pods of kube-system):")
 	for _, uid := range uids {
 		var sum, anon int64
+		var cores float64
 		var parts []string
 		for _, pr := range byPod[uid] {
-			sum, anon = sum+pr.rssKB, anon+pr.anonKB
+			sum, anon, cores = sum+pr.rssKB, anon+pr.anonKB, cores+pr.cores
 			parts = append(parts, fmt.Sprintf("%s %.1f", pr.comm, float64(pr.rssKB)/1024))
 		}
 		name := names[uid]
 		if name == "" {
 			name = "pod " + uid
 		}
-		fmt.Printf("  %-48s %7.1f MB (own %5.1f MB) = %s\n", name, float64(sum)/1024, float64(anon)/1024, strings.Join(parts, " + "))
+		fmt.Printf("  %-56s %7.1f MB (own %5.1f MB) %6.4f core = %s\n", name, float64(sum)/1024, float64(anon)/1024, cores, strings.Join(parts, " + "))
 	}
 	return nil
 }
