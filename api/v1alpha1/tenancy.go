@@ -32,6 +32,19 @@ type Tenancy struct {
 	// WarmPool is how many booted instances no tenant owns yet are kept ready; a tenant with no
 	// instance takes one of them, so its first request waits for no boot. Default: 1.
 	WarmPool *int32 `json:"warmPool,omitempty"`
+	// MaxInFlight bounds each tenant's requests in flight at the load balancer at once, so that
+	// one tenant's flood cannot take the load balancer from the others: a request over it waits,
+	// in arrival order, for one of its own tenant's to end, up to maxWait, and is then answered
+	// 429 with Retry-After. 0: no bound. Default: 64.
+	MaxInFlight *int32 `json:"maxInFlight,omitempty"`
+	// RequestsPerSecond bounds each tenant's rate of requests at the load balancer (a token
+	// bucket holding a tenth of a second's worth): a request over it waits for its turn, up to
+	// maxWait, and is then answered 429 with Retry-After. 0: no bound. Default: 0 (what an
+	// instance can serve depends on the workload).
+	RequestsPerSecond int32 `json:"requestsPerSecond,omitempty"`
+	// MaxWait is how long a request over its tenant's maxInFlight or requestsPerSecond waits for
+	// its turn; 0 answers 429 at once. Default: 1s.
+	MaxWait *Duration `json:"maxWait,omitempty"`
 }
 
 // TenantInstances bounds the instances of one tenant.
@@ -53,8 +66,12 @@ const (
 // LabelTenant is on every instance a tenant owns; its value is the tenant.
 const LabelTenant = "herd.dev/tenant"
 
-// DefaultIdleAfter is spec.tenancy.idleAfter's default.
-const DefaultIdleAfter = 10 * time.Minute
+// Defaults of spec.tenancy.
+const (
+	DefaultIdleAfter         = 10 * time.Minute
+	DefaultTenantMaxInFlight = 64
+	DefaultTenantMaxWait     = time.Second
+)
 
 // setTenancyDefaults fills spec.tenancy's unset fields.
 func setTenancyDefaults(s *FleetSpec) {
@@ -73,6 +90,12 @@ func setTenancyDefaults(s *FleetSpec) {
 	}
 	if t.WarmPool == nil {
 		t.WarmPool = int32p(1)
+	}
+	if t.MaxInFlight == nil {
+		t.MaxInFlight = int32p(DefaultTenantMaxInFlight)
+	}
+	if t.MaxWait == nil {
+		t.MaxWait = durp(DefaultTenantMaxWait)
 	}
 }
 
@@ -99,6 +122,15 @@ func validateTenancy(s *FleetSpec) field.ErrorList {
 	}
 	if t.WarmPool != nil && *t.WarmPool < 0 {
 		errs = append(errs, field.Invalid(p.Child("warmPool"), *t.WarmPool, "must be >= 0"))
+	}
+	if t.MaxInFlight != nil && *t.MaxInFlight < 0 {
+		errs = append(errs, field.Invalid(p.Child("maxInFlight"), *t.MaxInFlight, "must be >= 0: a tenant's requests in flight at once, or 0 for no bound"))
+	}
+	if t.RequestsPerSecond < 0 {
+		errs = append(errs, field.Invalid(p.Child("requestsPerSecond"), t.RequestsPerSecond, "must be >= 0: a tenant's requests per second, or 0 for no bound"))
+	}
+	if t.MaxWait != nil && t.MaxWait.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("maxWait"), t.MaxWait.Duration.String(), "must be >= 0: a duration such as 1s, or 0 to answer 429 at once"))
 	}
 	seen := map[string]int{}
 	for i, name := range t.Tenants {

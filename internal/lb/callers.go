@@ -46,7 +46,7 @@ func (l *listener) admitCaller(st *listenerState, x exchange, start time.Time) b
 	if !refused {
 		return true
 	}
-	x.refuse(http.StatusForbidden, fmt.Sprintf("fleet %s takes calls only from the fleets in its spec.discovery.allowFrom (%s), and this request came from an instance of fleet %s\n",
+	x.refuse(http.StatusForbidden, 0, fmt.Sprintf("fleet %s takes calls only from the fleets in its spec.discovery.allowFrom (%s), and this request came from an instance of fleet %s\n",
 		st.cfg.Fleet, strings.Join(st.cfg.AllowFrom, ", "), fleet))
 	l.stats.observe(Class4xx, time.Since(start))
 	return false

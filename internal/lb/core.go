@@ -25,8 +25,9 @@ type exchange interface {
 	// fail answers the client with a proxy error: 503 (no target), 502 (the target failed) or 504
 	// (the target was too slow).
 	fail(code int)
-	// refuse answers the client with code and a plain-text body saying why (an unknown tenant).
-	refuse(code int, body string)
+	// refuse answers the client with code and a plain-text body saying why (an unknown tenant),
+	// and with retryAfter > 0, a Retry-After of that many seconds.
+	refuse(code, retryAfter int, body string)
 	// client is the address the request came from.
 	client() netip.Addr
 }
@@ -58,8 +59,12 @@ func (l *listener) forward(ctx context.Context, st *listenerState, x exchange, k
 	if st.refused != nil && !l.admitCaller(st, x, start) {
 		return
 	}
-	if st.routes.tenants != nil && !l.admitTenant(st, x, key, start) {
-		return
+	if st.routes.tenants != nil {
+		release, ok := l.admitTenant(ctx, st, x, key, start)
+		if !ok {
+			return
+		}
+		defer release()
 	}
 	l.budget.deposit()
 	var tried *target

@@ -69,10 +69,13 @@ func (h *h1conn) wire() net.Conn {
 }
 
 // refuse answers with code and a plain-text body.
-func (h *h1conn) refuse(code int, body string) {
+func (h *h1conn) refuse(code, retryAfter int, body string) {
 	h.keep = h.clientKeep() && (!h.req.HasBody() || h.bodyDone)
 	h.writeBy(time.Now().Add(5*time.Second), 0)
 	b := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %d\r\n", code, http.StatusText(code), len(body))
+	if retryAfter > 0 {
+		b = fmt.Appendf(b, "Retry-After: %d\r\n", retryAfter)
+	}
 	if !h.keep {
 		b = append(b, "Connection: close\r\n"...)
 	}

@@ -95,7 +95,7 @@ func (st *listenerState) routed(host []byte) (*listener, *listenerState) {
 
 // unknownHost answers 404 to a router's request whose Host no route names.
 func (l *listener) unknownHost(x exchange, host []byte, start time.Time) {
-	x.refuse(http.StatusNotFound, fmt.Sprintf("no fleet answers to host %q on this load balancer: call NAME.<discovery zone> of a fleet published with spec.discovery (herd get routes lists the names)\n", host))
+	x.refuse(http.StatusNotFound, 0, fmt.Sprintf("no fleet answers to host %q on this load balancer: call NAME.<discovery zone> of a fleet published with spec.discovery (herd get routes lists the names)\n", host))
 	l.stats.observe(Class4xx, time.Since(start))
 }
 

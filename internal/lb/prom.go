@@ -36,6 +36,10 @@ var (
 		[]string{"fleet", "tenant"}, nil)
 	descTenantLast = prometheus.NewDesc("herd_lb_tenant_last_request_timestamp_seconds",
 		"When the latest request of each tenant came (idleAfter counts from it).", []string{"fleet", "tenant"}, nil)
+	descTenantQueued = prometheus.NewDesc("herd_lb_tenant_queued_total",
+		"Requests of each tenant that waited for a place in its bound (spec.tenancy.maxInFlight); only tenants that had one.", []string{"fleet", "tenant"}, nil)
+	descTenantLimited = prometheus.NewDesc("herd_lb_tenant_limited_total",
+		"Requests of each tenant answered 429 because its bound (spec.tenancy.maxInFlight) had no place within spec.tenancy.maxWait; only tenants that had one.", []string{"fleet", "tenant"}, nil)
 	descBad = prometheus.NewDesc("herd_lb_bad_requests_total",
 		"Requests rejected as malformed or over a limit, on all listeners.", nil, nil)
 	descClientRTT = prometheus.NewDesc("herd_lb_client_rtt_seconds",
@@ -60,7 +64,7 @@ func (lb *LB) MetricsHandler() http.Handler {
 type promCollector struct{ lb *LB }
 
 func (c promCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descHeld, descTenantRequests, descTenantLast, descBad, descClientRTT, descClientNetworks} {
+	for _, d := range []*prometheus.Desc{descRequests, descDuration, descInFlight, descRetries, descEjections, descHealthy, descUnrouted, descHeld, descTenantRequests, descTenantLast, descTenantQueued, descTenantLimited, descBad, descClientRTT, descClientNetworks} {
 		ch <- d
 	}
 }
@@ -108,6 +112,13 @@ func (c promCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTenantRequests, prometheus.CounterValue, float64(s.Requests), fleet, tenant)
 		if !s.LastRequest.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descTenantLast, prometheus.GaugeValue, float64(s.LastRequest.UnixNano())/1e9, fleet, tenant)
+		}
+		// Most tenants never reach their bound: their series would only multiply 5,000 tenants' zeros.
+		if s.Queued > 0 {
+			ch <- prometheus.MustNewConstMetric(descTenantQueued, prometheus.CounterValue, float64(s.Queued), fleet, tenant)
+		}
+		if s.Limited > 0 {
+			ch <- prometheus.MustNewConstMetric(descTenantLimited, prometheus.CounterValue, float64(s.Limited), fleet, tenant)
 		}
 		return true
 	})

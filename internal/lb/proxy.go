@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,10 +114,13 @@ func (x *netExchange) client() netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-func (x *netExchange) refuse(code int, body string) {
+func (x *netExchange) refuse(code, retryAfter int, body string) {
 	h := x.w.Header()
 	h["Content-Type"] = textPlain
 	h["X-Content-Type-Options"] = noSniff
+	if retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(retryAfter))
+	}
 	x.w.WriteHeader(code)
 	_, _ = io.WriteString(x.w, body)
 }

@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -26,6 +27,18 @@ type Tenancy struct {
 	Tenants []string `json:"tenants,omitempty"`
 	// Open accepts any tenant: an unknown one is claimed like a known one. Default false: 404.
 	Open bool `json:"open,omitempty"`
+	// MaxInFlight bounds each tenant's requests in flight at once (held ones included), so that
+	// one tenant's flood cannot take the load balancer from the others: a request over it waits
+	// for one of its tenant's to finish, in arrival order, up to MaxWait, and is then answered
+	// 429 with Retry-After (tenantlimit.go). Default 0: no bound.
+	MaxInFlight int `json:"maxInFlight,omitempty"`
+	// RequestsPerSecond bounds each tenant's rate of requests (a token bucket holding a tenth of
+	// a second's worth): a request over it waits for its turn, up to MaxWait, and is then
+	// answered 429 with Retry-After. Default 0: no bound.
+	RequestsPerSecond float64 `json:"requestsPerSecond,omitempty"`
+	// MaxWait is how long a request over MaxInFlight or RequestsPerSecond waits for its turn.
+	// Default 0: none, 429 at once.
+	MaxWait Duration `json:"maxWait,omitempty"`
 }
 
 // TenantKey names where a request carries its tenant.
@@ -54,6 +67,15 @@ func (t *Tenancy) validate(bad func(field, format string, args ...any), protocol
 	default:
 		bad("tenancy.key", "%q is not one of header, host, pathPrefix", t.Key)
 	}
+	if t.MaxInFlight < 0 {
+		bad("tenancy.maxInFlight", "must be >= 0 (0: no bound)")
+	}
+	if t.RequestsPerSecond < 0 {
+		bad("tenancy.requestsPerSecond", "must be >= 0 (0: no bound)")
+	}
+	if t.MaxWait < 0 {
+		bad("tenancy.maxWait", "must be >= 0")
+	}
 }
 
 // tenantRoutes is the routing of a tenancy listener: one routes per tenant, each over that
@@ -74,6 +96,7 @@ type tenantRoute struct {
 type tenantStats struct {
 	requests atomic.Uint64
 	last     atomic.Int64 // unix nanoseconds of its latest request
+	limit    tenantLimit
 }
 
 // TenantStat is one tenant's figures (TenantStats).
@@ -83,6 +106,9 @@ type TenantStat struct {
 	Requests uint64
 	// LastRequest is when its latest request came; zero when none came.
 	LastRequest time.Time
+	// Queued counts the requests that waited for a slot of Tenancy.MaxInFlight; Limited those
+	// answered 429 because none came free within Tenancy.MaxWait.
+	Queued, Limited uint64
 }
 
 // tenantTable keeps every tenant's stats, by fleet and tenant, and the claimer.
@@ -135,7 +161,8 @@ func (lb *LB) TenantLastRequest(fleet, tenant string) time.Time {
 }
 
 func statOf(fleet, tenant string, s *tenantStats) TenantStat {
-	st := TenantStat{Fleet: fleet, Tenant: tenant, Requests: s.requests.Load()}
+	st := TenantStat{Fleet: fleet, Tenant: tenant, Requests: s.requests.Load(),
+		Queued: s.limit.queued.Load(), Limited: s.limit.limited.Load()}
 	if ns := s.last.Load(); ns > 0 {
 		st.LastRequest = time.Unix(0, ns)
 	}
@@ -206,20 +233,21 @@ func (tr *tenantRoutes) pick(k *pickKey, exclude *target) *target {
 }
 
 // admitTenant counts a request of a tenancy listener for its tenant, or refuses it (404) when it
-// names no tenant or one the listener does not know and does not accept. It reports whether the
-// request may go on.
-func (l *listener) admitTenant(st *listenerState, x exchange, k *pickKey, start time.Time) bool {
+// names no tenant or one the listener does not know and does not accept, or (429) when its
+// tenant has Tenancy.MaxInFlight requests in flight for longer than Tenancy.MaxWait. It reports
+// whether the request may go on, and then returns what frees its place in the tenant's bound.
+func (l *listener) admitTenant(ctx context.Context, st *listenerState, x exchange, k *pickKey, start time.Time) (release func(), ok bool) {
 	tr := st.routes.tenants
 	e := tr.byTenant[string(k.tenant)]
 	switch {
 	case len(k.tenant) == 0:
-		x.refuse(http.StatusNotFound, fmt.Sprintf("no tenant in the request: fleet %s routes by %s\n", st.cfg.Fleet, tr.describeKey()))
+		x.refuse(http.StatusNotFound, 0, fmt.Sprintf("no tenant in the request: fleet %s routes by %s\n", st.cfg.Fleet, tr.describeKey()))
 		l.stats.observe(Class4xx, time.Since(start))
-		return false
+		return nil, false
 	case e == nil && !tr.open:
-		x.refuse(http.StatusNotFound, fmt.Sprintf("unknown tenant %q: fleet %s serves the tenants of its spec.tenancy.tenants (or any with open: true)\n", k.tenant, st.cfg.Fleet))
+		x.refuse(http.StatusNotFound, 0, fmt.Sprintf("unknown tenant %q: fleet %s serves the tenants of its spec.tenancy.tenants (or any with open: true)\n", k.tenant, st.cfg.Fleet))
 		l.stats.observe(Class4xx, time.Since(start))
-		return false
+		return nil, false
 	}
 	var s *tenantStats
 	if e != nil {
@@ -229,7 +257,7 @@ func (l *listener) admitTenant(st *listenerState, x exchange, k *pickKey, start 
 	}
 	s.requests.Add(1)
 	s.last.Store(start.UnixNano())
-	return true
+	return l.enterTenant(ctx, st, x, s, string(k.tenant), start)
 }
 
 // claim tells the claimer that the tenant of k has no usable target.

@@ -176,7 +176,15 @@ func lbTenancy(t *v1alpha1.Tenancy) *lb.Tenancy {
 		return nil // refused at apply
 	}
 	// The API's key kinds are the load balancer's: header, host, pathPrefix.
-	return &lb.Tenancy{Key: lb.TenantKey(key.Kind), Header: key.Header, Tenants: t.Tenants, Open: t.Open}
+	lt := &lb.Tenancy{Key: lb.TenantKey(key.Kind), Header: key.Header, Tenants: t.Tenants, Open: t.Open,
+		RequestsPerSecond: float64(t.RequestsPerSecond)}
+	if t.MaxInFlight != nil {
+		lt.MaxInFlight = int(*t.MaxInFlight)
+	}
+	if t.MaxWait != nil {
+		lt.MaxWait = lb.Duration(t.MaxWait.Duration)
+	}
+	return lt
 }
 
 // SetHealthPaused pauses the health checks of the fleets in paused and resumes those of every

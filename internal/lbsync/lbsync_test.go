@@ -134,15 +134,17 @@ func TestListenersWarmPoolAndHold(t *testing.T) {
 func TestListenersTenancy(t *testing.T) {
 	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: "saas"}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{{Name: "http", Port: 8080, InstancePort: 30080, Protocol: v1alpha1.ProtocolHTTP}},
-		Tenancy:   &v1alpha1.Tenancy{Key: "header:X-Tenant", Tenants: []string{"a", "b"}},
+		Tenancy: &v1alpha1.Tenancy{Key: "header:X-Tenant", Tenants: []string{"a", "b"},
+			MaxInFlight: new(int32(8)), RequestsPerSecond: 500, MaxWait: &v1alpha1.Duration{Duration: 250 * time.Millisecond}},
 	}}
 	a := lbsynctest.Inst("saas-a", "saas-1", v1alpha1.PhaseReady, "10.0.0.1")
 	a.Metadata.Labels = map[string]string{v1alpha1.LabelTenant: "a"}
 	warm := lbsynctest.Inst("saas-w", "saas-1", v1alpha1.PhaseReady, "10.0.0.9")
 	warm.Metadata.Labels = map[string]string{controller.LabelWarm: "true"}
 	ls := New(&fakeLB{}, "127.0.0.1", nil).Listeners(f, []*v1alpha1.Instance{a, warm}, nil)
-	want := &lb.Tenancy{Key: lb.TenantByHeader, Header: "X-Tenant", Tenants: []string{"a", "b"}}
-	if len(ls) != 1 || ls[0].Tenancy == nil || ls[0].Tenancy.Key != want.Key || ls[0].Tenancy.Header != want.Header || !slices.Equal(ls[0].Tenancy.Tenants, want.Tenants) {
+	want := &lb.Tenancy{Key: lb.TenantByHeader, Header: "X-Tenant", Tenants: []string{"a", "b"}, MaxInFlight: 8, RequestsPerSecond: 500, MaxWait: lb.Duration(250 * time.Millisecond)}
+	if len(ls) != 1 || ls[0].Tenancy == nil || ls[0].Tenancy.Key != want.Key || ls[0].Tenancy.Header != want.Header || !slices.Equal(ls[0].Tenancy.Tenants, want.Tenants) ||
+		ls[0].Tenancy.MaxInFlight != want.MaxInFlight || ls[0].Tenancy.RequestsPerSecond != want.RequestsPerSecond || ls[0].Tenancy.MaxWait != want.MaxWait {
 		t.Fatalf("listener tenancy: %+v", ls[0].Tenancy)
 	}
 	if g := ls[0].Groups; len(g) != 1 || len(g[0].Targets) != 1 || g[0].Targets[0].Tenant != "a" {
