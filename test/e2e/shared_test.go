@@ -32,6 +32,9 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	if runFlood() {
+		return
+	}
 	code := m.Run()
 	if shared.dir != "" {
 		os.RemoveAll(shared.dir)
