@@ -117,22 +117,34 @@ func fleetSpec(name, image string, desired int32) *v1alpha1.Fleet {
 	return f
 }
 
+// put writes f as a user's apply would, over whatever the store holds. The controller writes the
+// fleet's status meanwhile, so a conflict is retried on the fresh version, as the API does.
 func (e *env) put(f *v1alpha1.Fleet) {
 	e.t.Helper()
-	cur, err := store.GetObject[v1alpha1.Fleet](context.Background(), e.store, store.Fleets, f.Metadata.Name)
-	if err == nil {
-		f.Metadata.ResourceVersion = cur.Metadata.ResourceVersion
-		f.Metadata.Generation = cur.Metadata.Generation + 1
-	} else {
+	ctx := context.Background()
+	if _, err := store.GetObject[v1alpha1.Fleet](ctx, e.store, store.Fleets, f.Metadata.Name); err != nil {
 		f.Metadata.ResourceVersion = 0
+		op, err := store.PutOp(store.Fleets, f)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.store.Txn(ctx, op); err != nil {
+			e.t.Fatal(err)
+		}
+		return
 	}
-	op, err := store.PutOp(store.Fleets, f)
+	stored, err := store.UpdateObject(ctx, e.store, store.Fleets, f.Metadata.Name, func(cur *v1alpha1.Fleet) (bool, error) {
+		next := *f
+		next.Metadata.ResourceVersion = cur.Metadata.ResourceVersion
+		next.Metadata.Generation = cur.Metadata.Generation + 1
+		*cur = next
+		return true, nil
+	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.store.Txn(context.Background(), op); err != nil {
-		e.t.Fatal(err)
-	}
+	f.Metadata.ResourceVersion = stored.Metadata.ResourceVersion
+	f.Metadata.Generation = stored.Metadata.Generation
 }
 
 func (e *env) fleet(name string) *v1alpha1.Fleet {
