@@ -58,15 +58,19 @@ func newObject(status int, header http.Header, body []byte, cc directives, reque
 	return o
 }
 
-// size is what the object costs the memory tier: its body and an estimate of its fields.
+// size is what the object costs the memory tier: its body and an estimate of its fields, counted
+// twice: once as stored, once in the head its hits write (hitHead, made on the first hit, with its
+// status line and the fields it adds). The weight is taken when the object is stored, so it counts
+// the head before it exists.
 func (o *object) size() int {
-	n := len(o.body) + 64
+	fields := 0
 	for k, vs := range o.header {
 		for _, v := range vs {
-			n += len(k) + len(v) + 4
+			fields += len(k) + len(v) + 4
 		}
 	}
-	return n
+	const overhead, hitHeadExtra = 64, 96
+	return len(o.body) + overhead + 2*fields + hitHeadExtra
 }
 
 // age is the object's current age at now (RFC 9111 section 4.2.3).
