@@ -49,6 +49,9 @@ func New(t *testing.T) context.Context {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(profile),
+		// With /dev/shm off, chromium keeps its shared memory in files under $TMPDIR that it
+		// does not always remove: in the profile, they go with it.
+		chromedp.Env("TMPDIR=" + profile),
 		chromedp.WindowSize(1400, windowHeight),
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
