@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -101,12 +102,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return http.ErrServerClosed
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			delay = h1.AcceptBackoff(delay)
+			s.log.Error("accept failed", "error", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
 		}
 		delay = 0
 		if s.opts.TLS != nil {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -294,5 +296,56 @@ func TestEngineTLS(t *testing.T) {
 	}
 	if n := g.hits.Load(); n != 1 {
 		t.Fatalf("the origin was asked %d times, want 1", n)
+	}
+}
+
+// failingListener fails its first Accepts as a listener out of file descriptors does.
+type failingListener struct {
+	net.Listener
+	failures atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.failures.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	return l.Listener.Accept()
+}
+
+// An Accept that fails with the listener open (out of file descriptors) is retried after a
+// wait, as net/http retries it, instead of ending Serve: the clients that come later are served.
+func TestServeOutlivesFailedAccepts(t *testing.T) {
+	g := newRig(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		io.WriteString(w, "still here")
+	}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: ln}
+	fl.failures.Store(3)
+	srv := NewServer(g.edge, ServerOptions{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(fl) }()
+	t.Cleanup(func() { srv.Close() })
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + ln.Addr().String() + "/s")
+	if err != nil {
+		t.Fatalf("after failed Accepts: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "still here" {
+		t.Fatalf("after failed Accepts: %d %q", resp.StatusCode, b)
+	}
+	srv.Close()
+	select {
+	case err := <-served:
+		if err != http.ErrServerClosed {
+			t.Fatalf("Serve after Close returned %v, want http.ErrServerClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after Close")
 	}
 }

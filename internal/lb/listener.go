@@ -56,7 +56,7 @@ func (s *socket) serve() {
 				return
 			}
 			// Out of file descriptors and the like: back off as net/http does, rather than spin.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			backoff = h1.AcceptBackoff(backoff)
 			s.log.Error("accept failed", "error", err, "retry_in", backoff)
 			time.Sleep(backoff)
 			continue
