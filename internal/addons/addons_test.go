@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/agent/distro/upstream"
 	"sigs.k8s.io/yaml"
 )
 
@@ -141,6 +142,43 @@ func TestMetricsManifest(t *testing.T) {
 	for _, want := range []string{"name: v1beta1.metrics.k8s.io", "--kubelet-preferred-address-types=InternalIP", "--kubelet-certificate-authority=", "image: " + MetricsServer.Image} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics manifest lacks %q", want)
+		}
+	}
+}
+
+// TestAddonsShareOneShim: every add-on's pods carry the one shim group the instance's containerd
+// passes through to the runc shim, so that they run under one shim process, not one each.
+func TestAddonsShareOneShim(t *testing.T) {
+	for _, a := range Catalog {
+		m, err := a.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		deployments := 0
+		for _, doc := range strings.Split(string(m), "\n---\n") {
+			var d struct {
+				Kind string `json:"kind"`
+				Spec struct {
+					Template struct {
+						Metadata struct {
+							Annotations map[string]string `json:"annotations"`
+						} `json:"metadata"`
+					} `json:"template"`
+				} `json:"spec"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Kind != "Deployment" {
+				continue
+			}
+			deployments++
+			if got := d.Spec.Template.Metadata.Annotations[upstream.ShimGroupAnnotation]; got != "herd-addons" {
+				t.Errorf("%s: pod template's %s is %q, want herd-addons", a.Name, upstream.ShimGroupAnnotation, got)
+			}
+		}
+		if deployments == 0 {
+			t.Errorf("%s: no Deployment in its manifest", a.Name)
 		}
 	}
 }

@@ -109,6 +109,14 @@ func (c nodeConfig) withPatience(component string, args []string) []string {
 	return append(args, patientArgs[component]...)
 }
 
+// ShimGroupAnnotation is the pod annotation whose value names the containerd shim that runs the
+// pod's sandbox and containers: pods with the same value share one shim process (13-14 MB of
+// RSS each, most of it the binary's pages, counted once per process), instead of one per pod.
+// containerd's runc shim groups containers by it before the pod's sandbox id, and the CRI plugin
+// copies it from the pod into the specs (pod_annotations). Shims are per instance: their sockets
+// are in the instance's private /run/containerd.
+const ShimGroupAnnotation = "io.containerd.runc.v2.group"
+
 // tomlString quotes s as a TOML basic string.
 func tomlString(s string) string {
 	return strconv.Quote(s)
@@ -117,7 +125,8 @@ func tomlString(s string) string {
 // containerdConfig renders containerd's config.toml: its own root, state, socket and opt
 // directory under the state dir; the CRI plugin with the baked pause image, overlayfs and runc
 // with cgroupfs; restrict_oom_score_adj (the agent may lack CAP_SYS_RESOURCE, without which
-// every sandbox fails); pod network namespaces under the state dir; Debian's CNI plugin path.
+// every sandbox fails); pod network namespaces under the state dir; Debian's CNI plugin path;
+// ShimGroupAnnotation passed from pods to their sandboxes' and containers' specs.
 func containerdConfig(c nodeConfig) string {
 	q := tomlString
 	return fmt.Sprintf(`version = 2
@@ -142,6 +151,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      pod_annotations = [%s]
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -149,7 +159,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = %s
     max_conf_num = 1
 `, q(c.l.containerdRoot()), q(c.l.path("containerd", "state")), q(c.l.containerdSocket()),
-		q(c.l.path("containerd", "opt")), q(c.pauseImage), q(c.l.cniConfDir()))
+		q(c.l.path("containerd", "opt")), q(c.pauseImage), q(ShimGroupAnnotation), q(c.l.cniConfDir()))
 }
 
 // cniConfig renders the CNI network list: a bridge (cni0) with host-local IPAM keeping its

@@ -38,6 +38,7 @@ func TestContainerdConfig(t *testing.T) {
 		`bin_dir = "/usr/lib/cni"`,
 		`conf_dir = "/var/lib/herd/i/web-1/agent/cni/net.d"`,
 		"SystemdCgroup = false",
+		`pod_annotations = ["io.containerd.runc.v2.group"]`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("containerd config lacks %q:\n%s", want, got)
