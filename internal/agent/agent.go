@@ -204,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// rather than in minutes.
 	debug.FreeOSMemory()
 
-	if err := a.monitor(ctx, node); err != nil {
+	if err := a.monitor(ctx, node, monitorResync); err != nil {
 		return a.failed(node, err)
 	}
 	return a.stop(node, context.Cause(ctx))

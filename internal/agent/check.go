@@ -15,15 +15,28 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"herd.dev/herd/internal/agent/distro"
 )
 
-// monitor keeps /readyz current until ctx ends (nil) or a component fails (its error).
-func (a *agent) monitor(ctx context.Context, node distro.Node) error {
-	t := time.NewTicker(2 * time.Second)
+// monitorResync is how often monitor evaluates with no change seen: an API server that stops
+// answering sends no change, and the verdict should say so.
+const monitorResync = 30 * time.Second
+
+// monitor keeps /readyz current until ctx ends (nil) or a component fails (its error). It
+// evaluates when the node or a workload changes, as the API server's watches report it (at
+// once, where a poll every 2 s took up to 2 s, and with no request while nothing changes: the
+// poll was most of an idle instance's requests), and every resync.
+func (a *agent) monitor(ctx context.Context, node distro.Node, resync time.Duration) error {
+	a.mu.Lock()
+	dyn, works := a.dyn, a.works
+	a.mu.Unlock()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	changed := make(chan struct{}, 1)
+	watchChanges(wctx, dyn, a.cfg.Name, works, changed)
+	t := time.NewTicker(resync)
 	defer t.Stop()
 	for {
 		select {
@@ -31,6 +44,7 @@ func (a *agent) monitor(ctx context.Context, node distro.Node) error {
 			return nil
 		case <-node.Failed():
 			return node.Err()
+		case <-changed:
 		case <-t.C:
 		}
 		bound := 5 * time.Second
@@ -156,8 +170,7 @@ func listPods(ctx context.Context, dyn dynamic.Interface, namespace, selector st
 
 // workloadVerdict fetches (with get) and evaluates one workload, and returns its pod selector.
 func (a *agent) workloadVerdict(ctx context.Context, dyn dynamic.Interface, w workloadRef, get metav1.GetOptions) (verdict, string) {
-	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: workloadKinds[w.Kind]}
-	ri := dyn.Resource(gvr).Namespace(w.Namespace)
+	ri := dyn.Resource(w.gvr()).Namespace(w.Namespace)
 	var v verdict
 	var sel *metav1.LabelSelector
 	var err error

@@ -27,11 +27,7 @@ func TestChecksReadFromEtcdAndMonitorFromTheCache(t *testing.T) {
 		http.NotFound(w, r)
 	}))
 	defer srv.Close()
-	dyn, err := dynamic.NewForConfig(&rest.Config{Host: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &agent{cfg: Config{Name: "n1"}, dyn: dyn, works: []workloadRef{{Kind: "Deployment", Namespace: "default", Name: "hello"}}}
+	a := helloAgent(t, srv.URL)
 	paths := []string{"/api/v1/nodes/n1", "/apis/apps/v1/namespaces/default/deployments/hello"}
 	reads := func() map[string][]string {
 		mu.Lock()
@@ -55,8 +51,8 @@ func TestChecksReadFromEtcdAndMonitorFromTheCache(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.monitor(ctx, newFakeNode()) }()
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	go func() { done <- a.monitor(ctx, newFakeNode(), 100*time.Millisecond) }()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen[paths[0]]) > 0 && len(seen[paths[1]]) > 0, nil
@@ -78,4 +74,15 @@ func TestChecksReadFromEtcdAndMonitorFromTheCache(t *testing.T) {
 	if l := a.live.Load(); l == nil || l.ready {
 		t.Errorf("monitor's verdict %+v, want not ready (nothing found)", l)
 	}
+}
+
+// helloAgent is an agent of node n1 with one workload, Deployment default/hello, whose API server
+// is at host.
+func helloAgent(t *testing.T, host string) *agent {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(&rest.Config{Host: host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agent{cfg: Config{Name: "n1"}, dyn: dyn, works: []workloadRef{{Kind: "Deployment", Namespace: "default", Name: "hello"}}}
 }

@@ -141,6 +141,11 @@ type workloadRef struct {
 
 func (w workloadRef) String() string { return w.Kind + " " + w.Namespace + "/" + w.Name }
 
+// gvr is the workload's resource.
+func (w workloadRef) gvr() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: workloadKinds[w.Kind]}
+}
+
 // workloadKinds are the apps/v1 kinds the agent waits for.
 var workloadKinds = map[string]string{"Deployment": "deployments", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets"}
 
