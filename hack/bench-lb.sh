@@ -13,9 +13,15 @@
 #   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
 #   3. TLS: herd, HAProxy and nginx terminate TLS with the same ECDSA P-256 certificate (ALPN h2 and
-#      http/1.1; wrk speaks HTTP/1.1): wrk with "Connection: close" makes every request a new full
-#      handshake (handshakes/s), and wrk with keep-alive measures requests/s over TLS; medians of the
-#      same rounds.
+#      http/1.1), TLS 1.2 and 1.3 enabled on all three (nginx 1.22's default lacks 1.3). An OpenSSL
+#      s_client probe of each logs what an OpenSSL 3.0 client (wrk's library) negotiates. Per proxy per
+#      round, hack/bench/lb/handshakes makes new connections of one request each: full handshakes
+#      (no session resumed) offering X25519 alone, the group the OpenSSL 3.0 servers can choose, so
+#      that each handshake is the same work on all three (new handshakes/s, and the proxy's CPU time
+#      per handshake); then the same resuming each worker's last session (resumed handshakes/s); for
+#      herd also full handshakes offering X25519MLKEM768 first, as current browsers do (Go's server
+#      chooses the post-quantum hybrid, which OpenSSL 3.0 lacks); then wrk with keep-alive measures
+#      requests/s over TLS. Medians of the same rounds.
 # The last line is:
 #   lb: herd_rps=<int> haproxy_rps=<int> nginx_rps=<int> rps_vs_haproxy=<f> rps_vs_nginx=<f> p99_vs_haproxy=<f>
 #       herd_nethttp_rps=<int> fast_vs_nethttp_rps=<f> fast_vs_nethttp_p99=<f>
@@ -123,6 +129,7 @@ $servers_nginx
         listen 127.0.0.1:${TLS_PORT[nginx]} ssl http2;
         ssl_certificate $WORK/cert.pem;
         ssl_certificate_key $WORK/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
         location / {
             proxy_pass http://be;
             proxy_http_version 1.1;
@@ -144,6 +151,7 @@ cat "$WORK/cert.pem" "$WORK/key.pem" >"$WORK/cert-key.pem"
 log "building"
 go build -o "$WORK/backend" ./hack/bench/lb/backend
 go build -o "$WORK/loadgen" ./hack/bench/lb/loadgen
+go build -o "$WORK/handshakes" ./hack/bench/lb/handshakes
 write_configs
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
@@ -214,28 +222,54 @@ for p in "${PROXIES[@]}"; do
 	P99_MED[$p]=$(tr ' ' '\n' <<<"${P99[$p]}" | grep . | median)
 	log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request; median p99 ${P99_MED[$p]} us at $RATE req/s"
 done
-# TLS: new handshakes per second, then keep-alive requests per second over TLS.
-declare -A HS RPS_TLS
+# TLS: what an OpenSSL 3.0 client negotiates with each, then new (full) handshakes per second, resumed
+# ones, and keep-alive requests per second over TLS.
+for p in "${TLS_PROXIES[@]}"; do
+	out=$(openssl s_client -connect "127.0.0.1:${TLS_PORT[$p]}" -alpn http/1.1 </dev/null 2>/dev/null || true)
+	log "openssl s_client to $p: $(awk '/^New, / {sub(/^New, /, ""); sub(/Cipher is /, ""); v=$0} /^Server Temp Key/ {sub(/.*: /, ""); g=$0}
+		/^Peer signature type/ {sub(/.*: /, ""); s=$0} /^Server public key is/ {k=$5} END {printf "%s, %s, %s %s-bit certificate", v, g, s, k}' <<<"$out")"
+done
+# handshakes ROUND PROXY KIND ARGS... runs the handshake generator against PROXY and logs its line with
+# the proxy's CPU time per handshake; it prints the handshakes/s and that CPU time.
+handshakes() {
+	local round=$1 p=$2 kind=$3 t0 t1 out ok
+	shift 3
+	t0=$(cpu_ticks "${PID[$p]}")
+	out=$(on "$LOAD_CPU" "$WORK/handshakes" -addr "127.0.0.1:${TLS_PORT[$p]}" -duration "${DURATION}s" -conns "$CONNS" "$@")
+	t1=$(cpu_ticks "${PID[$p]}")
+	ok=$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "ok" {print $2}')
+	cpu=$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$ok" 'BEGIN {printf "%.0f", t * us / n}')
+	log "tls round $round $p $kind: $out proxy_cpu_us_per_handshake=$cpu" >&2
+	echo "$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "handshakes_per_s" {print $2}') $cpu"
+}
+declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS
 for round in $(seq 1 "$ROUNDS"); do
 	mapfile -t order < <(rotated "$round" "${TLS_PROXIES[@]}")
 	for p in "${order[@]}"; do
-		url="https://127.0.0.1:${TLS_PORT[$p]}/"
-		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "Connection: close" "$url")
-		hs=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
-		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url")
+		read -r hs cpu < <(handshakes "$round" "$p" full -groups X25519)
+		HS[$p]+="$hs "
+		HS_CPU[$p]+="$cpu "
+		read -r hs _ < <(handshakes "$round" "$p" resumed -groups X25519 -resume)
+		RESUMED[$p]+="$hs "
+		if [ "$p" = herd ]; then
+			read -r hs cpu < <(handshakes "$round" "$p" full-hybrid -groups X25519MLKEM768,X25519)
+			PQ[$p]+="$hs "
+			PQ_CPU[$p]+="$cpu "
+		fi
+		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://127.0.0.1:${TLS_PORT[$p]}/")
 		rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
 		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
-		log "tls round $round $p: ${hs} handshakes/s, ${rps} req/s over keep-alive ${errs}"
-		HS[$p]+="$hs "
+		log "tls round $round $p keep-alive: ${rps} req/s ${errs}"
 		RPS_TLS[$p]+="$rps "
 	done
 done
 declare -A HS_MED RPS_TLS_MED
 for p in "${TLS_PROXIES[@]}"; do
-	HS_MED[$p]=$(tr ' ' '\n' <<<"${HS[$p]}" | grep . | median)
-	RPS_TLS_MED[$p]=$(tr ' ' '\n' <<<"${RPS_TLS[$p]}" | grep . | median)
-	log "$p over TLS: median ${HS_MED[$p]} handshakes/s, ${RPS_TLS_MED[$p]} req/s"
+	HS_MED[$p]=$(medians_of "${HS[$p]}")
+	RPS_TLS_MED[$p]=$(medians_of "${RPS_TLS[$p]}")
+	log "$p over TLS: median ${HS_MED[$p]} full handshakes/s (X25519) at $(medians_of "${HS_CPU[$p]}") us proxy CPU each, $(medians_of "${RESUMED[$p]}") resumed handshakes/s, ${RPS_TLS_MED[$p]} keep-alive req/s"
 done
+log "herd over TLS with X25519MLKEM768: median $(medians_of "${PQ[herd]}") full handshakes/s at $(medians_of "${PQ_CPU[herd]}") us CPU each"
 awk -v h="${RPS_MED[herd]}" -v a="${RPS_MED[haproxy]}" -v n="${RPS_MED[nginx]}" \
 	-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" \
 	-v g="${RPS_MED[herd-nethttp]}" -v gp="${P99_MED[herd-nethttp]}" \
