@@ -2,6 +2,7 @@ package lb
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -63,5 +64,40 @@ func BenchmarkIdleClean(b *testing.B) {
 		if !p.idleClean() {
 			b.Fatal("a quiet connection is not clean")
 		}
+	}
+}
+
+// BenchmarkTLSHandshake measures a new TLS connection carrying one GET with "Connection: close"
+// through the HTTP/1.x engine, a full handshake each time (the client keeps no session):
+// go test ./internal/lb -run '^$' -bench TLSHandshake -benchmem -memprofile mem.out
+// The figures include the in-process client's handshake and the target's work; the profiles show
+// the listener's share under serveTLS.
+func BenchmarkTLSHandshake(b *testing.B) {
+	certFile, keyFile, pool := writeCert(b)
+	body := make([]byte, 1024)
+	be := newBackend(b, "b", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+	l := httpListener(TargetGroup{Name: "r1", Targets: targets(be)})
+	l.HealthCheck.Disabled = true
+	l.TLS = &TLS{CertFile: certFile, KeyFile: keyFile}
+	lb := startLBWith(b, EngineFast, Config{Listeners: []Listener{l}}, slogTo(io.Discard))
+	addr := lb.Addr("web/http").String()
+	cfg := &tls.Config{RootCAs: pool, CurvePreferences: []tls.CurveID{tls.X25519}, NextProtos: []string{"http/1.1"}}
+	req := []byte("GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		c.Close()
 	}
 }

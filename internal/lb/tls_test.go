@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,46 @@ func engineConns(lb *LB, name string) int {
 		return len(l.h1conns)
 	}
 	return -1
+}
+
+// Connections whose client sends one request each, as every new TLS session does under
+// "Connection: close" load, share pooled buffers: what one connection left unread (a second request
+// cut off by its close) must never reach the next one's target.
+func TestTLSConnectionsShareNoBuffers(t *testing.T) {
+	certFile, keyFile, pool := writeCert(t)
+	seen := make(chan string, 16)
+	b := newBackend(t, "b", func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.URL.Path + " " + r.Header.Get("X-Left")
+		io.WriteString(w, "ok")
+	})
+	l := httpListener(TargetGroup{Name: "r1", Targets: targets(b)})
+	l.TLS = &TLS{CertFile: certFile, KeyFile: keyFile}
+	lb := startLB(t, EngineFast, Config{Listeners: []Listener{l}})
+	waitHealthy(t, lb, 1)
+	addr := lb.Addr("web/http").String()
+	get := func(raw string) {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(conn, raw)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%q: %v %v", raw, resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+	for i := range 5 {
+		get("GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /left HTTP/1.1\r\nHost: x\r\nX-Left: " + strconv.Itoa(i))
+		waitFor(t, 10*time.Second, "the connection served and gone", func() bool { return engineConns(lb, "web/http") == 0 })
+		get("GET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		for _, want := range []string{"/first ", "/next "} {
+			if got := <-seen; got != want {
+				t.Fatalf("round %d: the target got %q, want %q (nothing of the connection before)", i, got, want)
+			}
+		}
+	}
 }
