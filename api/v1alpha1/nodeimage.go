@@ -35,7 +35,7 @@ type Addons struct {
 	// DNS is cluster DNS: CoreDNS v1.12.0 serving the kube-dns Service, so that pods resolve
 	// Services by name ("redis", "api.shop.svc.cluster.local"). Default: true.
 	DNS *bool `json:"dns,omitempty"`
-	// Storage is a default StorageClass ("local-path", local-path-provisioner v0.0.30): a
+	// Storage is a default StorageClass ("local-path", provisioned by the agent): a
 	// PersistentVolumeClaim binds to a directory of the instance, as disposable as the instance
 	// itself. Default: true.
 	Storage *bool `json:"storage,omitempty"`

@@ -3,8 +3,8 @@
 // be pulled onto an instance, and building from pinned source keeps an image reproducible), the
 // image reference pods use, and the manifests applied at boot before the workload's.
 //
-// The catalog holds cluster DNS (CoreDNS), storage (local-path-provisioner and a default
-// StorageClass) and resource metrics (metrics-server). Which add-ons an image gets is the
+// The catalog holds cluster DNS (CoreDNS), storage (a default StorageClass whose provisioner is
+// the agent) and resource metrics (metrics-server). Which add-ons an image gets is the
 // NodeImage's spec.addons, every one on by default.
 package addons
 
@@ -17,6 +17,7 @@ import (
 	"text/template"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/agent/localpv"
 )
 
 // ClusterDNS is the address of the kube-dns Service, which the kubelet writes into every pod's
@@ -25,21 +26,19 @@ import (
 // its range.
 var ClusterDNS = netip.MustParseAddr("10.215.0.10")
 
-// ShellImage is the reference of the shell image (Debian's busybox-static) that add-ons' helper
-// pods run, such as the storage add-on's, which makes and removes volume directories with it.
-const ShellImage = "herd.dev/addons/busybox:static"
+// StorageDir is where the storage add-on's provisioner, the agent, makes volume directories, as
+// the instance's pods see the node's file system (see localpv.Root).
+const StorageDir = localpv.Root
 
-// StorageDir is where the storage add-on makes volume directories, as the instance's pods see the
-// node's file system. It is inside the kubelet's root, which the agent bind-mounts from the
-// instance's own state directory: volumes are on the instance's disk, never shared with another
-// instance nor left on the host, and go when the instance is deleted.
-const StorageDir = "/var/lib/kubelet/local-path"
+// StorageProvisioner is the provisioner the storage add-on's StorageClass names: the agent.
+const StorageProvisioner = localpv.Name
 
 // Addon is one add-on of the catalog.
 type Addon struct {
 	// Name is the add-on's key in spec.addons (e.g. "dns").
 	Name string
-	// Binary is the program's name, its image's entrypoint (e.g. "coredns").
+	// Binary is the program's name, its image's entrypoint (e.g. "coredns"). Empty for an add-on
+	// the agent serves, which has no program nor image of its own: only manifests.
 	Binary string
 	// Version is the upstream version the pinned source builds.
 	Version string
@@ -50,16 +49,14 @@ type Addon struct {
 	// (a main package cannot be imported, so it is built by path from the embedded go.mod).
 	// Default: the embedded main.go.
 	Package string
-	// NeedsShell says that the add-on's pods also run ShellImage.
-	NeedsShell bool
 	// source is the directory of the embedded source: go.mod.txt, go.sum.txt, main.go.txt unless
-	// Package is set, and the manifest template BINARY.yaml.
+	// Package is set (none when Binary is empty), and the manifest template SOURCE.yaml.
 	source string
 	// switchOf returns the add-on's field of spec.addons.
 	switchOf func(v1alpha1.Addons) *bool
 }
 
-//go:embed coredns local-path-provisioner metrics-server
+//go:embed coredns storage metrics-server
 var sources embed.FS
 
 // CoreDNS is cluster DNS.
@@ -69,11 +66,10 @@ var CoreDNS = Addon{
 	switchOf: func(a v1alpha1.Addons) *bool { return a.DNS },
 }
 
-// LocalPath is storage: a default StorageClass whose volumes are directories of the instance.
+// LocalPath is storage: a default StorageClass whose volumes are directories of the instance,
+// made by the agent, which saves the instance a provisioner's process and pod.
 var LocalPath = Addon{
-	Name: "storage", Binary: "local-path-provisioner", Version: "v0.0.30",
-	Image: "herd.dev/addons/local-path-provisioner:v0.0.30", source: "local-path-provisioner",
-	Package: "github.com/rancher/local-path-provisioner", NeedsShell: true,
+	Name: "storage", source: "storage",
 	switchOf: func(a v1alpha1.Addons) *bool { return a.Storage },
 }
 
@@ -112,6 +108,12 @@ func (a Addon) BuildTarget() string {
 // Field is the add-on's field in a NodeImage, for errors.
 func (a Addon) Field() string { return "spec.addons." + a.Name }
 
+// HasImage says whether the add-on runs a program of its own, built into its own image.
+func (a Addon) HasImage() bool { return a.Binary != "" }
+
+// ManifestFile is the bundle's file of the add-on's manifests.
+func (a Addon) ManifestFile() string { return "addons/" + a.source + ".yaml" }
+
 // SourceFiles returns the files of the Go module that builds the add-on's binary, by name
 // (go.mod, go.sum, and main.go unless Package is set).
 func (a Addon) SourceFiles() (map[string][]byte, error) {
@@ -132,16 +134,16 @@ func (a Addon) SourceFiles() (map[string][]byte, error) {
 
 // Manifest returns the add-on's manifests, applied at boot before the workload's.
 func (a Addon) Manifest() ([]byte, error) {
-	text, err := fs.ReadFile(sources, a.source+"/"+a.Binary+".yaml")
+	text, err := fs.ReadFile(sources, a.source+"/"+a.source+".yaml")
 	if err != nil {
 		return nil, fmt.Errorf("add-on %s: %w", a.Name, err)
 	}
-	t, err := template.New(a.Binary).Option("missingkey=error").Parse(string(text))
+	t, err := template.New(a.source).Option("missingkey=error").Parse(string(text))
 	if err != nil {
 		return nil, fmt.Errorf("add-on %s: %w", a.Name, err)
 	}
 	var out bytes.Buffer
-	data := map[string]string{"Image": a.Image, "ClusterDNS": ClusterDNS.String(), "ShellImage": ShellImage, "StorageDir": StorageDir}
+	data := map[string]string{"Image": a.Image, "ClusterDNS": ClusterDNS.String(), "StorageDir": StorageDir, "Provisioner": StorageProvisioner}
 	if err := t.Execute(&out, data); err != nil {
 		return nil, fmt.Errorf("add-on %s: %w", a.Name, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"herd.dev/herd/internal/agent/distro"
+	"herd.dev/herd/internal/agent/localpv"
 	"herd.dev/herd/internal/agent/pki"
 	"herd.dev/herd/internal/image/bundle"
 )
@@ -90,6 +91,10 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 	a.mu.Lock()
 	a.dyn, a.logs = dyn, logs
 	a.mu.Unlock()
+	// The storage add-on's provisioner: from now on, so that a workload's claims are bound
+	// during the boot; it acts only on claims of a class that names it.
+	pv := &localpv.Provisioner{Dyn: dyn, Node: a.cfg.Name, Root: localpv.Root, Log: a.log}
+	go pv.Run(ctx)
 
 	if err := wait(imported, "images imported"); err != nil {
 		return err

@@ -158,6 +158,9 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 	}
 
 	for _, a := range enabled {
+		if !a.HasImage() {
+			continue
+		}
 		say("add-on %s: building %s %s from source (the first build downloads its modules: a minute or two)", a.Name, a.Binary, a.Version)
 		rec, err := buildAddonImage(ctx, p.goTool, a, scratch, bdir)
 		if err != nil {
@@ -165,19 +168,6 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 		}
 		say("image %s: %s, %s", a.Image, rec.ID[:19], FormatSize(rec.Size))
 		cfg.Images = append(cfg.Images, rec)
-	}
-
-	for _, a := range enabled {
-		if !a.NeedsShell {
-			continue
-		}
-		say("image %s: packaging Debian's busybox-static for %s", addons.ShellImage, a.Field())
-		rec, err := buildShellImage(ctx, a.Field(), scratch, bdir)
-		if err != nil {
-			return Bundle{}, err
-		}
-		cfg.Images = append(cfg.Images, rec)
-		break // one shell image serves every add-on
 	}
 
 	say("image %s: building the pause (sandbox) image", PauseImage)

@@ -151,13 +151,13 @@ func buildAddonImage(ctx context.Context, goTool string, a addons.Addon, scratch
 	return rec, nil
 }
 
-// writeAddonManifest writes an add-on's manifests to addons/BINARY.yaml of the bundle.
+// writeAddonManifest writes an add-on's manifests to its ManifestFile of the bundle.
 func writeAddonManifest(a addons.Addon, bdir string) (FileRecord, error) {
 	data, err := a.Manifest()
 	if err != nil {
 		return FileRecord{}, err
 	}
-	file := "addons/" + a.Binary + ".yaml"
+	file := a.ManifestFile()
 	dst := filepath.Join(bdir, filepath.FromSlash(file))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return FileRecord{}, fmt.Errorf("image store: %w", err)

@@ -18,8 +18,9 @@ import (
 // TestIntegrationAddons boots a real instance of test/e2e/testdata/addons with every add-on on
 // (the default) and shows each at work: "front" calls "back" by Service name (cluster DNS), a
 // pod writes and reads a PersistentVolumeClaim that the default StorageClass bound to a directory
-// of the instance, and the same again after the pod is replaced (storage), and `kubectl top pods`
-// and a HorizontalPodAutoscaler read metrics-server inside the instance (resource metrics).
+// of the instance, and the same again after the pod is replaced, and the directory and the volume
+// go once the claim is deleted (storage), and `kubectl top pods` and a HorizontalPodAutoscaler
+// read metrics-server inside the instance (resource metrics).
 func TestIntegrationAddons(t *testing.T) {
 	e := newEnv(t, building("test/e2e/testdata/addons/image.yaml"))
 	frontPort, notesPort := freePort(t), freePort(t)
@@ -99,6 +100,26 @@ func TestIntegrationAddons(t *testing.T) {
 		out, err := kubectl("get", "hpa", "back", "-o", "jsonpath={.status.currentMetrics[0].resource.current.averageUtilization}")
 		if err != nil || strings.TrimSpace(out) == "" {
 			return fmt.Sprintf("the HPA has no CPU reading yet: %v %s", err, out)
+		}
+		return ""
+	})
+
+	// The volume goes with its claim: the agent removes its directory, then the volume.
+	volume, err := kubectl("get", "pvc", "notes", "-o", "jsonpath={.spec.volumeName}")
+	if err != nil || strings.TrimSpace(volume) == "" {
+		t.Fatalf("PVC notes' volume: %q (%v)", volume, err)
+	}
+	for _, args := range [][]string{{"delete", "deployment", "notes"}, {"delete", "pvc", "notes", "--wait=false"}} {
+		if out, err := kubectl(args...); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	e.waitFor(60*time.Second, 500*time.Millisecond, func() string {
+		if _, err := os.Stat(filepath.Dir(files[0])); !os.IsNotExist(err) {
+			return "the volume's directory is still there: " + filepath.Dir(files[0])
+		}
+		if out, err := kubectl("get", "pv", "-o", "jsonpath={.items[*].metadata.name}"); err != nil || strings.Contains(out, strings.TrimSpace(volume)) {
+			return fmt.Sprintf("volume %s not deleted yet: %q (%v)", volume, out, err)
 		}
 		return ""
 	})
