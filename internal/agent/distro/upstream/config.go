@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -262,6 +263,10 @@ func kubeProxyConfig(c nodeConfig) ([]byte, error) {
 	return yaml.Marshal(conf)
 }
 
+// endpointSliceBatch is how long the EndpointSlice controller gathers a Service's pods' changes
+// before it writes (controllerManagerArgs): a few of the kubelet's status writes of one pod.
+const endpointSliceBatch = 200 * time.Millisecond
+
 // etcdArgs are etcd's flags: loopback only, a small in-memory raft log.
 func etcdArgs(c nodeConfig) []string {
 	return []string{
@@ -343,6 +348,12 @@ func controllerManagerArgs(c nodeConfig) []string {
 		// delays the default service account, which every pod needs, by seconds.
 		"--kube-api-qps=200",
 		"--kube-api-burst=300",
+		// A pod's start changes it twice within milliseconds (its address, then its readiness
+		// once the first probe passes). Synced at once, the second sync found the controller's
+		// own write of the first not yet in its cache, failed ("EndpointSlice informer cache is
+		// out of date") and was retried a second later: the workload's endpoint, and so its
+		// first answer through its Service, came a second late. Batched, both make one write.
+		"--endpointslice-updates-batch-period=" + endpointSliceBatch.String(),
 		"--profiling=false",
 	}
 	return c.withPatience("kube-controller-manager", args)
