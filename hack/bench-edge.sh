@@ -17,7 +17,9 @@
 #      popular; hack/bench/lb/loadgen -objects, the same sequence for every proxy) at a fixed rate,
 #      half the slowest proxy's median hit throughput so that none is saturated, the same rounds:
 #      the median p99 (coordinated-omission safe), and the origin offload, the share of client
-#      requests that did not reach the origin over all rounds.
+#      requests that did not reach the origin over all rounds. Then what each cache holds: objects,
+#      the bytes it counts against its bound (herd: its weight; Varnish: SMA g_bytes; nginx: its
+#      files' blocks), and the process's resident memory.
 # The last line is:
 #   edge: hit_rps_vs_varnish=<f> hit_rps_vs_nginx=<f> p99_vs_varnish=<f> origin_offload=<f> coalesced_origin_requests=<int>
 # where origin_offload and coalesced_origin_requests are herd's (the others' are logged above it).
@@ -51,6 +53,40 @@ bench_init bench-edge
 # origin_count prints what the origin port of proxy $1 counted: objects=<int> slow=<int>.
 origin_count() { curl -fsS "http://127.0.0.1:${ORIGIN[$1]}/_count"; }
 
+# rss_mib prints the resident memory, in MiB, of a process and its children (nginx's worker,
+# Varnish's child).
+rss_mib() {
+	local kib=0 pid
+	for pid in "$1" $(pgrep -P "$1" || true); do
+		kib=$((kib + $(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")))
+	done
+	echo $((kib >> 10))
+}
+
+# held prints what proxy $1's cache holds: objects and bytes as the cache itself counts them
+# against its bound, and the proxy's resident memory.
+held() {
+	local m
+	case $1 in
+	herd)
+		m=$(curl -fsS "http://127.0.0.1:$HERD_METRICS/metrics")
+		echo "objects=$(awk '/^herd_edge_memory_entries/ {print $2}' <<<"$m")" \
+			"bytes=$(awk '/^herd_edge_memory_bytes/ {printf "%d", $2}' <<<"$m")" \
+			"heap_inuse=$(awk '/^go_memstats_heap_inuse_bytes/ {printf "%d", $2}' <<<"$m")"
+		;;
+	varnish)
+		m=$(varnishstat -n "$WORK/varnish" -1 -f MAIN.n_object -f SMA.s0.g_bytes)
+		echo "objects=$(awk '$1 == "MAIN.n_object" {print $2}' <<<"$m")" \
+			"bytes=$(awk '$1 == "SMA.s0.g_bytes" {print $2}' <<<"$m")"
+		;;
+	nginx) # the cache manager counts the files' blocks against max_size (find's %b: 512-byte blocks)
+		find "$WORK/nginx-cache" -type f -printf '%s %b\n' |
+			awk '{n++; b += $1; k += $2 * 512} END {printf "objects=%d bytes=%d blocks_bytes=%d\n", n, b, k}'
+		;;
+	esac
+	echo "rss_mib=$(rss_mib "${PID[$1]}")"
+}
+
 # field prints the value of key $1 in a line of key=value pairs.
 field() { tr ' ' '\n' <<<"$2" | awk -F= -v k="$1" '$1 == k {print $2}'; }
 
@@ -76,6 +112,10 @@ backend origin {
 }
 EOF
 	# The worker runs as root: it writes the cache under $WORK, which only root may write to.
+	# nginx's cache manager holds max_size after the fact: by default it checks the size at most
+	# every 10 s and then deletes at most 100 files per 50 ms, which let this bench's cache grow to
+	# 1.7 times max_size. It is given its tightest pace (manager_*), so that the bound holds as well
+	# as nginx can hold it; what each cache holds at the end is logged.
 	cat >"$WORK/nginx.conf" <<EOF
 user root;
 worker_processes 1;
@@ -87,7 +127,7 @@ http {
     access_log off;
     keepalive_requests 1000000;
     keepalive_timeout 60s;
-    proxy_cache_path $WORK/nginx-cache levels=1:2 keys_zone=edge:16m max_size=${CACHE_MB}m inactive=1h use_temp_path=off;
+    proxy_cache_path $WORK/nginx-cache levels=1:2 keys_zone=edge:16m max_size=${CACHE_MB}m inactive=1h use_temp_path=off manager_files=100000 manager_sleep=10ms manager_threshold=1000ms;
     upstream origin {
         server 127.0.0.1:${ORIGIN[nginx]};
         keepalive 256;
@@ -215,6 +255,9 @@ for p in "${PROXIES[@]}"; do
 	OFFLOAD[$p]=$(awk -v f="${FETCHED[$p]}" -v s="${SENT[$p]}" 'BEGIN {printf "%.4f", 1 - f / s}')
 	log "$p: median ${RPS_MED[$p]} hits/s, ${CPU_MED[$p]} us CPU/hit; median p99 ${P99_MED[$p]} us at $RATE req/s;" \
 		"origin offload ${OFFLOAD[$p]} (${FETCHED[$p]} of ${SENT[$p]}); ${COALESCED[$p]} origin requests for $BURST at once"
+done
+for p in "${PROXIES[@]}"; do
+	log "$p holds: $(held "$p" | tr '\n' ' ')(cache bound $((CACHE_MB << 20)))"
 done
 log "herd's own counters: $(curl -fsS "http://127.0.0.1:$HERD_METRICS/metrics" | awk '/^herd_edge_/ {printf "%s=%s ", $1, $2}')"
 log "load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
@@ -190,7 +191,7 @@ func runEdge(ctx context.Context, g *globals, log *slog.Logger, d *v1alpha1.Dist
 	var metrics *http.Server
 	if o.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(loc.Edge().Metrics())
+		reg.MustRegister(loc.Edge().Metrics(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		ln, err := net.Listen("tcp", o.metricsAddr)

@@ -48,6 +48,7 @@ func New(cfg Config, log *slog.Logger) (*Edge, error) {
 			return nil, err
 		}
 	}
+	e.metrics.watchMemory(e.store, cfg.MetricLabels)
 	e.cfg.Store(&cfg)
 	return e, nil
 }

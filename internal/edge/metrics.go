@@ -34,6 +34,16 @@ func newMetrics(labels prometheus.Labels) *Metrics {
 	return m
 }
 
+// watchMemory adds gauges of what the memory tier holds: how many URIs, and their weight in bytes,
+// which the tier keeps within its bound.
+func (m *Metrics) watchMemory(s *store, labels prometheus.Labels) {
+	gauge := func(name, help string, read func() float64) {
+		m.all = append(m.all, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "herd", Subsystem: "edge", Name: name, Help: help, ConstLabels: labels}, read))
+	}
+	gauge("memory_entries", "URIs held in the memory tier, each with its stored variants.", func() float64 { return float64(s.c.EstimatedSize()) })
+	gauge("memory_bytes", "What the memory tier holds, in bytes as it weighs its entries against its bound.", func() float64 { return float64(s.c.WeightedSize()) })
+}
+
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.all {
