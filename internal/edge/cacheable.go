@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -213,9 +214,11 @@ func isServerError(status int) bool {
 }
 
 // readBody reads an origin's body to store, at most limit+1 bytes: into one buffer of the length the
-// origin announced when it announced one, so that a stored body holds no spare capacity (which the
-// memory tier's bound would not see) and reading it leaves no garbage of grown buffers behind. A
-// body shorter than announced is an error, as it is to io.ReadAll.
+// origin announced when it announced one, so that reading it leaves no garbage of grown buffers
+// behind. A body of unannounced length, read into a growing buffer, is copied into one of its
+// length when the spare capacity is more than the allocator's rounding: the memory tier weighs what
+// a body holds, and a buffer grown by doubling may hold twice the body. A body shorter than
+// announced is an error, as it is to io.ReadAll.
 func readBody(resp *http.Response, limit int64) ([]byte, error) {
 	if n := resp.ContentLength; n >= 0 && n <= limit {
 		body := make([]byte, n)
@@ -224,5 +227,9 @@ func readBody(resp *http.Response, limit int64) ([]byte, error) {
 		}
 		return body, nil
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err == nil && cap(body) > allocSize(len(body)) {
+		body = bytes.Clone(body)
+	}
+	return body, err
 }

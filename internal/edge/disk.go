@@ -278,8 +278,9 @@ type diskEntry struct {
 
 func encodeEntry(pk string, e *entry) ([]byte, error) {
 	de := diskEntry{Vary: e.vary, Variants: map[string]diskObject{}}
-	for k, o := range e.variants {
-		de.Variants[k] = diskObject{Status: o.status, Header: o.header, Body: o.body, CacheControl: o.cc,
+	for _, v := range e.variants {
+		o := v.o
+		de.Variants[v.key] = diskObject{Status: o.status, Header: o.header, Body: o.body, CacheControl: o.cc.asMap(),
 			RequestTime: o.requestTime, ResponseTime: o.responseTime, Lifetime: o.lifetime, Secondary: o.secondary}
 	}
 	var buf bytes.Buffer
@@ -310,12 +311,32 @@ func decodeEntry(pk string, data []byte) (*entry, error) {
 	if err := gob.NewDecoder(bytes.NewReader(body[head:])).Decode(&de); err != nil {
 		return nil, err
 	}
-	e := &entry{vary: de.Vary, variants: map[string]*object{}}
+	e := &entry{vary: de.Vary, variants: make([]variant, 0, len(de.Variants))}
 	for k, o := range de.Variants {
-		obj := newObject(o.Status, o.Header, o.Body, directives(o.CacheControl), o.RequestTime, o.ResponseTime, o.Lifetime)
+		obj := newObject(o.Status, o.Header, o.Body, directivesOf(o.CacheControl), o.RequestTime, o.ResponseTime, o.Lifetime)
 		obj.secondary = o.Secondary
-		e.variants[k] = obj
+		e.variants = append(e.variants, variant{k, obj})
 	}
 	e.retain = e.retention()
 	return e, nil
+}
+
+// asMap and directivesOf convert directives to and from the map the disk tier's files hold them in.
+func (d directives) asMap() map[string]string {
+	m := make(map[string]string, len(d))
+	for _, x := range d {
+		m[x.name] = x.value
+	}
+	return m
+}
+
+func directivesOf(m map[string]string) directives {
+	if len(m) == 0 {
+		return nil
+	}
+	d := make(directives, 0, len(m))
+	for name, value := range m {
+		d = append(d, directive{name, value})
+	}
+	return d
 }

@@ -49,18 +49,18 @@ func diskWriter(dir string) {
 // testEntry is an entry of one fresh 200 with body.
 func testEntry(body string) *entry {
 	now := time.Now()
-	o := newObject(200, http.Header{"Content-Type": {"text/plain"}}, []byte(body), directives{"max-age": "600"}, now, now, 10*time.Minute)
-	e := &entry{variants: map[string]*object{"": o}}
+	o := newObject(200, http.Header{"Content-Type": {"text/plain"}}, []byte(body), directives{{"max-age", "600"}}, now, now, 10*time.Minute)
+	e := &entry{variants: []variant{{"", o}}}
 	e.retain = e.retention()
 	return e
 }
 
 // bodyOf is the body of an entry's identity, or "" without one.
 func bodyOf(e *entry) string {
-	if e == nil || e.variants[""] == nil {
+	if e == nil || e.variant("") == nil {
 		return ""
 	}
-	return string(e.variants[""].body)
+	return string(e.variant("").body)
 }
 
 // A writer killed -9 in the middle of a file leaves a temporary file, which the tier removes when it

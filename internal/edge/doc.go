@@ -10,8 +10,10 @@
 // entry: the values of the request headers the stored response's Vary names, and of the headers and
 // cookies the behavior keys on.
 //
-// Entries live in memory in an otter cache bounded by bytes (the weigher is an entry's size), so the
-// least valuable entries are evicted when the bound is reached. A response is stored only when the
+// Entries live in memory in an otter cache bounded by bytes, so the least valuable entries are
+// evicted when the bound is reached. The weigher counts what an entry costs on the heap (weight.go):
+// every allocation rounded to Go's size class, maps by their slot groups, the head its hits write
+// and the cache's own bookkeeping, so that the bound is one on memory, not on body bytes. A response is stored only when the
 // RFC allows it (cacheable status and freshness, no no-store, no private, no Authorization unless
 // the response says it may be shared), when it is no larger than the behavior's maximum object size
 // and when its body arrived whole: a larger one is streamed to the client and not stored, and a

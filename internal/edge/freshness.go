@@ -58,21 +58,6 @@ func newObject(status int, header http.Header, body []byte, cc directives, reque
 	return o
 }
 
-// size is what the object costs the memory tier: its body and an estimate of its fields, counted
-// twice: once as stored, once in the head its hits write (hitHead, made on the first hit, with its
-// status line and the fields it adds). The weight is taken when the object is stored, so it counts
-// the head before it exists.
-func (o *object) size() int {
-	fields := 0
-	for k, vs := range o.header {
-		for _, v := range vs {
-			fields += len(k) + len(v) + 4
-		}
-	}
-	const overhead, hitHeadExtra = 64, 96
-	return len(o.body) + overhead + 2*fields + hitHeadExtra
-}
-
 // age is the object's current age at now (RFC 9111 section 4.2.3).
 func (o *object) age(now time.Time) time.Duration {
 	return o.initialAge + now.Sub(o.responseTime)
@@ -203,7 +188,7 @@ func (o *object) freshFor(reqCC directives, age time.Duration) bool {
 	if age < life {
 		return true
 	}
-	if v, ok := reqCC["max-stale"]; ok && !o.forbidsStale() {
+	if v, ok := reqCC.get("max-stale"); ok && !o.forbidsStale() {
 		if v == "" {
 			return true
 		}

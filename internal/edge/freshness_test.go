@@ -128,3 +128,29 @@ func TestRequestDirectives(t *testing.T) {
 		t.Fatalf("only-if-cached miss: %d, origin hits %d; want 504 without the origin", r.status, g.hits.Load())
 	}
 }
+
+// Cache-Control's members are read case-insensitively and unquoted; a directive given twice is
+// read with its first value, across field lines too; a request's Pragma: no-cache stands for
+// no-cache only without Cache-Control (RFC 9111 sections 5.2 and 5.4).
+func TestCacheControlDirectives(t *testing.T) {
+	h := http.Header{"Cache-Control": {`Max-Age=60, private="Set-Cookie, X", max-age=5`, "s-maxage=7, MAX-AGE=9"}}
+	d := parseCacheControl(h)
+	if v, ok := d.get("max-age"); !ok || v != "60" {
+		t.Errorf("max-age = %q, %v; want the first, 60", v, ok)
+	}
+	if v, _ := d.get("private"); v != "Set-Cookie, X" {
+		t.Errorf("private = %q, want it unquoted", v)
+	}
+	if s, ok := d.seconds("s-maxage"); !ok || s != 7*time.Second {
+		t.Errorf("s-maxage = %v, %v; want 7s from the second line", s, ok)
+	}
+	if d.has("no-cache") || parseCacheControl(http.Header{}) != nil {
+		t.Error("a directive not sent reads as present, or a message without Cache-Control has some")
+	}
+	if !requestDirectives(http.Header{"Pragma": {"no-cache"}}).has("no-cache") {
+		t.Error("Pragma: no-cache without Cache-Control is not read as no-cache")
+	}
+	if requestDirectives(http.Header{"Pragma": {"no-cache"}, "Cache-Control": {"max-age=5"}}).has("no-cache") {
+		t.Error("Pragma: no-cache is read despite a Cache-Control")
+	}
+}

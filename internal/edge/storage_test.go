@@ -218,9 +218,9 @@ func mustURL(t *testing.T, s string) *url.URL {
 	return u
 }
 
-// An origin's body is read into a buffer of exactly its announced length (the memory tier's bound
-// counts len, so spare capacity would be memory it does not see); without a length, at most one
-// byte past the limit is read; a body shorter than announced is an error.
+// An origin's body is read into a buffer of exactly its announced length; without a length, at most
+// one byte past the limit is read, and the body kept in a buffer of its size, not the grown one; a
+// body shorter than announced is an error.
 func TestReadBody(t *testing.T) {
 	resp := func(body string, length int64) *http.Response {
 		return &http.Response{Body: io.NopCloser(strings.NewReader(body)), ContentLength: length}
@@ -231,6 +231,9 @@ func TestReadBody(t *testing.T) {
 	}
 	if body, err = readBody(resp(strings.Repeat("x", 50), -1), 10); err != nil || len(body) != 11 {
 		t.Fatalf("unannounced 50 with limit 10: %d bytes, %v; want 11", len(body), err)
+	}
+	if body, err = readBody(resp(strings.Repeat("x", 5000), -1), 10<<20); err != nil || len(body) != 5000 || cap(body) != allocSize(5000) {
+		t.Fatalf("unannounced 5000: len %d cap %d, %v; want 5000 in an allocation of %d", len(body), cap(body), err, allocSize(5000))
 	}
 	if _, err = readBody(resp("short", 100), 10<<20); err == nil {
 		t.Fatal("a body shorter than announced was read without an error")

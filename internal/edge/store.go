@@ -2,7 +2,6 @@ package edge
 
 import (
 	"iter"
-	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -18,9 +17,27 @@ const keepForValidation = time.Hour
 // entry holds every stored variant of one URI. It is immutable: a change stores a new entry, so that
 // readers never lock and the weigher sees the entry's whole size.
 type entry struct {
-	vary     []string           // the header names the latest stored response varies on
-	variants map[string]*object // by secondary key
-	retain   time.Duration      // how long the entry stays worth keeping
+	vary []string // the header names the latest stored response varies on
+	// variants by secondary key: a slice, not a map, since most entries hold one (a map of one
+	// costs some 250 bytes more) and few hold more than a handful.
+	variants []variant
+	retain   time.Duration // how long the entry stays worth keeping
+}
+
+// variant is one stored response of an entry and the secondary key that selects it.
+type variant struct {
+	key string
+	o   *object
+}
+
+// variant returns the object stored under the secondary key, if any.
+func (e *entry) variant(key string) *object {
+	for _, v := range e.variants {
+		if v.key == key {
+			return v.o
+		}
+	}
+	return nil
 }
 
 // store is the memory tier: entries by primary key in an otter cache bounded by bytes; and the disk
@@ -34,11 +51,7 @@ func newStore(maxBytes int64) *store {
 	return &store{c: otter.Must(&otter.Options[string, *entry]{
 		MaximumWeight: uint64(maxBytes),
 		Weigher: func(key string, e *entry) uint32 {
-			n := len(key)
-			for k, o := range e.variants {
-				n += len(k) + o.size()
-			}
-			return uint32(min(n, math.MaxUint32))
+			return uint32(min(e.weight(key), math.MaxUint32))
 		},
 		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *entry]) time.Duration {
 			return e.Value.retain
@@ -53,14 +66,14 @@ func (s *store) lookup(pk string, r *http.Request, p Policy, coding string) *obj
 	if e == nil {
 		return nil
 	}
-	return e.variants[codedKey(secondaryKey(r, e.vary, p), coding)]
+	return e.variant(codedKey(secondaryKey(r, e.vary, p), coding))
 }
 
 // lookupPlain returns the identity variant stored at pk when the entry varies on nothing, so that
 // it is the one every request selects under a policy that keys on no header or cookie.
 func (s *store) lookupPlain(pk string) *object {
 	if e := s.entry(pk); e != nil && len(e.vary) == 0 {
-		return e.variants[""]
+		return e.variant("")
 	}
 	return nil
 }
@@ -94,11 +107,11 @@ func codedKey(secondary, coding string) string {
 func (s *store) put(pk string, r *http.Request, p Policy, o *object, vary []string) {
 	o.secondary = secondaryKey(r, vary, p)
 	e, _ := s.c.Compute(pk, func(old *entry, found bool) (*entry, otter.ComputeOp) {
-		e := &entry{vary: vary, variants: map[string]*object{o.secondary: o}}
+		e := &entry{vary: vary, variants: []variant{{o.secondary, o}}}
 		if found && slices.Equal(old.vary, vary) {
-			for k, v := range old.variants {
-				if v.secondary != o.secondary { // neither the identity replaced nor what was compressed from it
-					e.variants[k] = v
+			for _, v := range old.variants {
+				if v.o.secondary != o.secondary { // neither the identity replaced nor what was compressed from it
+					e.variants = append(e.variants, v)
 				}
 			}
 		}
@@ -121,11 +134,17 @@ func (s *store) putCoded(pk string, base, c *object, coding string) {
 	c.secondary = base.secondary
 	var stored *entry
 	s.c.Compute(pk, func(old *entry, found bool) (*entry, otter.ComputeOp) {
-		if !found || old.variants[base.secondary] != base {
+		if !found || old.variant(base.secondary) != base {
 			return old, otter.CancelOp
 		}
-		stored = &entry{vary: old.vary, variants: maps.Clone(old.variants)}
-		stored.variants[codedKey(base.secondary, coding)] = c
+		key := codedKey(base.secondary, coding)
+		stored = &entry{vary: old.vary, variants: make([]variant, 0, len(old.variants)+1)}
+		for _, v := range old.variants {
+			if v.key != key {
+				stored.variants = append(stored.variants, v)
+			}
+		}
+		stored.variants = append(stored.variants, variant{key, c})
 		stored.retain = stored.retention()
 		return stored, otter.WriteOp
 	})
@@ -136,7 +155,7 @@ func (s *store) putCoded(pk string, base, c *object, coding string) {
 func (e *entry) retention() time.Duration {
 	var d time.Duration
 	for _, v := range e.variants {
-		d = max(d, v.retention())
+		d = max(d, v.o.retention())
 	}
 	return d
 }
