@@ -129,7 +129,7 @@ func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, 
 		}
 		if int64(len(body)) <= b.MaxObjectSize {
 			resp.Body.Close()
-			header := resp.Header.Clone()
+			header := resp.Header // the exchange's own: kept, not copied
 			dropHop(header)
 			o := newObject(resp.StatusCode, header, body, cc, reqTime, respTime, life)
 			if b.Policy.Compress && compressible(o) {

@@ -18,7 +18,9 @@ import (
 // serveHandler answers h.req through the server's handler, and reports whether the connection may
 // carry another request.
 func (h *h1conn) serveHandler() bool {
-	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(h.req.raw)))
+	// The reader's buffer holds the whole head, which is all there is to read: not the default 4
+	// KiB, garbage once the request is read.
+	req, err := http.ReadRequest(bufio.NewReaderSize(bytes.NewReader(h.req.raw), len(h.req.raw)))
 	if err != nil {
 		h.out.write(errorResponse(http.StatusBadRequest))
 		return false
@@ -112,10 +114,14 @@ func (w *respWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		n := len(p)
-		w.pending = append(w.pending, p...)
-		w.send(w.pending)
-		w.body(w.pending)
-		w.pending = nil
+		if len(w.pending) > 0 {
+			p = append(w.pending, p...)
+			w.pending = nil
+		}
+		// body copies p into the connection's output: p itself is neither kept nor copied first,
+		// which for a miss's stored body would be garbage of the body's size.
+		w.send(p)
+		w.body(p)
 		return n, nil
 	}
 	w.body(p)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -347,5 +348,39 @@ func TestServeOutlivesFailedAccepts(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after Close")
+	}
+}
+
+// The engine's ResponseWriter keeps nothing of what a handler writes: a handler may reuse its
+// buffer as soon as Write returns (io.Writer's contract), with a length or without.
+func TestEngineWriterKeepsNoBuffer(t *testing.T) {
+	const n = 5000
+	g := newRig(t, fixed(200, "unused"), nil)
+	for _, length := range []bool{true, false} {
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if length {
+				w.Header().Set("Content-Length", strconv.Itoa(2*n))
+			}
+			buf := []byte(strings.Repeat("a", n))
+			w.Write(buf)
+			copy(buf, strings.Repeat("b", n))
+			w.Write(buf)
+		})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewServer(g.edge, ServerOptions{Handler: handler})
+		go srv.Serve(ln)
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + ln.Addr().String() + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if string(b) != strings.Repeat("a", n)+strings.Repeat("b", n) {
+			t.Fatalf("with Content-Length %v: the answer is not what was written when it was written", length)
+		}
 	}
 }
