@@ -46,6 +46,7 @@ func (o *object) hitHead() *hitHead {
 		hh.sniffed = true
 	}
 	var b bytes.Buffer
+	b.Grow(headRoom(o))
 	b.WriteString("HTTP/1.1 ")
 	b.WriteString(strconv.Itoa(o.status))
 	b.WriteByte(' ')

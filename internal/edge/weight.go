@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"unsafe"
 )
@@ -73,17 +74,32 @@ func headerSize(h http.Header) int {
 	return n + allocSize(values*int(unsafe.Sizeof("")))
 }
 
-// headSize is what an object's hit head (hitHead) takes: the status line, its fields and those the
-// head adds (X-Cache, Content-Length, Accept-Ranges, a sniffed Content-Type), in one buffer.
+// headSize is what an object's hit head (hitHead) takes: its struct and its buffer.
 func headSize(o *object) int {
-	const statusLine, added = 48, 96
-	n := statusLine + added
+	return allocSize(int(unsafe.Sizeof(hitHead{}))) + allocSize(headRoom(o))
+}
+
+// headRoom is the buffer hitHead makes for the head: the status line, the object's fields and those
+// the head adds (X-Cache, Content-Length, Accept-Ranges, a sniffed Content-Type). Made this size
+// from the start, the buffer is not grown past what the weight counts.
+func headRoom(o *object) int {
+	n := len("HTTP/1.1 200 \r\n") + len(http.StatusText(o.status)) +
+		len("X-Cache: Hit\r\n") + len("Content-Length: \r\n") + len(strconv.Itoa(len(o.body)))
+	if o.status == http.StatusOK {
+		n += len("Accept-Ranges: bytes\r\n")
+	}
+	if _, ok := o.header["Content-Type"]; !ok {
+		n += len("Content-Type: \r\n") + 48 // what http.DetectContentType names is shorter
+	}
 	for k, vs := range o.header {
+		if k == "Age" {
+			continue
+		}
 		for _, v := range vs {
-			n += len(k) + len(v) + 4
+			n += len(k) + len(": \r\n") + len(v)
 		}
 	}
-	return allocSize(int(unsafe.Sizeof(hitHead{}))) + allocSize(n)
+	return n
 }
 
 // size is what the object costs the memory tier: its body as allocated, its fields, its parsed
@@ -101,8 +117,8 @@ func (o *object) size() int {
 
 // entryOverhead is what the cache spends per entry beside the entry itself: otter's node, its slot
 // in otter's table and its frequency sketch, measured at about 130 bytes, and some room for what the
-// sizes above round off.
-const entryOverhead = 192
+// sizes above leave out.
+const entryOverhead = 160
 
 // weight is what an entry at key costs the memory tier: the key, the entry, its variants and the
 // cache's own bookkeeping.
