@@ -87,6 +87,22 @@ held() {
 	echo "rss_mib=$(rss_mib "${PID[$1]}")"
 }
 
+# held_peak samples what proxy $1's cache holds (held) every second until killed, and writes the
+# sample with the most bytes to $2: a cache that holds its bound only after the fact (nginx) holds
+# more between its checks than at the end.
+held_peak() {
+	local p=$1 out=$2 h b max=-1
+	while sleep 1; do
+		h=$(held "$p" | tr '\n' ' ')
+		b=$(field blocks_bytes "$h")
+		b=${b:-$(field bytes "$h")}
+		if [ "${b:-0}" -gt "$max" ]; then
+			max=$b
+			echo "$h" >"$out"
+		fi
+	done
+}
+
 # field prints the value of key $1 in a line of key=value pairs.
 field() { tr ' ' '\n' <<<"$2" | awk -F= -v k="$1" '$1 == k {print $2}'; }
 
@@ -239,8 +255,14 @@ for round in $(seq 1 "$ROUNDS"); do
 	mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
 	for p in "${order[@]}"; do
 		before=$(field objects "$(origin_count "$p")")
+		held_peak "$p" "$WORK/peak-$p-$round" &
+		sampler=$!
+		PIDS+=("$sampler")
+		taskset -pc "$LOAD_CPU" "$sampler" >/dev/null
 		out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -path /obj/ \
 			-objects "$OBJECTS" -zipf "$ZIPF" -rate "$RATE" -duration "${DURATION}s" -warmup 1s -conns "$CONNS")
+		kill "$sampler" 2>/dev/null || true
+		wait "$sampler" 2>/dev/null || true
 		fetched=$(($(field objects "$(origin_count "$p")") - before))
 		sent=$(field sent "$out")
 		log "zipf round $round $p: $out origin_requests=$fetched"
@@ -258,6 +280,9 @@ for p in "${PROXIES[@]}"; do
 done
 for p in "${PROXIES[@]}"; do
 	log "$p holds: $(held "$p" | tr '\n' ' ')(cache bound $((CACHE_MB << 20)))"
+	for round in $(seq 1 "$ROUNDS"); do
+		log "$p held at most, sampled each second of Zipf round $round: $(cat "$WORK/peak-$p-$round" 2>/dev/null)"
+	done
 done
 log "herd's own counters: $(curl -fsS "http://127.0.0.1:$HERD_METRICS/metrics" | awk '/^herd_edge_/ {printf "%s=%s ", $1, $2}')"
 log "load average $(cut -d' ' -f1-3 /proc/loadavg)"

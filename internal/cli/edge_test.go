@@ -90,7 +90,8 @@ spec:
 		t.Fatalf("origin received %d requests, want 1", originHits.Load())
 	}
 	_, metrics := get(http.DefaultClient, "http://"+a["metrics"]+"/metrics")
-	for _, want := range []string{`herd_edge_hits_total{distribution="site"} 1`, `herd_edge_misses_total{distribution="site"} 1`, `herd_edge_origin_requests_total{distribution="site"} 1`, `herd_edge_bytes_served_total{distribution="site"} 22`} {
+	for _, want := range []string{`herd_edge_hits_total{distribution="site"} 1`, `herd_edge_misses_total{distribution="site"} 1`, `herd_edge_origin_requests_total{distribution="site"} 1`, `herd_edge_bytes_served_total{distribution="site"} 22`,
+		`herd_edge_memory_entries{distribution="site"} 1`, "go_memstats_heap_inuse_bytes ", "process_resident_memory_bytes "} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
 		}
