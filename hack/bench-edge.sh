@@ -14,7 +14,9 @@
 #      requests/s of each, with its CPU time per request (user+sys from /proc, which stays comparable
 #      when other work on the machine, not the proxy, is what limits the rate).
 #   4. the Zipf workload: objects drawn from a Zipf distribution of exponent $ZIPF (rank 0 the most
-#      popular; hack/bench/lb/loadgen -objects, the same sequence for every proxy) at a fixed rate,
+#      popular; hack/bench/lb/loadgen -objects) at a fixed rate, each round its own sequence (-seed;
+#      the same for every proxy), so that no round replays what the one before or the warm-up
+#      asked for, which a cache that keeps the most recent objects would be served back,
 #      half the slowest proxy's median hit throughput so that none is saturated, the same rounds:
 #      the median p99 (coordinated-omission safe), and the origin offload, the share of client
 #      requests that did not reach the origin over all rounds. Then what each cache holds: objects,
@@ -260,7 +262,7 @@ for round in $(seq 1 "$ROUNDS"); do
 		PIDS+=("$sampler")
 		taskset -pc "$LOAD_CPU" "$sampler" >/dev/null
 		out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -path /obj/ \
-			-objects "$OBJECTS" -zipf "$ZIPF" -rate "$RATE" -duration "${DURATION}s" -warmup 1s -conns "$CONNS")
+			-objects "$OBJECTS" -zipf "$ZIPF" -seed $((round + 1)) -rate "$RATE" -duration "${DURATION}s" -warmup 1s -conns "$CONNS")
 		kill "$sampler" 2>/dev/null || true
 		wait "$sampler" 2>/dev/null || true
 		fetched=$(($(field objects "$(origin_count "$p")") - before))

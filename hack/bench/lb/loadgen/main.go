@@ -8,8 +8,8 @@
 //
 // With -objects N, request paths are -path followed by an object number from 0 to N-1 drawn from a
 // Zipf distribution of exponent -zipf (math/rand/v2's, rank 0 the most popular): the workload of an
-// edge cache. Each connection draws from its own generator with a fixed seed, so that every run sends
-// the same requests.
+// edge cache. Each connection draws from its own generator, seeded by its number and -seed, so that
+// every run with the same -seed sends the same requests.
 package main
 
 import (
@@ -37,12 +37,13 @@ func main() {
 	conns := flag.Int("conns", 64, "keep-alive connections")
 	objects := flag.Uint64("objects", 0, "with N > 0, request -path followed by 0 to N-1, Zipf-distributed")
 	zipf := flag.Float64("zipf", 1.01, "the Zipf exponent of -objects (> 1)")
+	seed := flag.Uint64("seed", 1, "with -objects, the sequence: runs with the same seed send the same requests")
 	flag.Parse()
 	if *objects > 0 && *zipf <= 1 {
 		fmt.Fprintln(os.Stderr, "loadgen: -zipf must be greater than 1")
 		os.Exit(2)
 	}
-	if err := run(*addr, paths{prefix: *path, objects: *objects, s: *zipf}, *rate, *duration, *warmup, *conns); err != nil {
+	if err := run(*addr, paths{prefix: *path, objects: *objects, s: *zipf, seed: *seed}, *rate, *duration, *warmup, *conns); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
@@ -53,6 +54,7 @@ type paths struct {
 	prefix  string
 	objects uint64
 	s       float64
+	seed    uint64
 }
 
 // requests returns a function that makes the next request of connection k.
@@ -64,7 +66,7 @@ func (p paths) requests(addr string, k int) func() []byte {
 		req := head(p.prefix)
 		return func() []byte { return req }
 	}
-	z := rand.NewZipf(rand.New(rand.NewPCG(uint64(k), 1)), p.s, 1, p.objects-1)
+	z := rand.NewZipf(rand.New(rand.NewPCG(uint64(k), p.seed)), p.s, 1, p.objects-1)
 	return func() []byte { return head(p.prefix + strconv.FormatUint(z.Uint64(), 10)) }
 }
 
