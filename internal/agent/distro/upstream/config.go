@@ -278,6 +278,11 @@ func etcdArgs(c nodeConfig) []string {
 		"--initial-advertise-peer-urls=" + etcdPeerURL,
 		"--initial-cluster=" + c.name + "=" + etcdPeerURL,
 		"--listen-metrics-urls=",
+		// A single member elects itself once its randomized election timeout has passed; etcd
+		// advances all of its election ticks but one at start, so the wait is 1 to 10 ticks of
+		// the heartbeat interval at the default timeout of 10 (1 s), and the API server's start
+		// waits on it. Five (the least etcd allows) makes it 1 to 5, without ticking more often.
+		"--election-timeout=500",
 		// The raft log kept in memory between snapshots grows by one entry per write (a lease
 		// renewal every few seconds); the default of 100,000 entries is tens of MB after a day.
 		"--snapshot-count=10000",
