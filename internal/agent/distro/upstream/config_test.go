@@ -167,7 +167,8 @@ func TestComponentArgs(t *testing.T) {
 			"--flex-volume-plugin-dir=/var/lib/herd/i/web-1/agent/flexvolume"}},
 		{"kube-scheduler", schedulerArgs(n), []string{"--leader-elect=false"}},
 		{"kubelet", kubeletArgs(n), []string{"--hostname-override=web-1", "--node-ip=10.213.0.10", "--root-dir=/var/lib/kubelet"}},
-		{"etcd", etcdArgs(n), []string{"--listen-client-urls=http://127.0.0.1:2379", "--data-dir=/var/lib/herd/i/web-1/agent/etcd", "--initial-cluster=web-1=http://127.0.0.1:2380"}},
+		{"etcd", etcdArgs(n), []string{"--listen-client-urls=http://127.0.0.1:2379", "--data-dir=/var/lib/herd/i/web-1/agent/etcd", "--initial-cluster=web-1=http://127.0.0.1:2380",
+			"--election-timeout=500"}},
 	}
 	for _, c := range checks {
 		for _, w := range c.want {
