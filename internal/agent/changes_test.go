@@ -20,6 +20,10 @@ func TestMonitorEvaluatesOnAWatchEvent(t *testing.T) {
 	gets := map[string]int{}      // path -> GETs of one object
 	watching := map[string]bool{} // collection path -> a watch is open
 	send := make(chan struct{})
+	types := map[string]string{ // collection path -> the type of its objects
+		"/api/v1/nodes": `"apiVersion":"v1","kind":"Node"`,
+		"/apis/apps/v1/namespaces/default/deployments": `"apiVersion":"apps/v1","kind":"Deployment"`,
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		switch {
@@ -29,6 +33,11 @@ func TestMonitorEvaluatesOnAWatchEvent(t *testing.T) {
 			mu.Unlock()
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
+			if q.Get("sendInitialEvents") == "true" {
+				// An informer's list as one watch (client-go's watch-list, which Kubernetes
+				// 1.32 and later serve): the initial events, none here, end with this bookmark.
+				fmt.Fprintf(w, `{"type":"BOOKMARK","object":{%s,"metadata":{"resourceVersion":"1","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n", types[r.URL.Path])
+			}
 			w.(http.Flusher).Flush()
 			if r.URL.Path == "/api/v1/nodes" {
 				select {
