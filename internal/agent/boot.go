@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"herd.dev/herd/internal/agent/distro"
@@ -93,8 +94,12 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 	a.mu.Unlock()
 	// The storage add-on's provisioner: from now on, so that a workload's claims are bound
 	// during the boot; it acts only on claims of a class that names it.
-	pv := &localpv.Provisioner{Dyn: dyn, Node: a.cfg.Name, Root: localpv.Root, Log: a.log}
-	go pv.Run(ctx)
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	pv := &localpv.Provisioner{Node: a.cfg.Name, Root: localpv.Root, Log: a.log}
+	go pv.Run(ctx, cs)
 
 	if err := wait(imported, "images imported"); err != nil {
 		return err

@@ -3,13 +3,13 @@
 // instance under a root directory, as a hostPath PersistentVolume bound to the node; a volume it
 // made that is released and whose reclaim policy is Delete loses its directory, then is deleted.
 //
-// It keeps the protocol every external provisioner keeps with the persistent-volume controller:
-// that controller names the provisioner in the claim's volume.kubernetes.io/storage-provisioner
-// annotation, the scheduler names the node in volume.kubernetes.io/selected-node when the class
-// waits for the first consumer, and the controller binds the claim to the volume made for it
-// (spec.claimRef). Running in the agent rather than in a pod of its own saves an instance a
-// process, its pause and its share of a shim; making the directory itself saves a helper pod
-// per volume.
+// The protocol every external provisioner keeps with the persistent-volume controller and the
+// scheduler (the claim's volume.kubernetes.io/storage-provisioner and selected-node annotations,
+// WaitForFirstConsumer, the claim reference that binds, retries, events, the volume's finalizer
+// and the Delete reclaim) is kept by Kubernetes' own library for it,
+// sigs.k8s.io/sig-storage-lib-external-provisioner: this package only makes and removes
+// directories. Running in the agent rather than in a pod of its own saves an instance a process,
+// its pause and its share of a shim; making the directory itself saves a helper pod per volume.
 package localpv
 
 import (
@@ -20,17 +20,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 )
 
 // Name is the provisioner's name, which the storage add-on's StorageClass names.
@@ -42,181 +37,92 @@ const Name = "herd.dev/local-path"
 // and go when the instance is deleted.
 const Root = "/var/lib/kubelet/local-path"
 
-// Annotations of the protocol with the persistent-volume controller and the scheduler.
-const (
-	annProvisioner   = "volume.kubernetes.io/storage-provisioner"
-	annSelectedNode  = "volume.kubernetes.io/selected-node"
-	annProvisionedBy = "pv.kubernetes.io/provisioned-by"
-)
-
-var (
-	pvcsGVR    = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
-	pvsGVR     = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"}
-	classesGVR = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
-)
+// annProvisionedBy names, on a volume, the provisioner that made it; the library sets it.
+const annProvisionedBy = "pv.kubernetes.io/provisioned-by"
 
 // Provisioner makes and removes the volumes of one node.
 type Provisioner struct {
-	Dyn  dynamic.Interface
 	Node string // the node's name: volumes are bound to it
 	Root string // where volume directories are made, as the kubelet sees the node's files
 	Log  *slog.Logger
 }
 
-// key is one claim ("claim", namespace, name) or one volume ("volume", "", name) to look at.
-type key struct{ kind, namespace, name string }
-
 // Run provisions and deletes volumes until ctx ends.
-func (p *Provisioner) Run(ctx context.Context) {
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[key]())
-	go func() { <-ctx.Done(); q.ShutDown() }()
-	informers := map[string]cache.SharedIndexInformer{}
-	for kind, gvr := range map[string]schema.GroupVersionResource{"claim": pvcsGVR, "volume": pvsGVR} {
-		inf := dynamicinformer.NewFilteredDynamicInformer(p.Dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-		enqueue := func(obj any) {
-			if m, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				ns, name, _ := cache.SplitMetaNamespaceKey(m)
-				q.Add(key{kind, ns, name})
-			}
-		}
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    enqueue,
-			UpdateFunc: func(_, obj any) { enqueue(obj) },
-		})
-		informers[kind] = inf
-		go inf.RunWithContext(ctx)
-	}
-	for {
-		k, shutdown := q.Get()
-		if shutdown {
-			return
-		}
-		obj, exists, err := informers[k.kind].GetStore().GetByKey(cache.NewObjectName(k.namespace, k.name).String())
-		if err == nil && exists {
-			err = p.sync(ctx, k.kind, obj.(*unstructured.Unstructured))
-		}
-		if err != nil && ctx.Err() == nil {
-			p.Log.Warn("storage: will retry", "kind", k.kind, "namespace", k.namespace, "name", k.name, "err", err)
-			q.AddRateLimited(k)
-		} else {
-			q.Forget(k)
-		}
-		q.Done(k)
-	}
+func (p *Provisioner) Run(ctx context.Context, client kubernetes.Interface) {
+	// The library logs through klog's context logger: into the agent's log, at its level.
+	ctx = klog.NewContext(ctx, logr.FromSlogHandler(p.Log.Handler()))
+	controller.NewProvisionController(ctx, client, Name, p,
+		// One node, one agent: nothing to elect.
+		controller.LeaderElection(false),
+		// A node's claims come a few at a time; one worker each for claims and volumes.
+		controller.Threadiness(1),
+		// A volume deleted by hand still loses its directory first.
+		controller.AddFinalizer(true),
+		// Its metrics stay unregistered and unserved (port 0, the default, said explicitly):
+		// the agent serves its own registry.
+		controller.MetricsPort(0),
+	).Run(ctx)
 }
 
-func (p *Provisioner) sync(ctx context.Context, kind string, u *unstructured.Unstructured) error {
-	if kind == "claim" {
-		var c corev1.PersistentVolumeClaim
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &c); err != nil {
-			return err
-		}
-		return p.provision(ctx, &c)
-	}
-	var v corev1.PersistentVolume
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err != nil {
-		return err
-	}
-	return p.reclaim(ctx, &v)
+// ShouldProvision says whether the claim is this node's to provision: a claim whose pod the
+// scheduler put on another node is not.
+func (p *Provisioner) ShouldProvision(_ context.Context, c *corev1.PersistentVolumeClaim) bool {
+	node, selected := c.Annotations["volume.kubernetes.io/selected-node"]
+	return !selected || node == p.Node
 }
 
-// provision makes the volume of c, if c is a claim of this provisioner's waiting for one.
-func (p *Provisioner) provision(ctx context.Context, c *corev1.PersistentVolumeClaim) error {
-	if c.Spec.VolumeName != "" || c.Annotations[annProvisioner] != Name || c.DeletionTimestamp != nil {
-		return nil
+// Provision makes the claim's directory and returns its volume, bound to this node. The library
+// adds the claim reference, the class name and the provisioned-by annotation, and creates it.
+func (p *Provisioner) Provision(_ context.Context, o controller.ProvisionOptions) (*corev1.PersistentVolume, controller.ProvisioningState, error) {
+	c := o.PVC
+	if o.SelectedNodeName != "" && o.SelectedNodeName != p.Node {
+		return nil, controller.ProvisioningFinished, &controller.IgnoredError{Reason: "the claim's pod is on node " + o.SelectedNodeName}
 	}
-	node, selected := c.Annotations[annSelectedNode]
-	if selected && node != p.Node {
-		return nil
-	}
-	if c.Spec.StorageClassName == nil {
-		return nil
-	}
-	var class storagev1.StorageClass
-	u, err := p.Dyn.Resource(classesGVR).Get(ctx, *c.Spec.StorageClassName, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &class); err != nil {
-		return err
-	}
-	if class.Provisioner != Name {
-		return nil
-	}
-	if !selected && class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer {
-		return nil // the scheduler names the node when a pod uses the claim
-	}
-	if c.Spec.VolumeMode != nil && *c.Spec.VolumeMode == corev1.PersistentVolumeBlock {
-		p.Log.Warn("storage: a claim asks for a block volume; volumes here are directories", "namespace", c.Namespace, "name", c.Name)
-		return nil
-	}
-	name := "pvc-" + string(c.UID)
-	dir := filepath.Join(p.Root, name+"_"+c.Namespace+"_"+c.Name)
+	dir := filepath.Join(p.Root, o.PVName+"_"+c.Namespace+"_"+c.Name)
 	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return fmt.Errorf("storage: %w", err)
+		return nil, controller.ProvisioningFinished, fmt.Errorf("storage: %w", err)
 	}
 	// Any container user may write to its volume, as with a directory the pod made itself;
 	// MkdirAll's mode is cut by the umask.
 	if err := os.Chmod(dir, 0o777); err != nil {
-		return fmt.Errorf("storage: %w", err)
+		return nil, controller.ProvisioningFinished, fmt.Errorf("storage: %w", err)
 	}
 	reclaim := corev1.PersistentVolumeReclaimDelete
-	if class.ReclaimPolicy != nil {
-		reclaim = *class.ReclaimPolicy
+	if o.StorageClass.ReclaimPolicy != nil {
+		reclaim = *o.StorageClass.ReclaimPolicy
 	}
 	dirType := corev1.HostPathDirectoryOrCreate
-	pv := corev1.PersistentVolume{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolume"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{annProvisionedBy: Name}},
+	p.Log.Info("storage: volume provisioned", "claim", c.Namespace+"/"+c.Name, "volume", o.PVName, "dir", dir)
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: o.PVName},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: c.Spec.Resources.Requests[corev1.ResourceStorage]},
 			AccessModes:                   c.Spec.AccessModes,
 			PersistentVolumeReclaimPolicy: reclaim,
-			StorageClassName:              class.Name,
 			VolumeMode:                    c.Spec.VolumeMode,
-			MountOptions:                  class.MountOptions,
-			ClaimRef: &corev1.ObjectReference{
-				Kind: "PersistentVolumeClaim", APIVersion: "v1",
-				Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion,
-			},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &dirType}},
+			MountOptions:                  o.StorageClass.MountOptions,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &dirType}},
 			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{p.Node}}},
 			}}}},
 		},
-	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pv)
-	if err != nil {
-		return err
-	}
-	_, err = p.Dyn.Resource(pvsGVR).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("storage: creating %s: %w", name, err)
-	}
-	if err == nil {
-		p.Log.Info("storage: volume provisioned", "claim", c.Namespace+"/"+c.Name, "volume", name, "dir", dir)
-	}
-	return nil
+	}, controller.ProvisioningFinished, nil
 }
 
-// reclaim removes the directory of v and v, if this provisioner made v and it is released with
-// reclaim policy Delete.
-func (p *Provisioner) reclaim(ctx context.Context, v *corev1.PersistentVolume) error {
-	if v.Annotations[annProvisionedBy] != Name || v.Status.Phase != corev1.VolumeReleased ||
-		v.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || v.Spec.HostPath == nil {
-		return nil
+// Delete removes the volume's directory, if this provisioner made it: a volume of another
+// provisioner, or whose directory is not under the root, is left alone (the library then leaves
+// the volume too). The library deletes the volume once its directory is gone.
+func (p *Provisioner) Delete(_ context.Context, v *corev1.PersistentVolume) error {
+	if v.Annotations[annProvisionedBy] != Name || v.Spec.HostPath == nil {
+		return &controller.IgnoredError{Reason: "not a volume of " + Name}
 	}
 	dir := filepath.Clean(v.Spec.HostPath.Path)
 	if !strings.HasPrefix(dir, filepath.Clean(p.Root)+string(filepath.Separator)) {
-		return nil // not a directory this provisioner makes: leave it
+		return &controller.IgnoredError{Reason: dir + " is not under " + p.Root}
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("storage: %w", err)
 	}
-	err := p.Dyn.Resource(pvsGVR).Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &v.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("storage: deleting %s: %w", v.Name, err)
-	}
-	p.Log.Info("storage: volume deleted", "volume", v.Name, "dir", dir)
+	p.Log.Info("storage: volume directory removed", "volume", v.Name, "dir", dir)
 	return nil
 }

@@ -2,6 +2,7 @@ package localpv
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -9,15 +10,22 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 )
 
+func testProvisioner(root string) *Provisioner {
+	return &Provisioner{Node: "n1", Root: root, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
 // The provisioner removes only what it made: a released volume of its own whose directory is
-// not under its root, and a volume of another provisioner under its root, are left alone (the
-// tests give it no API client: asking the API server anything would panic).
-func TestReclaimLeavesWhatItDidNotMake(t *testing.T) {
+// not under its root, and a volume of another provisioner under its root, are left alone, and
+// said to be ignored so that the library leaves the volume too.
+func TestDeleteLeavesWhatItDidNotMake(t *testing.T) {
 	tmp := t.TempDir()
-	p := &Provisioner{Node: "n1", Root: filepath.Join(tmp, "root"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := testProvisioner(filepath.Join(tmp, "root"))
 	outside, inside := filepath.Join(tmp, "root-other", "pvc-1"), filepath.Join(tmp, "root", "pvc-2")
 	for _, dir := range []string{outside, inside} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -34,35 +42,72 @@ func TestReclaimLeavesWhatItDidNotMake(t *testing.T) {
 			Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeReleased},
 		}
 	}
-	for _, v := range []*corev1.PersistentVolume{volume(Name, outside), volume("example.com/other", inside)} {
-		if err := p.reclaim(context.Background(), v); err != nil {
-			t.Errorf("%s: %v", v.Spec.HostPath.Path, err)
+	for _, v := range []*corev1.PersistentVolume{volume(Name, outside), volume(Name, inside+"/../../root-other/pvc-1"), volume("example.com/other", inside)} {
+		var ignored *controller.IgnoredError
+		if err := p.Delete(context.Background(), v); !errors.As(err, &ignored) {
+			t.Errorf("%s: got %v, want an IgnoredError", v.Spec.HostPath.Path, err)
 		}
 		if _, err := os.Stat(v.Spec.HostPath.Path); err != nil {
 			t.Errorf("%s was removed: %v", v.Spec.HostPath.Path, err)
 		}
 	}
+	if err := p.Delete(context.Background(), volume(Name, inside)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(inside); !os.IsNotExist(err) {
+		t.Errorf("%s is still there: %v", inside, err)
+	}
 }
 
-// A claim is provisioned only once the persistent-volume controller names this provisioner in
-// it, and only for this node when the scheduler has picked one; else nothing is asked or made.
-func TestProvisionIgnoresClaimsNotItsOwn(t *testing.T) {
-	p := &Provisioner{Node: "n1", Root: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	class := "local-path"
-	for name, ann := range map[string]map[string]string{
-		"another provisioner's": {annProvisioner: "example.com/other"},
-		"no provisioner named":  nil,
-		"another node's":        {annProvisioner: Name, annSelectedNode: "n2"},
-	} {
-		c := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", UID: "u1", Annotations: ann},
-			Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: &class},
-		}
-		if err := p.provision(context.Background(), c); err != nil {
-			t.Errorf("%s claim: %v", name, err)
-		}
+// A claim whose pod the scheduler put on another node is not this node's: nothing is made.
+func TestProvisionIgnoresOtherNodesClaims(t *testing.T) {
+	p := testProvisioner(t.TempDir())
+	c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default", UID: "u1",
+		Annotations: map[string]string{"volume.kubernetes.io/selected-node": "n2"}}}
+	if p.ShouldProvision(context.Background(), c) {
+		t.Error("ShouldProvision: another node's claim is said to be this node's")
+	}
+	_, _, err := p.Provision(context.Background(), controller.ProvisionOptions{
+		StorageClass: &storagev1.StorageClass{}, PVName: "pvc-u1", PVC: c, SelectedNodeName: "n2"})
+	var ignored *controller.IgnoredError
+	if !errors.As(err, &ignored) {
+		t.Errorf("Provision: got %v, want an IgnoredError", err)
 	}
 	if entries, _ := os.ReadDir(p.Root); len(entries) != 0 {
-		t.Errorf("directories made for claims not its own: %v", entries)
+		t.Errorf("directories made for another node's claim: %v", entries)
+	}
+}
+
+// A claim of this node's gets a directory any container user may write to, under the root, and
+// a hostPath volume of its size and access modes, bound to the node, reclaimed as its class says.
+func TestProvisionMakesDirectoryAndVolume(t *testing.T) {
+	p := testProvisioner(t.TempDir())
+	size := resource.MustParse("1Gi")
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "app", UID: "u1",
+			Annotations: map[string]string{"volume.kubernetes.io/selected-node": "n1"}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+	retain := corev1.PersistentVolumeReclaimRetain
+	v, state, err := p.Provision(context.Background(), controller.ProvisionOptions{
+		StorageClass: &storagev1.StorageClass{ReclaimPolicy: &retain}, PVName: "pvc-u1", PVC: c, SelectedNodeName: "n1"})
+	if err != nil || state != controller.ProvisioningFinished {
+		t.Fatalf("Provision: %v, %s", err, state)
+	}
+	dir := filepath.Join(p.Root, "pvc-u1_app_data")
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o777 {
+		t.Fatalf("directory %s: %v, %v; want mode 0777", dir, fi, err)
+	}
+	if v.Name != "pvc-u1" || v.Spec.HostPath == nil || v.Spec.HostPath.Path != dir {
+		t.Errorf("volume %s, source %+v; want pvc-u1 on %s", v.Name, v.Spec.PersistentVolumeSource, dir)
+	}
+	if got := v.Spec.Capacity[corev1.ResourceStorage]; got.Cmp(size) != 0 || len(v.Spec.AccessModes) != 1 || v.Spec.PersistentVolumeReclaimPolicy != retain {
+		t.Errorf("capacity %s, access modes %v, reclaim %s; want 1Gi, [ReadWriteOnce], Retain", got.String(), v.Spec.AccessModes, v.Spec.PersistentVolumeReclaimPolicy)
+	}
+	if terms := v.Spec.NodeAffinity.Required.NodeSelectorTerms; len(terms) != 1 || terms[0].MatchExpressions[0].Values[0] != "n1" {
+		t.Errorf("node affinity %+v; want the node n1", terms)
 	}
 }
