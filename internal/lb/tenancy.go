@@ -34,7 +34,8 @@ type Tenancy struct {
 	MaxInFlight int `json:"maxInFlight,omitempty"`
 	// RequestsPerSecond bounds each tenant's rate of requests (a token bucket holding a tenth of
 	// a second's worth): a request over it waits for its turn, up to MaxWait, and is then
-	// answered 429 with Retry-After. Default 0: no bound.
+	// answered 429 with Retry-After. Waiting requests are let go in batches, up to 10 ms past
+	// their turns (tenantpace.go). Default 0: no bound.
 	RequestsPerSecond float64 `json:"requestsPerSecond,omitempty"`
 	// MaxWait is how long a request over MaxInFlight or RequestsPerSecond waits for its turn.
 	// Default 0: none, 429 at once.

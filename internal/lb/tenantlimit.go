@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
-	"golang.org/x/time/rate"
 )
 
 // A tenant's bounds, on requests in flight (Tenancy.MaxInFlight) and on its rate
@@ -16,8 +15,8 @@ import (
 // and the machine under it, from the others: past a bound, its requests wait on its own
 // semaphore or token bucket (a goroutine asleep, no work) instead of joining every tenant's
 // requests on the load balancer's CPUs and the tenant's instances. The semaphore serves its
-// waiters in arrival order, and the bucket its reservations, so within a tenant nobody is
-// starved either; a request whose turn would come after Tenancy.MaxWait is answered 429 with
+// waiters in arrival order, and the bucket its queue (tenantpace.go), so within a tenant nobody
+// is starved either; a request whose turn would come after Tenancy.MaxWait is answered 429 with
 // Retry-After, as a rate-limited API answers.
 
 // retryAfterLimited is the Retry-After, in seconds, of a request over its tenant's bound.
@@ -55,48 +54,6 @@ func current[T any](p *atomic.Pointer[T], fits func(*T) bool, fresh func() *T) *
 		if p.CompareAndSwap(v, nv) {
 			return nv
 		}
-	}
-}
-
-// tenantBucket is a token bucket of one rate: a change of Tenancy.RequestsPerSecond starts a
-// new one.
-type tenantBucket struct {
-	rps float64
-	lim *rate.Limiter
-}
-
-// bucketOf returns the tenant's bucket of rate rps, holding a tenth of a second's requests.
-func (tl *tenantLimit) bucketOf(rps float64) *tenantBucket {
-	return current(&tl.bucket, func(b *tenantBucket) bool { return b.rps == rps },
-		func() *tenantBucket {
-			return &tenantBucket{rps: rps, lim: rate.NewLimiter(rate.Limit(rps), max(1, int(rps/10)))}
-		})
-}
-
-// waitTurn waits for the request's turn in the tenant's rate, if it has one; it returns an
-// error when the turn comes after maxWait (nothing is taken then) or the context ends first.
-func (tl *tenantLimit) waitTurn(ctx context.Context, rps float64, maxWait time.Duration) error {
-	if rps <= 0 {
-		return nil
-	}
-	r := tl.bucketOf(rps).lim.Reserve()
-	d := r.Delay()
-	if d == 0 {
-		return nil
-	}
-	tl.queued.Add(1)
-	if !r.OK() || d > maxWait {
-		r.Cancel()
-		return context.DeadlineExceeded
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		r.Cancel()
-		return ctx.Err()
 	}
 }
 

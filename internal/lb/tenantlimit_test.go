@@ -1,8 +1,10 @@
 package lb
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -160,4 +162,70 @@ func stat(lb *LB, tenant string) TenantStat {
 		}
 	}
 	return TenantStat{}
+}
+
+// Requests held to a tenant's rate go in batches, one timer for all, but none before its turn
+// in the bucket, and the queue ends empty.
+func TestTenantPaceKeepsTurns(t *testing.T) {
+	const rps, burst, n = 100, 10, 40
+	var tl tenantLimit
+	start := time.Now()
+	done := make(chan time.Time, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			err := tl.waitTurn(context.Background(), rps, time.Minute)
+			done <- time.Now()
+			errs <- err
+		}()
+	}
+	var at []time.Time
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		at = append(at, <-done)
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	// The k-th request to go needs k+1 tokens: the bucket's, and one per 1/rps since it was
+	// made (a millisecond for the limiter's rounding).
+	for k := burst; k < n; k++ {
+		if turn := start.Add(time.Duration(k+1-burst) * time.Second / rps); at[k].Before(turn.Add(-time.Millisecond)) {
+			t.Errorf("request %d went %s before its turn", k, turn.Sub(at[k]))
+		}
+	}
+	b := tl.bucket.Load()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) != 0 {
+		t.Fatalf("%d left in the queue after every turn came", len(b.queue))
+	}
+}
+
+// A request that stops waiting for its turn returns at once; its place is skipped.
+func TestTenantPaceLeaving(t *testing.T) {
+	var tl tenantLimit
+	const rps = 0.01 // one token, the next in 100 s
+	if err := tl.waitTurn(context.Background(), rps, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() { left <- tl.waitTurn(ctx, rps, time.Hour) }()
+	waitFor(t, 5*time.Second, "the second request queued", func() bool { return tl.queued.Load() == 1 })
+	cancel()
+	select {
+	case err := <-left:
+		if err != context.Canceled {
+			t.Fatalf("the request that stopped waiting: %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request that stopped waiting did not return")
+	}
+	b := tl.bucket.Load()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) != 1 || !b.queue[0].left || b.queue[0].released {
+		t.Fatalf("the queue after the request left: %d places, want one, left and not released", len(b.queue))
+	}
 }
