@@ -38,8 +38,9 @@ type Tenancy struct {
 	// 429 with Retry-After. 0: no bound. Default: 64.
 	MaxInFlight *int32 `json:"maxInFlight,omitempty"`
 	// RequestsPerSecond bounds each tenant's rate of requests at the load balancer (a token
-	// bucket holding a tenth of a second's worth): a request over it waits for its turn, up to
-	// maxWait, and is then answered 429 with Retry-After. 0: no bound. Default: 0 (what an
+	// bucket holding a tenth of a second's worth): a request over it waits for its turn (waiting
+	// requests go on in batches, each at most 10 ms after its turn), up to maxWait, and is then
+	// answered 429 with Retry-After. 0: no bound. Default: 0 (what an
 	// instance can serve depends on the workload).
 	RequestsPerSecond int32 `json:"requestsPerSecond,omitempty"`
 	// MaxWait is how long a request over its tenant's maxInFlight or requestsPerSecond waits for

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,9 @@ const (
 	tenantMaxInFlight = 4
 	tenantRate        = 1000
 	floodCPUs         = 0.5
+	// isolationCycles pairs of 1 s slices, 0.9 s of each counted: about 3,600 of b's answers on
+	// each side, so that a p99 is its 36th slowest answer.
+	isolationCycles = 40
 )
 
 // tenancyScenario is a herd up serving one tenancy fleet of hello with tenants a, b and c.
@@ -114,31 +118,6 @@ func (s *tenancyScenario) first(tenant string) (string, time.Duration) {
 		s.t.Fatalf("tenant %s's first request: %v", tenant, r.err)
 	}
 	return r.instance, took
-}
-
-// p99 sends n requests for tenant, one every pace, and returns the 99th percentile of their
-// latencies and how many failed.
-func p99(url, tenant string, n int, pace time.Duration) (time.Duration, int) {
-	c := tenantClient(tenant, 5*time.Second)
-	defer c.CloseIdleConnections()
-	var took []time.Duration
-	failed := 0
-	tick := time.NewTicker(pace)
-	defer tick.Stop()
-	for range n {
-		<-tick.C
-		start := time.Now()
-		if r := get(c, url); r.err != nil {
-			failed++
-			continue
-		}
-		took = append(took, time.Since(start))
-	}
-	if len(took) == 0 {
-		return 0, failed
-	}
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-	return took[(len(took)*99+99)/100-1], failed
 }
 
 // crossAnswers counts the answers of a tenant's load that came from an instance that was not
@@ -270,29 +249,28 @@ spec:
 		t.Fatalf("unknown tenant: %d %q, want 404 naming the tenant", resp.StatusCode, body)
 	}
 
-	// Isolation: b's latency with a flooded, against b's alone. The flood's clients run in a
-	// process of their own, capped to half a CPU (flood_test.go): a tenant's clients are on
+	// Isolation: b's latency with a flooded, against b's without the flood, from one run in
+	// which the flood takes turns of a second (isolation_test.go): the machine's other work moves
+	// b's p99 from one second to the next, and so falls on both sides. The flood's clients run in
+	// a process of their own, capped to half a CPU (flood_test.go): a tenant's clients are on
 	// other machines, and uncapped on this one they would take the CPUs from herd and b alike.
-	// Other work on the machine moves both p99s from one second to the next: three rounds of
-	// alone then flooded, and the median of their ratios. Each p99 is of 1,500 requests (15 s): of
-	// 400 it was the fourth slowest answer, so that a few late ones moved a p99 of 2 ms by half.
-	const samples = 1500
-	var ratios []float64
-	bFailed := 0
-	for round := range 3 {
-		alone, _ := p99(s.url, "b", samples, 10*time.Millisecond)
-		floodStart := time.Now()
-		flood := startFlood(t, s.url, "a", 16, floodCPUs)
-		flooded, failed := p99(s.url, "b", samples, 10*time.Millisecond)
-		aSent, aRefused, _ := flood.stop(t)
-		floodFor := time.Since(floodStart)
-		bFailed += failed
-		ratios = append(ratios, float64(flooded)/float64(alone))
-		t.Logf("isolation round %d: tenant b p99 %.2f ms alone, %.2f ms with tenant a flooded by 16 unpaced clients capped to %.1f CPU (a: %.0f requests/s sent, %.0f/s answered 200, %d not, as 429 over its bounds; %d of b failed): %.2fx; load average %s",
-			round+1, ms(alone), ms(flooded), floodCPUs, float64(aSent)/floodFor.Seconds(), float64(aSent-aRefused)/floodFor.Seconds(), aRefused, failed, ratios[round], loadAvg())
+	aQueued := func() float64 {
+		v, _ := strconv.ParseFloat(scrapeOne(t, s.clientConfig(), `herd_lb_tenant_queued_total{fleet="saas",tenant="a"}`), 64)
+		return v
 	}
-	sort.Float64s(ratios)
-	ratio := ratios[len(ratios)/2]
+	queuedBefore := aQueued()
+	iso := measureIsolation(t, s.url, 16, floodCPUs, isolationCycles, time.Second, 100*time.Millisecond, func() {
+		e.waitFor(time.Minute, 100*time.Millisecond, func() string {
+			if aQueued() <= queuedBefore {
+				return "tenant a's flood has not reached its bounds at the load balancer"
+			}
+			return ""
+		})
+	})
+	ratio := iso.ratio()
+	bFailed := iso.failed
+	t.Logf("isolation, %d pairs of 1 s slices with and without tenant a flooded by 16 unpaced clients capped to %.1f CPU, in random order: %s",
+		isolationCycles, floodCPUs, iso)
 	if bFailed > 0 {
 		t.Errorf("%d of tenant b's requests failed while tenant a was flooded: b is not held to a's bounds", bFailed)
 	}
