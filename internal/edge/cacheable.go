@@ -40,7 +40,7 @@ func (e *Edge) serveCacheable(w http.ResponseWriter, r *http.Request, b *Behavio
 				e.serveObject(w, r, e.encoded(pk, stored, coding), now, "Hit")
 				return
 			}
-			if !reqCC.has("no-cache") && !stored.cc.has("no-cache") &&
+			if !reqCC.has("no-cache") && !stored.noCache &&
 				stored.staleWithin("stale-while-revalidate", reqCC, age-stored.lifetime) {
 				e.revalidateInBackground(pk, r, b, stored)
 				e.metrics.hits.Inc()
@@ -131,10 +131,10 @@ func (e *Edge) fetch(r *http.Request, b *Behavior, pk string, reqCC directives, 
 			resp.Body.Close()
 			header := resp.Header // the exchange's own: kept, not copied
 			dropHop(header)
-			o := newObject(resp.StatusCode, header, body, cc, reqTime, respTime, life)
-			if b.Policy.Compress && compressible(o) {
-				varyOnEncoding(o.header) // served identity or coded by the client's Accept-Encoding
+			if b.Policy.Compress && compressible(resp.StatusCode, header, len(body), cc) {
+				varyOnEncoding(header) // served identity or coded by the client's Accept-Encoding
 			}
+			o := newObject(resp.StatusCode, header, body, reqTime, respTime, life)
 			if e.put(pk, r, b.Policy, o, purges) {
 				e.flights.clear(pk)
 				e.metrics.stores.Inc()

@@ -76,17 +76,17 @@ func negotiate(h http.Header) string {
 	return ""
 }
 
-// compressible reports whether the edge may serve o compressed: a 200 of a textual type, without a
-// coding of its own, at least minCompressSize long, and not marked no-transform (RFC 9110 section
-// 7.7 and RFC 9111 section 5.2.2.6: a proxy must not change such a body).
-func compressible(o *object) bool {
-	if o.status != http.StatusOK || len(o.body) < minCompressSize || o.cc.has("no-transform") {
+// compressible reports whether the edge may serve a response compressed: a 200 of a textual type,
+// without a coding of its own, at least minCompressSize long, and not marked no-transform (RFC 9110
+// section 7.7 and RFC 9111 section 5.2.2.6: a proxy must not change such a body).
+func compressible(status int, h http.Header, bodyLen int, cc directives) bool {
+	if status != http.StatusOK || bodyLen < minCompressSize || cc.has("no-transform") {
 		return false
 	}
-	if ce := o.header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		return false
 	}
-	t, _, err := mime.ParseMediaType(o.header.Get("Content-Type"))
+	t, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	if err != nil {
 		return false
 	}
@@ -115,18 +115,17 @@ func encode(o *object, coding string) *object {
 	default:
 		return nil
 	}
-	if _, err := w.Write(o.body); err != nil || w.Close() != nil || buf.Len() >= len(o.body) {
+	if _, err := w.Write(o.body()); err != nil || w.Close() != nil || buf.Len() >= len(o.body()) {
 		return nil
 	}
-	header := o.header.Clone()
+	header := o.header()
 	header.Set("Content-Encoding", coding)
-	header.Del("Content-Length")
 	if etag := codedETag(header.Get("ETag"), coding); etag != "" {
 		header.Set("ETag", etag)
 	} else {
 		header.Del("ETag")
 	}
-	return newObject(o.status, header, buf.Bytes(), o.cc, o.requestTime, o.responseTime, o.lifetime)
+	return newObject(int(o.status), header, buf.Bytes(), o.requestTime(), o.responseTime, o.lifetime)
 }
 
 // codedETag is the entity tag of a coded representation: another representation needs another tag
@@ -160,7 +159,7 @@ func varyOnEncoding(h http.Header) {
 // coded variant, made and stored next to o if o is still what the store holds, or o itself when
 // coding is "" or o is not worth compressing.
 func (e *Edge) encoded(pk string, o *object, coding string) *object {
-	if coding == "" || !compressible(o) {
+	if coding == "" || !o.compressible {
 		return o
 	}
 	c := encode(o, coding)

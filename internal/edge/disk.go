@@ -265,7 +265,6 @@ type diskObject struct {
 	Status                    int
 	Header                    http.Header
 	Body                      []byte
-	CacheControl              map[string]string
 	RequestTime, ResponseTime time.Time
 	Lifetime                  time.Duration
 	Secondary                 string
@@ -280,8 +279,8 @@ func encodeEntry(pk string, e *entry) ([]byte, error) {
 	de := diskEntry{Vary: e.vary, Variants: map[string]diskObject{}}
 	for _, v := range e.variants {
 		o := v.o
-		de.Variants[v.key] = diskObject{Status: o.status, Header: o.header, Body: o.body, CacheControl: o.cc.asMap(),
-			RequestTime: o.requestTime, ResponseTime: o.responseTime, Lifetime: o.lifetime, Secondary: o.secondary}
+		de.Variants[v.key] = diskObject{Status: int(o.status), Header: o.header(), Body: o.body(),
+			RequestTime: o.requestTime(), ResponseTime: o.responseTime, Lifetime: o.lifetime, Secondary: o.secondary}
 	}
 	var buf bytes.Buffer
 	buf.WriteString(diskMagic)
@@ -313,30 +312,10 @@ func decodeEntry(pk string, data []byte) (*entry, error) {
 	}
 	e := &entry{vary: de.Vary, variants: make([]variant, 0, len(de.Variants))}
 	for k, o := range de.Variants {
-		obj := newObject(o.Status, o.Header, o.Body, directivesOf(o.CacheControl), o.RequestTime, o.ResponseTime, o.Lifetime)
+		obj := newObject(o.Status, o.Header, o.Body, o.RequestTime, o.ResponseTime, o.Lifetime)
 		obj.secondary = o.Secondary
 		e.variants = append(e.variants, variant{k, obj})
 	}
 	e.retain = e.retention()
 	return e, nil
-}
-
-// asMap and directivesOf convert directives to and from the map the disk tier's files hold them in.
-func (d directives) asMap() map[string]string {
-	m := make(map[string]string, len(d))
-	for _, x := range d {
-		m[x.name] = x.value
-	}
-	return m
-}
-
-func directivesOf(m map[string]string) directives {
-	if len(m) == 0 {
-		return nil
-	}
-	d := make(directives, 0, len(m))
-	for name, value := range m {
-		d = append(d, directive{name, value})
-	}
-	return d
 }

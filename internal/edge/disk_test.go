@@ -49,7 +49,7 @@ func diskWriter(dir string) {
 // testEntry is an entry of one fresh 200 with body.
 func testEntry(body string) *entry {
 	now := time.Now()
-	o := newObject(200, http.Header{"Content-Type": {"text/plain"}}, []byte(body), directives{{"max-age", "600"}}, now, now, 10*time.Minute)
+	o := newObject(200, http.Header{"Content-Type": {"text/plain"}, "Cache-Control": {"max-age=600"}}, []byte(body), now, now, 10*time.Minute)
 	e := &entry{variants: []variant{{"", o}}}
 	e.retain = e.retention()
 	return e
@@ -60,7 +60,7 @@ func bodyOf(e *entry) string {
 	if e == nil || e.variant("") == nil {
 		return ""
 	}
-	return string(e.variant("").body)
+	return string(e.variant("").body())
 }
 
 // A writer killed -9 in the middle of a file leaves a temporary file, which the tier removes when it

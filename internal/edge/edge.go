@@ -129,7 +129,7 @@ func (e *Edge) put(pk string, r *http.Request, p Policy, o *object, purges int64
 	if e.purges.Load() != purges {
 		return false
 	}
-	vary := varyNames(o.header)
+	vary := varyNames(o.header())
 	if p.Compress {
 		// The origin is never asked for a coding (originRequest): its Vary: Accept-Encoding, and
 		// the one the edge adds, select nothing the identity depends on.

@@ -2,9 +2,6 @@ package edge
 
 import (
 	"net/http"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -17,51 +14,6 @@ var heuristicStatus = map[int]bool{
 
 // maxHeuristic bounds a Last-Modified based lifetime, as common caches do.
 const maxHeuristic = 24 * time.Hour
-
-// object is one stored response: what the origin sent, less the hop-by-hop fields, and the times
-// that its age is computed from (RFC 9111 section 4.2.3).
-type object struct {
-	status       int
-	header       http.Header
-	body         []byte
-	cc           directives
-	requestTime  time.Time // when the request that fetched it was sent
-	responseTime time.Time // when its response arrived
-	lifetime     time.Duration
-	secondary    string // the variant key it was stored under
-	// initialAge is its age when it arrived (RFC 9111 section 4.2.3's corrected_initial_age) and
-	// modTime its Last-Modified: worked out once, when it is made, not again for every hit.
-	initialAge time.Duration
-	modTime    time.Time
-	// h1head is what a hit on the engine writes before the object's Age, made on first use.
-	h1head atomic.Pointer[hitHead]
-}
-
-// newObject makes a stored response from what the origin sent and when.
-func newObject(status int, header http.Header, body []byte, cc directives, requestTime, responseTime time.Time, lifetime time.Duration) *object {
-	o := &object{status: status, header: header, body: body, cc: cc,
-		requestTime: requestTime, responseTime: responseTime, lifetime: lifetime}
-	var ageValue time.Duration
-	if v := header.Get("Age"); v != "" {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 && n < maxDeltaSeconds {
-			ageValue = time.Duration(n) * time.Second
-		}
-	}
-	apparent := time.Duration(0)
-	if date, ok := httpDate(header.Get("Date")); ok {
-		apparent = max(0, responseTime.Sub(date))
-	}
-	o.initialAge = max(apparent, ageValue+responseTime.Sub(requestTime))
-	if lm, ok := httpDate(header.Get("Last-Modified")); ok {
-		o.modTime = lm
-	}
-	return o
-}
-
-// age is the object's current age at now (RFC 9111 section 4.2.3).
-func (o *object) age(now time.Time) time.Duration {
-	return o.initialAge + now.Sub(o.responseTime)
-}
 
 // freshnessLifetime computes how long r stays fresh (RFC 9111 section 4.2.1), within the policy's
 // bounds. explicit reports whether the origin stated it (s-maxage, max-age or Expires).
@@ -152,30 +104,34 @@ func varyStar(h http.Header) bool {
 	return false
 }
 
-// forbidsStale reports whether the stored response may never be served stale, not even on error:
-// must-revalidate, and in a shared cache proxy-revalidate and s-maxage (RFC 9111 sections 5.2.2).
-func (o *object) forbidsStale() bool {
-	return o.cc.has("must-revalidate") || o.cc.has("proxy-revalidate") || o.cc.has("s-maxage")
+// forbidsStale reports whether a response with Cache-Control cc may never be served stale, not even
+// on error: must-revalidate, and in a shared cache proxy-revalidate and s-maxage (RFC 9111 section
+// 5.2.2).
+func forbidsStale(cc directives) bool {
+	return cc.has("must-revalidate") || cc.has("proxy-revalidate") || cc.has("s-maxage")
 }
 
 // staleWithin reports whether an object stale by `stale` is still within the window a stale-*
 // directive (RFC 5861) of the response or of the request gives.
 func (o *object) staleWithin(directive string, reqCC directives, stale time.Duration) bool {
-	if o.forbidsStale() {
+	if o.forbidsStale {
 		return false
 	}
-	for _, d := range []directives{o.cc, reqCC} {
-		if w, ok := d.seconds(directive); ok && stale <= w {
-			return true
-		}
+	w := o.staleIfError
+	if directive == "stale-while-revalidate" {
+		w = o.staleWhileRevalidate
 	}
-	return false
+	if w >= 0 && stale <= w {
+		return true
+	}
+	w, ok := reqCC.seconds(directive)
+	return ok && stale <= w
 }
 
 // freshFor reports whether the object, at age, satisfies the request's own freshness demands
 // (max-age, min-fresh, max-stale: RFC 9111 section 5.2.1) as well as its lifetime.
 func (o *object) freshFor(reqCC directives, age time.Duration) bool {
-	if o.cc.has("no-cache") || reqCC.has("no-cache") {
+	if o.noCache || reqCC.has("no-cache") {
 		return false
 	}
 	if d, ok := reqCC.seconds("max-age"); ok && age > d {
@@ -188,7 +144,7 @@ func (o *object) freshFor(reqCC directives, age time.Duration) bool {
 	if age < life {
 		return true
 	}
-	if v, ok := reqCC.get("max-stale"); ok && !o.forbidsStale() {
+	if v, ok := reqCC.get("max-stale"); ok && !o.forbidsStale {
 		if v == "" {
 			return true
 		}

@@ -36,7 +36,7 @@ func FuzzResponseHeaders(f *testing.F) {
 			if (d.has("no-store") || d.has("private")) && reason == "" {
 				t.Fatalf("storable despite %q", cc)
 			}
-			o := newObject(status, h, nil, d, now, now, life)
+			o := newObject(status, h, nil, now, now, life)
 			if o.age(now.Add(time.Second)) < time.Second {
 				t.Fatal("age less than the time resident")
 			}

@@ -40,12 +40,15 @@ func FuzzRequestHeaders(f *testing.F) {
 		body := []byte("0123456789abcdef")
 		h := http.Header{"Etag": {`"v1"`}, "Last-Modified": {"Mon, 02 Jan 2006 15:04:05 GMT"}, "Content-Type": {"text/plain"}}
 		now := time.Now()
-		o := newObject(http.StatusOK, h, body, directives{}, now, now, time.Minute)
-		before := h.Clone()
+		o := newObject(http.StatusOK, h, body, now, now, time.Minute)
+		if !reflect.DeepEqual(o.header(), h) {
+			t.Fatalf("stored fields %v, want the origin's %v", o.header(), h)
+		}
+		before := bytes.Clone(o.data)
 		w := httptest.NewRecorder()
 		fuzzEdge.serveObject(w, r, o, now, "Hit")
-		if !reflect.DeepEqual(o.header, before) {
-			t.Fatalf("serving changed the stored fields: %v, was %v", o.header, before)
+		if !bytes.Equal(o.data, before) {
+			t.Fatalf("serving changed the stored response: %q, was %q", o.data, before)
 		}
 		got := w.Body.Bytes()
 		switch w.Code {

@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bytes"
 	"net"
 	"net/http"
 	"strconv"
@@ -10,53 +9,8 @@ import (
 	"time"
 )
 
-// This file answers a fresh hit on the engine's connections: the stored object's status line and
-// fields, made once per object, then its Age (and Date when the origin sent none), then the body,
-// in one write.
-
-// hitHead is what every plain hit on an object writes before its Age: the status line and the
-// stored fields with X-Cache, Content-Length and Accept-Ranges, as serveObject sets them through
-// net/http, which also names a missing Content-Type by sniffing the body. hasDate: the origin sent
-// a Date, so that none is added.
-type hitHead struct {
-	b       []byte
-	hasDate bool
-	sniffed bool // Content-Type was sniffed: a HEAD, which net/http does not sniff, goes the slow way
-}
-
-// hitHead returns the object's head for hits, made on first use.
-func (o *object) hitHead() *hitHead {
-	if hh := o.h1head.Load(); hh != nil {
-		return hh
-	}
-	h := make(http.Header, len(o.header)+4)
-	for k, vs := range o.header {
-		h[k] = vs
-	}
-	delete(h, "Age")
-	h["X-Cache"] = []string{"Hit"}
-	h["Content-Length"] = []string{strconv.Itoa(len(o.body))}
-	if o.status == http.StatusOK {
-		h["Accept-Ranges"] = acceptRanges
-	}
-	hh := &hitHead{}
-	_, hh.hasDate = h["Date"]
-	if _, ok := h["Content-Type"]; !ok && len(o.body) > 0 && h.Get("Transfer-Encoding") == "" {
-		h["Content-Type"] = []string{http.DetectContentType(o.body[:min(len(o.body), 512)])}
-		hh.sniffed = true
-	}
-	var b bytes.Buffer
-	b.Grow(headRoom(o))
-	b.WriteString("HTTP/1.1 ")
-	b.WriteString(strconv.Itoa(o.status))
-	b.WriteByte(' ')
-	b.WriteString(http.StatusText(o.status))
-	b.WriteString("\r\n")
-	h.Write(&b)
-	hh.b = b.Bytes()
-	o.h1head.Store(hh)
-	return hh
-}
+// This file answers a fresh hit on the engine's connections: the status line, the object's Age (and
+// Date when the origin sent none), then its stored fields and body, one slice, in one write.
 
 // serveHit answers the request in h.req, a GET or HEAD whose head has nothing that changes how a
 // stored response is served, from a fresh stored object, as ServeHTTP would. It reports false, having
@@ -75,7 +29,7 @@ func (e *Edge) serveHit(h *h1conn) bool {
 	pk := primaryKeyOf(string(r.host), path, query, b.Policy)
 	o := e.store.lookupPlain(pk)
 	if o == nil || o.status < 200 || o.status == http.StatusNoContent || o.status == http.StatusNotModified ||
-		http.StatusText(o.status) == "" {
+		http.StatusText(int(o.status)) == "" {
 		return false
 	}
 	now := e.now()
@@ -84,18 +38,20 @@ func (e *Edge) serveHit(h *h1conn) bool {
 		return false
 	}
 	head := string(r.method) == http.MethodHead
-	hh := o.hitHead()
-	if head && hh.sniffed {
+	if head && o.sniffed {
 		return false
 	}
 	e.metrics.requests.Inc()
 	e.metrics.hits.Inc()
 	out := &h.out
-	out.write(hh.b)
-	out.writeString("Age: ")
+	out.writeString("HTTP/1.1 ")
+	out.writeInt(int64(o.status))
+	out.writeString(" ")
+	out.writeString(http.StatusText(int(o.status)))
+	out.writeString("\r\nAge: ")
 	out.writeInt(int64(age / time.Second))
 	out.writeString("\r\n")
-	if !hh.hasDate {
+	if !o.hasDate {
 		out.writeString("Date: ")
 		out.write(httpNow())
 		out.writeString("\r\n")
@@ -105,11 +61,12 @@ func (e *Edge) serveHit(h *h1conn) bool {
 	} else if r.Minor == 0 {
 		out.writeString("Connection: keep-alive\r\n")
 	}
-	out.writeString("\r\n")
-	if !head {
-		out.body(o.body)
-		e.metrics.bytesServed.Add(float64(len(o.body)))
+	if head {
+		out.write(o.data[:o.bodyStart])
+		return true
 	}
+	out.body(o.data)
+	e.metrics.bytesServed.Add(float64(len(o.data) - int(o.bodyStart)))
 	return true
 }
 

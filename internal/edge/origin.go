@@ -69,10 +69,10 @@ func originRequest(r *http.Request, target *url.URL, p Policy, toStore bool, sto
 			}
 		}
 		if stored != nil {
-			if v := stored.header.Get("ETag"); v != "" {
+			if v := stored.field("ETag"); v != "" {
 				out.Header.Set("If-None-Match", v)
 			}
-			if v := stored.header.Get("Last-Modified"); v != "" {
+			if v := stored.field("Last-Modified"); v != "" {
 				out.Header.Set("If-Modified-Since", v)
 			}
 		}

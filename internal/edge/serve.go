@@ -13,18 +13,14 @@ import (
 // and HEAD without a body, from the stored ETag, Last-Modified and body.
 func (e *Edge) serveObject(w http.ResponseWriter, r *http.Request, o *object, now time.Time, xcache string) {
 	h := w.Header()
-	for k, vs := range o.header {
-		// Shared with the stored object, not copied: nothing appends to a response's field
-		// values, and every field set below replaces its slice.
-		h[k] = vs
-	}
+	o.setFields(h)
 	h.Set("Age", strconv.FormatInt(int64(o.age(now)/time.Second), 10))
 	h.Set("X-Cache", xcache)
-	h.Set("Content-Length", strconv.Itoa(len(o.body)))
+	h.Set("Content-Length", strconv.Itoa(len(o.body())))
 	if o.status != http.StatusOK {
-		w.WriteHeader(o.status)
+		w.WriteHeader(int(o.status))
 		if r.Method != http.MethodHead {
-			e.count(w.Write(o.body))
+			e.count(w.Write(o.body()))
 		}
 		return
 	}
@@ -33,15 +29,16 @@ func (e *Edge) serveObject(w http.ResponseWriter, r *http.Request, o *object, no
 		h["Accept-Ranges"] = acceptRanges
 		w.WriteHeader(http.StatusOK)
 		if r.Method != http.MethodHead {
-			e.count(w.Write(o.body))
+			e.count(w.Write(o.body()))
 		}
 		return
 	}
 	if _, ok := h["Content-Type"]; !ok {
 		h["Content-Type"] = nil // the origin sent none: do not make one up by sniffing
 	}
+	modTime, _ := httpDate(h.Get("Last-Modified"))
 	cw := &countingWriter{ResponseWriter: w}
-	http.ServeContent(cw, r, "", o.modTime, bytes.NewReader(o.body))
+	http.ServeContent(cw, r, "", modTime, bytes.NewReader(o.body()))
 	e.metrics.bytesServed.Add(float64(cw.n))
 }
 
@@ -103,19 +100,15 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // refreshed is the stored object after a 304: its fields updated with the 304's (RFC 9111 section
 // 4.3.4) except those that describe the body, and its age restarted from this exchange.
 func (o *object) refreshed(h http.Header, reqTime, respTime time.Time, p Policy) *object {
-	header := o.header.Clone()
+	header := o.header() // without an Age: the 304's, if it has one, is the one that counts
 	fresh := h.Clone()
 	dropHop(fresh)
 	for _, name := range []string{"Content-Length", "Content-Encoding", "Content-Range", "Content-Type"} {
 		fresh.Del(name)
 	}
-	if fresh.Get("Age") == "" {
-		header.Del("Age")
-	}
 	for k, vs := range fresh {
 		header[k] = vs
 	}
-	cc := parseCacheControl(header)
-	life, _ := freshnessLifetime(o.status, header, cc, respTime, p)
-	return newObject(o.status, header, o.body, cc, reqTime, respTime, life)
+	life, _ := freshnessLifetime(int(o.status), header, parseCacheControl(header), respTime, p)
+	return newObject(int(o.status), header, o.body(), reqTime, respTime, life)
 }

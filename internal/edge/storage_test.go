@@ -3,7 +3,9 @@ package edge
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +24,30 @@ func TestVaryStoresVariants(t *testing.T) {
 	g.expect(g.do("GET", "/a", "Accept-Language", "fr"), 200, "lang=fr", "Hit", 2)
 	g.expect(g.do("GET", "/a", "Accept-Language", "de"), 200, "lang=de", "Hit", 2)
 	g.expect(g.do("GET", "/a"), 200, "lang=", "Miss", 3)
+}
+
+// An entry holds at most maxVariants responses: storing one more drops the variant least recently
+// stored or served, not the new one nor one clients keep asking for.
+func TestVariantsBounded(t *testing.T) {
+	g := newRig(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=60")
+		w.Header().Set("Vary", "X-V")
+		w.Write([]byte("v=" + r.Header.Get("X-V")))
+	}, nil)
+	for i := range maxVariants {
+		v := strconv.Itoa(i)
+		g.expect(g.do("GET", "/a", "X-V", v), 200, "v="+v, "Miss", int64(i+1))
+	}
+	g.expect(g.do("GET", "/a", "X-V", "0"), 200, "v=0", "Hit", maxVariants) // 0 used since 1 was stored
+	g.expect(g.do("GET", "/a", "X-V", "new"), 200, "v=new", "Miss", maxVariants+1)
+	pk := primaryKey(httptest.NewRequest("GET", g.srv.URL+"/a", nil), Policy{QueryString: true})
+	if n := len(g.edge.store.entry(pk).variants); n != maxVariants {
+		t.Fatalf("the entry holds %d variants, want %d", n, maxVariants)
+	}
+	g.expect(g.do("GET", "/a", "X-V", "new"), 200, "v=new", "Hit", maxVariants+1)
+	g.expect(g.do("GET", "/a", "X-V", "0"), 200, "v=0", "Hit", maxVariants+1)
+	g.expect(g.do("GET", "/a", "X-V", "2"), 200, "v=2", "Hit", maxVariants+1)
+	g.expect(g.do("GET", "/a", "X-V", "1"), 200, "v=1", "Miss", maxVariants+2) // the least recently used went
 }
 
 // Vary: * never matches a later request, so such a response is not stored.

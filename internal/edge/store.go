@@ -14,6 +14,12 @@ import (
 // stale windows, so that a 304 can refresh it instead of the origin sending it again.
 const keepForValidation = time.Hour
 
+// maxVariants bounds the responses an entry holds: its variants by secondary key (Vary, and the
+// policy's headers and cookies) and their compressed forms. A response stored into an entry that
+// holds as many drops the one least recently stored or served, so that a field with many values
+// (a User-Agent, say) keeps the ones clients ask for, and finding one is a short scan.
+const maxVariants = 32
+
 // entry holds every stored variant of one URI. It is immutable: a change stores a new entry, so that
 // readers never lock and the weigher sees the entry's whole size.
 type entry struct {
@@ -66,7 +72,11 @@ func (s *store) lookup(pk string, r *http.Request, p Policy, coding string) *obj
 	if e == nil {
 		return nil
 	}
-	return e.variant(codedKey(secondaryKey(r, e.vary, p), coding))
+	o := e.variant(codedKey(secondaryKey(r, e.vary, p), coding))
+	if o != nil && len(e.variants) > 1 {
+		o.used.Store(useClock.Add(1))
+	}
+	return o
 }
 
 // lookupPlain returns the identity variant stored at pk when the entry varies on nothing, so that
@@ -109,11 +119,14 @@ func (s *store) put(pk string, r *http.Request, p Policy, o *object, vary []stri
 	e, _ := s.c.Compute(pk, func(old *entry, found bool) (*entry, otter.ComputeOp) {
 		e := &entry{vary: vary, variants: []variant{{o.secondary, o}}}
 		if found && slices.Equal(old.vary, vary) {
+			e.variants = make([]variant, 1, 1+len(old.variants))
+			e.variants[0] = variant{o.secondary, o}
 			for _, v := range old.variants {
 				if v.o.secondary != o.secondary { // neither the identity replaced nor what was compressed from it
 					e.variants = append(e.variants, v)
 				}
 			}
+			e.dropLeastUsed()
 		}
 		e.retain = e.retention()
 		return e, otter.WriteOp
@@ -138,17 +151,32 @@ func (s *store) putCoded(pk string, base, c *object, coding string) {
 			return old, otter.CancelOp
 		}
 		key := codedKey(base.secondary, coding)
-		stored = &entry{vary: old.vary, variants: make([]variant, 0, len(old.variants)+1)}
+		stored = &entry{vary: old.vary, variants: make([]variant, 1, len(old.variants)+1)}
+		stored.variants[0] = variant{key, c}
 		for _, v := range old.variants {
 			if v.key != key {
 				stored.variants = append(stored.variants, v)
 			}
 		}
-		stored.variants = append(stored.variants, variant{key, c})
+		stored.dropLeastUsed()
 		stored.retain = stored.retention()
 		return stored, otter.WriteOp
 	})
 	s.toDisk(pk, stored)
+}
+
+// dropLeastUsed drops the least recently used variants past maxVariants; never the first, the one
+// being stored.
+func (e *entry) dropLeastUsed() {
+	for len(e.variants) > maxVariants {
+		least := 1
+		for i := 2; i < len(e.variants); i++ {
+			if e.variants[i].o.used.Load() < e.variants[least].o.used.Load() {
+				least = i
+			}
+		}
+		e.variants = slices.Delete(e.variants, least, least+1)
+	}
 }
 
 // retention is how long the entry stays worth keeping: as long as its longest-kept variant.
@@ -191,15 +219,8 @@ func (s *store) keys() iter.Seq[string] {
 // retention is how long past now the object may still serve: its lifetime, its stale windows and,
 // when it can be validated, time to be refreshed by a 304.
 func (o *object) retention() time.Duration {
-	d := o.lifetime
-	var window time.Duration
-	for _, name := range []string{"stale-while-revalidate", "stale-if-error"} {
-		if w, ok := o.cc.seconds(name); ok {
-			window = max(window, w)
-		}
-	}
-	d += window
-	if o.header.Get("ETag") != "" || o.header.Get("Last-Modified") != "" {
+	d := o.lifetime + max(0, o.staleWhileRevalidate, o.staleIfError)
+	if o.validator {
 		d += keepForValidation
 	}
 	return max(d, time.Second)

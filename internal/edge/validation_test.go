@@ -104,7 +104,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	close(release)
 	waitFor(t, "the background revalidation", func() bool {
 		o := g.stored("/a")
-		return o != nil && string(o.body) == "v2"
+		return o != nil && string(o.body()) == "v2"
 	})
 	g.expect(g.do("GET", "/a"), 200, "v2", "Hit", 2)
 	g.advance(50 * time.Second) // beyond the window: the client waits for the origin
