@@ -115,7 +115,7 @@ func encode(o *object, coding string) *object {
 	default:
 		return nil
 	}
-	if _, err := w.Write(o.body()); err != nil || w.Close() != nil || buf.Len() >= len(o.body()) {
+	if _, err := o.writeBody(w); err != nil || w.Close() != nil || buf.Len() >= o.bodyLen() {
 		return nil
 	}
 	header := o.header()

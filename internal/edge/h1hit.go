@@ -66,7 +66,10 @@ func (e *Edge) serveHit(h *h1conn) bool {
 		return true
 	}
 	out.body(o.data)
-	e.metrics.bytesServed.Add(float64(len(o.data) - int(o.bodyStart)))
+	if len(o.tail) > 0 {
+		out.body(o.tail)
+	}
+	e.metrics.bytesServed.Add(float64(o.bodyLen()))
 	return true
 }
 

@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bytes"
 	"io"
 	"net/http"
 	"strconv"
@@ -16,11 +15,11 @@ func (e *Edge) serveObject(w http.ResponseWriter, r *http.Request, o *object, no
 	o.setFields(h)
 	h.Set("Age", strconv.FormatInt(int64(o.age(now)/time.Second), 10))
 	h.Set("X-Cache", xcache)
-	h.Set("Content-Length", strconv.Itoa(len(o.body())))
+	h.Set("Content-Length", strconv.Itoa(o.bodyLen()))
 	if o.status != http.StatusOK {
 		w.WriteHeader(int(o.status))
 		if r.Method != http.MethodHead {
-			e.count(w.Write(o.body()))
+			e.count(o.writeBody(w))
 		}
 		return
 	}
@@ -29,7 +28,7 @@ func (e *Edge) serveObject(w http.ResponseWriter, r *http.Request, o *object, no
 		h["Accept-Ranges"] = acceptRanges
 		w.WriteHeader(http.StatusOK)
 		if r.Method != http.MethodHead {
-			e.count(w.Write(o.body()))
+			e.count(o.writeBody(w))
 		}
 		return
 	}
@@ -38,7 +37,7 @@ func (e *Edge) serveObject(w http.ResponseWriter, r *http.Request, o *object, no
 	}
 	modTime, _ := httpDate(h.Get("Last-Modified"))
 	cw := &countingWriter{ResponseWriter: w}
-	http.ServeContent(cw, r, "", modTime, bytes.NewReader(o.body()))
+	http.ServeContent(cw, r, "", modTime, o.bodyReader())
 	e.metrics.bytesServed.Add(float64(cw.n))
 }
 

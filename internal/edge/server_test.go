@@ -213,11 +213,15 @@ func TestEngineRefusesHostileRequests(t *testing.T) {
 // A hit answered by the engine is the answer net/http's server gives through the handler, Date and
 // Age aside.
 func TestEngineHitMatchesNetHTTP(t *testing.T) {
-	for _, hdr := range [][]string{
-		{"Cache-Control", "max-age=60", "Content-Type", "text/html", "ETag", `"e"`, "Set-Cookie", "a=1", "Set-Cookie", "b=2"},
-		{"Cache-Control", "max-age=60"}, // no Content-Type: sniffed
+	for _, c := range []struct {
+		body string
+		hdr  []string
+	}{
+		{"<html>hello</html>", []string{"Cache-Control", "max-age=60", "Content-Type", "text/html", "ETag", `"e"`, "Set-Cookie", "a=1", "Set-Cookie", "b=2"}},
+		{"<html>hello</html>", []string{"Cache-Control", "max-age=60"}}, // no Content-Type: sniffed
+		{strings.Repeat("<p>hello</p>", 420), []string{"Cache-Control", "max-age=60", "X-Many", "a", "X-Many", "b"}}, // stored in two parts
 	} {
-		g := newRig(t, fixed(200, "<html>hello</html>", hdr...), nil)
+		g := newRig(t, fixed(200, c.body, c.hdr...), nil)
 		std := httptest.NewServer(g.edge)
 		t.Cleanup(std.Close)
 		g.fetch(std.URL, "GET")

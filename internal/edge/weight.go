@@ -43,10 +43,27 @@ func allocSize(n int) int {
 	return classes[min(i, len(classes)-1)]
 }
 
-// size is what the object costs the memory tier: its fields and body, one allocation, its secondary
-// key, and itself.
+// floorAlloc is the largest allocation of at most n bytes that the allocator does not round up.
+func floorAlloc(n int) int {
+	if n > maxSmallAlloc {
+		return n / pageSize * pageSize
+	}
+	classes := sizeClasses()
+	i, found := slices.BinarySearch(classes, n)
+	if found {
+		return n
+	}
+	if i == 0 {
+		return 0
+	}
+	return classes[i-1]
+}
+
+// size is what the object costs the memory tier: its fields and body, in two allocations at most,
+// its secondary key, and itself.
 func (o *object) size() int {
-	return allocSize(cap(o.data)) + allocSize(len(o.secondary)) + allocSize(int(unsafe.Sizeof(object{})))
+	return allocSize(cap(o.data)) + allocSize(cap(o.tail)) + allocSize(len(o.secondary)) +
+		allocSize(int(unsafe.Sizeof(object{})))
 }
 
 // entryOverhead is what the cache spends per entry beside the entry itself: otter's node, its slot
