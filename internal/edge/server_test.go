@@ -218,7 +218,7 @@ func TestEngineHitMatchesNetHTTP(t *testing.T) {
 		hdr  []string
 	}{
 		{"<html>hello</html>", []string{"Cache-Control", "max-age=60", "Content-Type", "text/html", "ETag", `"e"`, "Set-Cookie", "a=1", "Set-Cookie", "b=2"}},
-		{"<html>hello</html>", []string{"Cache-Control", "max-age=60"}}, // no Content-Type: sniffed
+		{"<html>hello</html>", []string{"Cache-Control", "max-age=60"}},                                              // no Content-Type: sniffed
 		{strings.Repeat("<p>hello</p>", 420), []string{"Cache-Control", "max-age=60", "X-Many", "a", "X-Many", "b"}}, // stored in two parts
 	} {
 		g := newRig(t, fixed(200, c.body, c.hdr...), nil)

@@ -7,9 +7,9 @@ import (
 )
 
 // This file weighs what the memory tier holds in bytes of heap, as Go lays it out: each allocation
-// rounded up to its size class, and the cache's own bookkeeping per
-// entry. The weight is the bound's only view of the heap, so what it leaves out is memory the bound
-// does not hold (TestWeightCoversMemory checks it against the heap).
+// rounded up to its size class, and the cache's own bookkeeping per entry. The weight is the bound's
+// only view of the heap, so what it leaves out is memory the bound does not hold
+// (TestWeightCoversMemory checks it against the heap).
 
 // sizeClasses are the sizes Go's allocator rounds small allocations up to, in ascending order.
 // They are read from the allocator itself, as the capacities append gives, so that they stay right
