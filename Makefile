@@ -91,8 +91,10 @@ bench-controller: build
 bench-aws:
 	$(GO) run ./hack/bench/aws $(BENCH_AWS_FLAGS)
 
+# herd's load balancer against HAProxy and nginx (hack/bench-lb.sh says how). BENCH_LB_FLAGS adds flags:
+# -phases tls-keepalive runs keep-alive requests over TLS alone (phases: http, tls-handshakes, tls-keepalive).
 bench-lb: build
-	./hack/bench-lb.sh
+	./hack/bench-lb.sh $(BENCH_LB_FLAGS)
 
 # herd's edge (herd edge) against Varnish (Debian's, from make deps) and nginx's proxy_cache in front
 # of one origin: the same Zipf-distributed objects, 2.5 times the size of each cache, one core each,

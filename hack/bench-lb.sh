@@ -13,23 +13,46 @@
 #   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
 #   3. TLS: herd, HAProxy and nginx terminate TLS with the same ECDSA P-256 certificate (ALPN h2 and
-#      http/1.1), TLS 1.2 and 1.3 enabled on all three (nginx 1.22's default lacks 1.3). An OpenSSL
-#      s_client probe of each logs what an OpenSSL 3.0 client (wrk's library) negotiates. Per proxy per
+#      http/1.1), TLS 1.2 and 1.3 enabled on all three (nginx 1.22's default lacks 1.3), and the same
+#      TLS 1.3 cipher suite preferred (TLS13_SUITES). An OpenSSL s_client probe of each logs what an
+#      OpenSSL 3.0 client (wrk's library) negotiates. Per proxy per
 #      round, hack/bench/lb/handshakes makes new connections of one request each: full handshakes
 #      (no session resumed) offering X25519 alone, the group the OpenSSL 3.0 servers can choose, so
 #      that each handshake is the same work on all three (new handshakes/s, and the proxy's CPU time
 #      per handshake); then the same resuming each worker's last session (resumed handshakes/s); for
 #      herd also full handshakes offering X25519MLKEM768 first, as current browsers do (Go's server
 #      chooses the post-quantum hybrid, which OpenSSL 3.0 lacks); then wrk with keep-alive measures
-#      requests/s over TLS. Medians of the same rounds.
+#      requests/s over TLS, with the proxy's CPU time per request. Medians of the same rounds.
 # The last line is:
 #   lb: herd_rps=<int> haproxy_rps=<int> nginx_rps=<int> rps_vs_haproxy=<f> rps_vs_nginx=<f> p99_vs_haproxy=<f>
 #       herd_nethttp_rps=<int> fast_vs_nethttp_rps=<f> fast_vs_nethttp_p99=<f>
 #       tls_handshakes_vs_haproxy=<f> tls_rps_vs_haproxy=<f>
 # Every process it starts runs at nice $BENCH_NICE (default -15), so other work on the machine
 # disturbs the figures less. Everything it starts is stopped on exit.
-# Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE.
+# Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE, and PHASES (or the flag -phases LIST,
+# which make bench-lb takes from BENCH_LB_FLAGS): a comma-separated subset of http (saturation and
+# latency in cleartext), tls-handshakes and tls-keepalive, all three by default. A subset run prints
+# only its own fields on the last line, e.g.
+#   make bench-lb BENCH_LB_FLAGS='-phases tls-keepalive'
+# measures keep-alive requests over TLS alone, herd and HAProxy alternating, in about 2 minutes.
 set -euo pipefail
+
+PHASES=${PHASES:-http,tls-handshakes,tls-keepalive}
+while [ $# -gt 0 ]; do
+	case $1 in
+	-phases) PHASES=${2:?-phases needs a list: http,tls-handshakes,tls-keepalive}; shift 2 ;;
+	-phases=*) PHASES=${1#-phases=}; shift ;;
+	*) echo "bench-lb: unknown argument $1 (known: -phases http,tls-handshakes,tls-keepalive)" >&2; exit 2 ;;
+	esac
+done
+for ph in ${PHASES//,/ }; do
+	case $ph in
+	http | tls-handshakes | tls-keepalive) ;;
+	*) echo "bench-lb: -phases: unknown phase $ph (known: http, tls-handshakes, tls-keepalive)" >&2; exit 2 ;;
+	esac
+done
+# phase NAME reports whether the run includes that phase.
+phase() { [[ ",$PHASES," == *",$1,"* ]]; }
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-8}
@@ -42,6 +65,11 @@ declare -A PORT=([herd]=18090 [haproxy]=18091 [nginx]=18092 [herd-nethttp]=18093
 declare -A TLS_PORT=([herd]=18190 [haproxy]=18191 [nginx]=18192)
 TLS_PROXIES=(herd haproxy nginx)
 declare -A PID
+# The TLS 1.3 cipher suites HAProxy and nginx choose from, in their order of preference: AES-128-GCM
+# first, the suite Go's server chooses on a CPU with AES instructions (its TLS 1.3 order cannot be
+# configured), so that the three encrypt alike. Left to themselves, HAProxy prefers AES-256-GCM and
+# nginx takes the client's order, which for wrk's OpenSSL 3.0 is AES-256-GCM too.
+TLS13_SUITES=TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256
 PROXIES=(herd herd-nethttp haproxy nginx)
 
 cd "$(dirname "$0")/.."
@@ -86,6 +114,7 @@ EOF
 global
     nbthread 1
     maxconn 4096
+    ssl-default-bind-ciphersuites $TLS13_SUITES
 defaults
     mode http
     option http-keep-alive
@@ -130,6 +159,8 @@ $servers_nginx
         ssl_certificate $WORK/cert.pem;
         ssl_certificate_key $WORK/key.pem;
         ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_prefer_server_ciphers on;
+        ssl_conf_command Ciphersuites $TLS13_SUITES;
         location / {
             proxy_pass http://be;
             proxy_http_version 1.1;
@@ -177,58 +208,75 @@ sleep 2 # first health checks
 log "$("$HAPROXY" -v | head -1); $("$NGINX" -v 2>&1); $(wrk -v 2>&1 | head -1 || true)"
 log "proxies on cpu $PROXY_CPU; wrk, loadgen and backends on cpu $LOAD_CPU; $ROUNDS rounds of ${DURATION}s; nice $BENCH_NICE"
 
-# Warm every proxy's connection pools and the page cache.
-for p in "${PROXIES[@]}"; do
-	on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:${PORT[$p]}/" >/dev/null
-done
-
-declare -A RPS P99 CPU
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-for round in $(seq 1 "$ROUNDS"); do
-	# Rotate the order each round so no proxy always goes first.
-	mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
-	for p in "${order[@]}"; do
-		t0=$(cpu_ticks "${PID[$p]}")
-		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:${PORT[$p]}/")
-		t1=$(cpu_ticks "${PID[$p]}")
-		rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
-		reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-		cpu=$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')
-		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
-		log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request ${errs}"
-		RPS[$p]+="$rps "
-		CPU[$p]+="$cpu "
+# wrk_round PROXY URL runs wrk against URL and prints the requests/s and the proxy's CPU time per
+# request (us), then wrk's error lines.
+wrk_round() {
+	local p=$1 url=$2 t0 t1 out reqs
+	t0=$(cpu_ticks "${PID[$p]}")
+	out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url")
+	t1=$(cpu_ticks "${PID[$p]}")
+	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+	echo "$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")" \
+		"$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')" \
+		"$(awk '/Non-2xx|Socket errors/' <<<"$out" | tr '\n' ' ')"
+}
+FIELDS=""
+
+if phase http; then
+	# Warm every proxy's connection pools and the page cache.
+	for p in "${PROXIES[@]}"; do
+		on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:${PORT[$p]}/" >/dev/null
 	done
-done
-declare -A RPS_MED CPU_MED
-for p in "${PROXIES[@]}"; do
-	RPS_MED[$p]=$(tr ' ' '\n' <<<"${RPS[$p]}" | grep . | median)
-	CPU_MED[$p]=$(tr ' ' '\n' <<<"${CPU[$p]}" | grep . | median)
-done
-RATE=$(awk -v r="${RPS_MED[haproxy]}" 'BEGIN {printf "%d", r / 2}')
-log "fixed-rate latency at $RATE req/s (half of HAProxy's saturation)"
-for round in $(seq 1 "$ROUNDS"); do
-	mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
-	for p in "${order[@]}"; do
-		out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -rate "$RATE" \
-			-duration "${DURATION}s" -warmup 2s -conns "$CONNS")
-		log "latency round $round $p: $out"
-		p99=$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "p99_us" {print $2}')
-		P99[$p]+="$p99 "
+	declare -A RPS P99 CPU
+	for round in $(seq 1 "$ROUNDS"); do
+		# Rotate the order each round so no proxy always goes first.
+		mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
+		for p in "${order[@]}"; do
+			read -r rps cpu errs < <(wrk_round "$p" "http://127.0.0.1:${PORT[$p]}/")
+			log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request ${errs}"
+			RPS[$p]+="$rps "
+			CPU[$p]+="$cpu "
+		done
 	done
-done
-declare -A P99_MED
-for p in "${PROXIES[@]}"; do
-	P99_MED[$p]=$(tr ' ' '\n' <<<"${P99[$p]}" | grep . | median)
-	log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request; median p99 ${P99_MED[$p]} us at $RATE req/s"
-done
-# TLS: what an OpenSSL 3.0 client negotiates with each, then new (full) handshakes per second, resumed
-# ones, and keep-alive requests per second over TLS.
-for p in "${TLS_PROXIES[@]}"; do
-	out=$(openssl s_client -connect "127.0.0.1:${TLS_PORT[$p]}" -alpn http/1.1 </dev/null 2>/dev/null || true)
-	log "openssl s_client to $p: $(awk '/^New, / {sub(/^New, /, ""); sub(/Cipher is /, ""); v=$0} /^Server Temp Key/ {sub(/.*: /, ""); g=$0}
-		/^Peer signature type/ {sub(/.*: /, ""); s=$0} /^Server public key is/ {k=$5} END {printf "%s, %s, %s %s-bit certificate", v, g, s, k}' <<<"$out")"
-done
+	declare -A RPS_MED CPU_MED
+	for p in "${PROXIES[@]}"; do
+		RPS_MED[$p]=$(medians_of "${RPS[$p]}")
+		CPU_MED[$p]=$(medians_of "${CPU[$p]}")
+	done
+	RATE=$(awk -v r="${RPS_MED[haproxy]}" 'BEGIN {printf "%d", r / 2}')
+	log "fixed-rate latency at $RATE req/s (half of HAProxy's saturation)"
+	for round in $(seq 1 "$ROUNDS"); do
+		mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
+		for p in "${order[@]}"; do
+			out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${PORT[$p]}" -rate "$RATE" \
+				-duration "${DURATION}s" -warmup 2s -conns "$CONNS")
+			log "latency round $round $p: $out"
+			p99=$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "p99_us" {print $2}')
+			P99[$p]+="$p99 "
+		done
+	done
+	declare -A P99_MED
+	for p in "${PROXIES[@]}"; do
+		P99_MED[$p]=$(medians_of "${P99[$p]}")
+		log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request; median p99 ${P99_MED[$p]} us at $RATE req/s"
+	done
+	FIELDS+=$(awk -v h="${RPS_MED[herd]}" -v a="${RPS_MED[haproxy]}" -v n="${RPS_MED[nginx]}" \
+		-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" \
+		-v g="${RPS_MED[herd-nethttp]}" -v gp="${P99_MED[herd-nethttp]}" 'BEGIN {
+		printf " herd_rps=%d haproxy_rps=%d nginx_rps=%d rps_vs_haproxy=%.2f rps_vs_nginx=%.2f p99_vs_haproxy=%.2f",
+			h, a, n, h / a, h / n, hp / ap
+		printf " herd_nethttp_rps=%d fast_vs_nethttp_rps=%.2f fast_vs_nethttp_p99=%.2f", g, h / g, hp / gp }')
+fi
+
+if phase tls-handshakes || phase tls-keepalive; then
+	# TLS: what an OpenSSL 3.0 client (wrk's library) negotiates with each.
+	for p in "${TLS_PROXIES[@]}"; do
+		out=$(openssl s_client -connect "127.0.0.1:${TLS_PORT[$p]}" -alpn http/1.1 </dev/null 2>/dev/null || true)
+		log "openssl s_client to $p: $(awk '/^New, / {sub(/^New, /, ""); sub(/Cipher is /, ""); v=$0} /^Server Temp Key/ {sub(/.*: /, ""); g=$0}
+			/^Peer signature type/ {sub(/.*: /, ""); s=$0} /^Server public key is/ {k=$5} END {printf "%s, %s, %s %s-bit certificate", v, g, s, k}' <<<"$out")"
+	done
+fi
 # handshakes ROUND PROXY KIND ARGS... runs the handshake generator against PROXY and logs its line with
 # the proxy's CPU time per handshake; it prints the handshakes/s and that CPU time.
 handshakes() {
@@ -242,39 +290,49 @@ handshakes() {
 	log "tls round $round $p $kind: $out proxy_cpu_us_per_handshake=$cpu" >&2
 	echo "$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "handshakes_per_s" {print $2}') $cpu"
 }
-declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS
+declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS CPU_TLS
+if phase tls-keepalive; then
+	# Warm each proxy's TLS listener and its connection pools.
+	for p in "${TLS_PROXIES[@]}"; do
+		on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s "https://127.0.0.1:${TLS_PORT[$p]}/" >/dev/null
+	done
+fi
 for round in $(seq 1 "$ROUNDS"); do
 	mapfile -t order < <(rotated "$round" "${TLS_PROXIES[@]}")
 	for p in "${order[@]}"; do
-		read -r hs cpu < <(handshakes "$round" "$p" full -groups X25519)
-		HS[$p]+="$hs "
-		HS_CPU[$p]+="$cpu "
-		read -r hs _ < <(handshakes "$round" "$p" resumed -groups X25519 -resume)
-		RESUMED[$p]+="$hs "
-		if [ "$p" = herd ]; then
-			read -r hs cpu < <(handshakes "$round" "$p" full-hybrid -groups X25519MLKEM768,X25519)
-			PQ[$p]+="$hs "
-			PQ_CPU[$p]+="$cpu "
+		if phase tls-handshakes; then
+			read -r hs cpu < <(handshakes "$round" "$p" full -groups X25519)
+			HS[$p]+="$hs "
+			HS_CPU[$p]+="$cpu "
+			read -r hs _ < <(handshakes "$round" "$p" resumed -groups X25519 -resume)
+			RESUMED[$p]+="$hs "
+			if [ "$p" = herd ]; then
+				read -r hs cpu < <(handshakes "$round" "$p" full-hybrid -groups X25519MLKEM768,X25519)
+				PQ[$p]+="$hs "
+				PQ_CPU[$p]+="$cpu "
+			fi
 		fi
-		out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "https://127.0.0.1:${TLS_PORT[$p]}/")
-		rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
-		errs=$(awk '/Non-2xx|Socket errors/' <<<"$out")
-		log "tls round $round $p keep-alive: ${rps} req/s ${errs}"
-		RPS_TLS[$p]+="$rps "
+		if phase tls-keepalive; then
+			read -r rps cpu errs < <(wrk_round "$p" "https://127.0.0.1:${TLS_PORT[$p]}/")
+			log "tls round $round $p keep-alive: ${rps} req/s, ${cpu} us CPU/request ${errs}"
+			RPS_TLS[$p]+="$rps "
+			CPU_TLS[$p]+="$cpu "
+		fi
 	done
 done
-declare -A HS_MED RPS_TLS_MED
-for p in "${TLS_PROXIES[@]}"; do
-	HS_MED[$p]=$(medians_of "${HS[$p]}")
-	RPS_TLS_MED[$p]=$(medians_of "${RPS_TLS[$p]}")
-	log "$p over TLS: median ${HS_MED[$p]} full handshakes/s (X25519) at $(medians_of "${HS_CPU[$p]}") us proxy CPU each, $(medians_of "${RESUMED[$p]}") resumed handshakes/s, ${RPS_TLS_MED[$p]} keep-alive req/s"
-done
-log "herd over TLS with X25519MLKEM768: median $(medians_of "${PQ[herd]}") full handshakes/s at $(medians_of "${PQ_CPU[herd]}") us CPU each"
-awk -v h="${RPS_MED[herd]}" -v a="${RPS_MED[haproxy]}" -v n="${RPS_MED[nginx]}" \
-	-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" \
-	-v g="${RPS_MED[herd-nethttp]}" -v gp="${P99_MED[herd-nethttp]}" \
-	-v hs="${HS_MED[herd]}" -v as="${HS_MED[haproxy]}" -v ht="${RPS_TLS_MED[herd]}" -v at="${RPS_TLS_MED[haproxy]}" 'BEGIN {
-	printf "lb: herd_rps=%d haproxy_rps=%d nginx_rps=%d rps_vs_haproxy=%.2f rps_vs_nginx=%.2f p99_vs_haproxy=%.2f",
-		h, a, n, h / a, h / n, hp / ap
-	printf " herd_nethttp_rps=%d fast_vs_nethttp_rps=%.2f fast_vs_nethttp_p99=%.2f", g, h / g, hp / gp
-	printf " tls_handshakes_vs_haproxy=%.2f tls_rps_vs_haproxy=%.2f\n", hs / as, ht / at }'
+if phase tls-handshakes; then
+	for p in "${TLS_PROXIES[@]}"; do
+		log "$p over TLS: median $(medians_of "${HS[$p]}") full handshakes/s (X25519) at $(medians_of "${HS_CPU[$p]}") us proxy CPU each, $(medians_of "${RESUMED[$p]}") resumed handshakes/s"
+	done
+	log "herd over TLS with X25519MLKEM768: median $(medians_of "${PQ[herd]}") full handshakes/s at $(medians_of "${PQ_CPU[herd]}") us CPU each"
+	FIELDS+=$(awk -v h="$(medians_of "${HS[herd]}")" -v a="$(medians_of "${HS[haproxy]}")" \
+		'BEGIN {printf " tls_handshakes_vs_haproxy=%.2f", h / a}')
+fi
+if phase tls-keepalive; then
+	for p in "${TLS_PROXIES[@]}"; do
+		log "$p over TLS: median $(medians_of "${RPS_TLS[$p]}") keep-alive req/s at $(medians_of "${CPU_TLS[$p]}") us proxy CPU/request"
+	done
+	FIELDS+=$(awk -v h="$(medians_of "${RPS_TLS[herd]}")" -v a="$(medians_of "${RPS_TLS[haproxy]}")" \
+		'BEGIN {printf " tls_rps_vs_haproxy=%.2f", h / a}')
+fi
+echo "lb:$FIELDS"

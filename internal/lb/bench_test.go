@@ -3,6 +3,7 @@ package lb
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -24,6 +25,11 @@ func BenchmarkH1Proxy(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
+	keepAliveGETs(b, c)
+}
+
+// keepAliveGETs sends GETs one after another over c, each read whole before the next, for b.Loop.
+func keepAliveGETs(b *testing.B, c net.Conn) {
 	br := bufio.NewReader(c)
 	req := []byte("GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
 	b.ReportAllocs()
@@ -73,14 +79,7 @@ func BenchmarkIdleClean(b *testing.B) {
 // The figures include the in-process client's handshake and the target's work; the profiles show
 // the listener's share under serveTLS.
 func BenchmarkTLSHandshake(b *testing.B) {
-	certFile, keyFile, pool := writeCert(b)
-	body := make([]byte, 1024)
-	be := newBackend(b, "b", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
-	l := httpListener(TargetGroup{Name: "r1", Targets: targets(be)})
-	l.HealthCheck.Disabled = true
-	l.TLS = &TLS{CertFile: certFile, KeyFile: keyFile}
-	lb := startLBWith(b, EngineFast, Config{Listeners: []Listener{l}}, slogTo(io.Discard))
-	addr := lb.Addr("web/http").String()
+	addr, pool := tlsBenchLB(b)
 	cfg := &tls.Config{RootCAs: pool, CurvePreferences: []tls.CurveID{tls.X25519}, NextProtos: []string{"http/1.1"}}
 	req := []byte("GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
 	b.ReportAllocs()
@@ -100,4 +99,31 @@ func BenchmarkTLSHandshake(b *testing.B) {
 		resp.Body.Close()
 		c.Close()
 	}
+}
+
+// BenchmarkTLSKeepAlive measures one keep-alive GET over a TLS session through the HTTP/1.x engine:
+// go test ./internal/lb -run '^$' -bench TLSKeepAlive -benchmem -memprofile mem.out -cpuprofile cpu.out
+// As in BenchmarkH1Proxy, the allocations it reports are the in-process client's and target's; the
+// memory profile shows what the listener's side allocates.
+func BenchmarkTLSKeepAlive(b *testing.B) {
+	addr, pool := tlsBenchLB(b)
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	keepAliveGETs(b, c)
+}
+
+// tlsBenchLB starts a TLS listener on the fast engine in front of a target answering 1 KiB; it returns
+// the listener's address and the pool that verifies its certificate.
+func tlsBenchLB(b *testing.B) (string, *x509.CertPool) {
+	certFile, keyFile, pool := writeCert(b)
+	body := make([]byte, 1024)
+	be := newBackend(b, "b", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+	l := httpListener(TargetGroup{Name: "r1", Targets: targets(be)})
+	l.HealthCheck.Disabled = true
+	l.TLS = &TLS{CertFile: certFile, KeyFile: keyFile}
+	lb := startLBWith(b, EngineFast, Config{Listeners: []Listener{l}}, slogTo(io.Discard))
+	return lb.Addr("web/http").String(), pool
 }
