@@ -92,7 +92,8 @@ bench-aws:
 	$(GO) run ./hack/bench/aws $(BENCH_AWS_FLAGS)
 
 # herd's load balancer against HAProxy and nginx (hack/bench-lb.sh says how). BENCH_LB_FLAGS adds flags:
-# -phases tls-keepalive runs keep-alive requests over TLS alone (phases: http, tls-handshakes, tls-keepalive).
+# -phases tls-keepalive runs keep-alive requests over TLS alone (phases: http, tls-handshakes, tls-keepalive);
+# TLS_RATE sets the fixed rate at which the TLS round compares the proxies' CPU time per request.
 bench-lb: build
 	./hack/bench-lb.sh $(BENCH_LB_FLAGS)
 

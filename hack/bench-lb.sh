@@ -22,19 +22,21 @@
 #      per handshake); then the same resuming each worker's last session (resumed handshakes/s); for
 #      herd also full handshakes offering X25519MLKEM768 first, as current browsers do (Go's server
 #      chooses the post-quantum hybrid, which OpenSSL 3.0 lacks); then wrk with keep-alive measures
-#      requests/s over TLS, with the proxy's CPU time per request. Medians of the same rounds.
+#      requests/s over TLS, with the proxy's CPU time per request. Medians of the same rounds. Then
+#      hack/bench/lb/loadgen -tls-ca at TLS_RATE (default: half of HAProxy's median keep-alive rate over
+#      TLS): each proxy's CPU time per request (and p99) at one rate for all three.
 # The last line is:
 #   lb: herd_rps=<int> haproxy_rps=<int> nginx_rps=<int> rps_vs_haproxy=<f> rps_vs_nginx=<f> p99_vs_haproxy=<f>
 #       herd_nethttp_rps=<int> fast_vs_nethttp_rps=<f> fast_vs_nethttp_p99=<f>
 #       tls_handshakes_vs_haproxy=<f> tls_rps_vs_haproxy=<f>
 # Every process it starts runs at nice $BENCH_NICE (default -15), so other work on the machine
 # disturbs the figures less. Everything it starts is stopped on exit.
-# Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE, and PHASES (or the flag -phases LIST,
+# Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE TLS_RATE, and PHASES (or the flag -phases LIST,
 # which make bench-lb takes from BENCH_LB_FLAGS): a comma-separated subset of http (saturation and
 # latency in cleartext), tls-handshakes and tls-keepalive, all three by default. A subset run prints
 # only its own fields on the last line, e.g.
 #   make bench-lb BENCH_LB_FLAGS='-phases tls-keepalive'
-# measures keep-alive requests over TLS alone, herd and HAProxy alternating, in about 2 minutes.
+# measures keep-alive requests over TLS alone, the three proxies taking turns, in about 5 minutes.
 set -euo pipefail
 
 PHASES=${PHASES:-http,tls-handshakes,tls-keepalive}
@@ -329,8 +331,27 @@ if phase tls-handshakes; then
 		'BEGIN {printf " tls_handshakes_vs_haproxy=%.2f", h / a}')
 fi
 if phase tls-keepalive; then
+	# The same rate for all three, so that their CPU time per request is compared at equal batching:
+	# at saturation each proxy runs at its own rate, and a busy machine moves those rates apart.
+	TLS_RATE=${TLS_RATE:-$(awk -v r="$(medians_of "${RPS_TLS[haproxy]}")" 'BEGIN {printf "%d", r / 2}')}
+	declare -A FIXED_CPU FIXED_P99
+	for round in $(seq 1 "$ROUNDS"); do
+		mapfile -t order < <(rotated "$round" "${TLS_PROXIES[@]}")
+		for p in "${order[@]}"; do
+			t0=$(cpu_ticks "${PID[$p]}")
+			out=$(GOMAXPROCS=1 on "$LOAD_CPU" "$WORK/loadgen" -addr "127.0.0.1:${TLS_PORT[$p]}" -tls-ca "$WORK/cert.pem" \
+				-rate "$TLS_RATE" -duration "${DURATION}s" -warmup 0s -conns "$CONNS")
+			t1=$(cpu_ticks "${PID[$p]}")
+			sent=$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "sent" {print $2}')
+			cpu=$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$sent" 'BEGIN {printf "%.1f", t * us / n}')
+			log "tls round $round $p at $TLS_RATE req/s: $out proxy_cpu_us_per_request=$cpu"
+			FIXED_CPU[$p]+="$cpu "
+			FIXED_P99[$p]+="$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "p99_us" {print $2}') "
+		done
+	done
 	for p in "${TLS_PROXIES[@]}"; do
-		log "$p over TLS: median $(medians_of "${RPS_TLS[$p]}") keep-alive req/s at $(medians_of "${CPU_TLS[$p]}") us proxy CPU/request"
+		log "$p over TLS: median $(medians_of "${RPS_TLS[$p]}") keep-alive req/s at $(medians_of "${CPU_TLS[$p]}") us proxy CPU/request;" \
+			"at $TLS_RATE req/s $(medians_of "${FIXED_CPU[$p]}") us proxy CPU/request, p99 $(medians_of "${FIXED_P99[$p]}") us"
 	done
 	FIELDS+=$(awk -v h="$(medians_of "${RPS_TLS[herd]}")" -v a="$(medians_of "${RPS_TLS[haproxy]}")" \
 		'BEGIN {printf " tls_rps_vs_haproxy=%.2f", h / a}')
