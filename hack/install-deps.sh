@@ -25,7 +25,7 @@ set -euo pipefail
 
 packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium
 	busybox-static bind9-dnsutils knot dnsperf varnish curl netcat-openbsd awscli
-	mmdebstrap e2fsprogs dosfstools mtools fdisk binutils systemd-boot-efi qemu-system-x86 ovmf)
+	mmdebstrap e2fsprogs dosfstools mtools fdisk binutils systemd-boot-efi qemu-system-x86 ovmf patch)
 
 # Files each package must provide; checked after installing, so that a broken
 # install fails here rather than when an instance boots.
@@ -36,7 +36,7 @@ required=(
 	/usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /bin/busybox
 	/usr/bin/dig /usr/sbin/knotd /usr/bin/dnsperf /usr/sbin/varnishd /usr/bin/curl /bin/nc.openbsd /usr/bin/aws
 	/usr/bin/mmdebstrap /usr/sbin/mke2fs /usr/sbin/debugfs /usr/sbin/mkfs.fat /usr/bin/mcopy /usr/sbin/sfdisk
-	/usr/bin/objcopy /usr/bin/qemu-system-x86_64
+	/usr/bin/objcopy /usr/bin/qemu-system-x86_64 /usr/bin/patch
 )
 
 # System services these packages ship; herd runs its own instances of them (and

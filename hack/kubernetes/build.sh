@@ -16,6 +16,9 @@
 #   HERD_CACHE_DIR   herd's cache directory (default $XDG_CACHE_HOME/herd or ~/.cache/herd)
 #   HERD_BUILD_NICE  niceness of the compiler processes (default 10; 0 for full speed)
 #   FORCE=1          rebuild even when the stamp matches
+#
+# patches/*.patch change upstream's code (see each file's header for why); they are applied to a
+# copy of the module, so the module cache stays as downloaded.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -37,6 +40,7 @@ pkg() {
 die() { echo "hack/kubernetes/build.sh: $*" >&2; exit 1; }
 
 command -v go >/dev/null 2>&1 || die "go is not on PATH; install Go (see go.mod for the version) and retry"
+command -v patch >/dev/null 2>&1 || die "patch is not on PATH; make deps installs it (Debian's patch)"
 
 version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ { print $2; exit }' go.mod)
 [[ -n $version ]] || die "cannot find the k8s.io/kubernetes version in $here/go.mod"
@@ -52,7 +56,7 @@ cache_root=${HERD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/herd}
 bindir="$cache_root/kubernetes/$version/bin"
 stampfile="$bindir/.stamp"
 
-stamp=$(cat go.mod go.sum "$self" combined/*.go) || die "cannot read go.mod, go.sum, combined/*.go or $self"
+stamp=$(cat go.mod go.sum "$self" combined/*.go patches/*.patch) || die "cannot read go.mod, go.sum, combined/*.go, patches/*.patch or $self"
 stamp=$( { echo "$stamp"; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -d' ' -f1)
 
 have_all() {
@@ -96,6 +100,30 @@ if ! out=$(CGO_ENABLED=0 go list -tags selinux,notest -deps "${pkgs[@]}" 2>&1 >/
 fi
 echo "done in $((SECONDS - start)) s"
 
+# The patches, applied to a copy of the k8s.io/kubernetes module (hard links to the module
+# cache's files, but for the files patched), which a copy of go.mod names in place of the
+# downloaded module. It is in this directory, named relative to it, so that the binaries
+# record the same path on every machine (and stay reproducible), and Go's build cache serves
+# the next build.
+moddir=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes) || die "cannot find the k8s.io/kubernetes module's directory"
+work=.patched
+# Only the copy's directories are made writable: its files are the module cache's.
+writable_dirs() { [[ ! -d $1 ]] || find "$1" -type d -exec chmod u+w {} +; }
+writable_dirs "$work" && rm -rf "$work" || die "cannot remove $work"
+mkdir -p "$work" && cp -al "$moddir" "$work/kubernetes" && writable_dirs "$work/kubernetes" ||
+	die "cannot copy $moddir to $work"
+for p in patches/*.patch; do
+	for f in $(awk '/^\+\+\+ b\// { sub(/^b\//, "", $2); print $2 }' "$p"); do
+		# A copy of its own, not a link to the module cache's file, before it is changed.
+		cp --remove-destination "$moddir/$f" "$work/kubernetes/$f" && chmod u+w "$work/kubernetes/$f" ||
+			die "$p: cannot copy $f"
+	done
+	patch --quiet --forward -p1 -d "$work/kubernetes" <"$p" >/dev/null || die "$p does not apply to k8s.io/kubernetes $version"
+done
+cp go.mod "$work/go.mod" && cp go.sum "$work/go.sum" &&
+	go mod edit -modfile="$work/go.mod" -replace "k8s.io/kubernetes=./$work/kubernetes" ||
+	die "cannot write $work/go.mod"
+
 total_start=$SECONDS
 i=0
 for c in "${components[@]}"; do
@@ -103,7 +131,7 @@ for c in "${components[@]}"; do
 	start=$SECONDS
 	printf '[%d/%d] %-24s ' "$i" "${#components[@]}" "$c"
 	# Upstream builds every one of these statically with these tags.
-	if ! CGO_ENABLED=0 nice -n "${HERD_BUILD_NICE:-10}" go build -trimpath \
+	if ! CGO_ENABLED=0 nice -n "${HERD_BUILD_NICE:-10}" go build -trimpath -modfile "$work/go.mod" \
 		-tags selinux,notest -ldflags "$ldflags" \
 		-o "$bindir/.$c.tmp" "$(pkg "$c")"; then
 		rm -f "$bindir/.$c.tmp"
