@@ -23,9 +23,9 @@ import (
 // map of strings, the fields and a prebuilt head for hits cost some 900 bytes more per object than
 // the bytes themselves, which a memory tier bounded by bytes pays for in objects it cannot hold.
 //
-// data is one allocation the size of one of Go's size classes, and tail, when there is one, the
-// few bytes beyond it: one allocation of the whole would be rounded up to the next class, some 460
-// bytes on average for the bench's objects, where tail's rounding is some 20 (split).
+// tail, when there is one, is most of the body in one allocation the size of one of Go's size
+// classes, and data the rest: one allocation of the whole would be rounded up to the next class,
+// some 460 bytes on average for the bench's objects, where data's rounding is some 35 (split).
 type object struct {
 	data      []byte
 	tail      []byte
@@ -131,11 +131,13 @@ func newObject(status int, header http.Header, body []byte, requestTime, respons
 }
 
 // split is where an object of n bytes, the first head of them its fields, is cut into data and
-// tail: at the largest allocation that is not rounded up, when that leaves the head in data and
-// rounds the tail up by less than the whole would be; else n, no tail.
+// tail: so that tail is the largest allocation of the body that is not rounded up, when data's
+// rounding is then less than the whole's; else n, no tail. data, the fields and the start of the
+// body, is then short enough that a hit copies it with the status line, and tail is written as it is:
+// one slice of each in the write, as without a tail.
 func split(n, head int) int {
-	at := floorAlloc(n)
-	if at < head || allocSize(n-at)-(n-at) >= allocSize(n)-n {
+	at := n - floorAlloc(n-head)
+	if at == n || allocSize(at)-at >= allocSize(n)-n {
 		return n
 	}
 	return at
