@@ -180,6 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 		PauseImage: b.Config.PauseImage,
 		Version:    b.Config.Kubernetes.Version,
 		ClusterDNS: clusterDNS,
+		WarmStore:  warmStore(b),
 		Patient:    cfg.Patient,
 		Logger:     a.log.With("distro", d.Name()),
 		Step:       a.step,

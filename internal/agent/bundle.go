@@ -41,6 +41,14 @@ func loadBundle(dir string, images bool) (bundle.Bundle, error) {
 	return b, nil
 }
 
+// warmStore is the directory of the bundle's warm store, "" if it has none.
+func warmStore(b bundle.Bundle) string {
+	if len(b.Config.Store) == 0 {
+		return ""
+	}
+	return b.Path(bundle.StoreDir)
+}
+
 // readManifests reads the bundle's manifests in order.
 func readManifests(b bundle.Bundle) ([]manifestFile, error) {
 	var out []manifestFile

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"herd.dev/herd/internal/image/bundle"
@@ -177,7 +178,7 @@ func (b *build) stage(dir string) error {
 		}
 	}
 	files := []string{bundle.ConfigFile}
-	for _, m := range b.o.Bundle.Config.Manifests {
+	for _, m := range slices.Concat(b.o.Bundle.Config.Manifests, b.o.Bundle.Config.Store) {
 		files = append(files, m.File)
 	}
 	for _, f := range files {

@@ -4,8 +4,9 @@
 // A bundle holds the NodeImage's Kubernetes manifests (copied as they are, and those its
 // kustomization and Helm charts render, rendered at build time), one docker-archive
 // image tar per app image (built from a Go main package, or read from a given image tar), the
-// pause (sandbox) image, and bundle.json, the node configuration that lists all of them with their
-// SHA-256 digests. The bundle's digest is the SHA-256 of bundle.json, so it covers every byte of
+// pause (sandbox) image, for the upstream distribution the warm store (an etcd data directory with
+// the cluster's bootstrap objects, made once per machine: upstream.WarmStore), and bundle.json, the
+// node configuration that lists all of them with their SHA-256 digests. The bundle's digest is the SHA-256 of bundle.json, so it covers every byte of
 // the bundle; the same inputs give the same digest, and any change (a manifest, the app's source,
 // an image's env) gives a new one, which is what a fleet revision pins.
 //
@@ -29,6 +30,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/addons"
+	"herd.dev/herd/internal/agent/distro/upstream"
 	"herd.dev/herd/internal/image/bundle"
 	"herd.dev/herd/internal/kubebin"
 )
@@ -177,10 +179,51 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 	}
 	cfg.Images = append(cfg.Images, rec)
 
+	if cfg.Kubernetes.Distribution == upstream.Name {
+		if cfg.Store, err = writeWarmStore(ctx, bdir); err != nil {
+			// Instances boot without it, a second or so slower.
+			say("warning: no warm store in the bundle: %v", err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return Bundle{}, err
 	}
 	return store.commit(bdir, cfg, say)
+}
+
+// writeWarmStore copies this machine's warm store of the upstream distribution
+// (upstream.WarmStore) into the bundle in bdir and returns its records.
+func writeWarmStore(ctx context.Context, bdir string) ([]FileRecord, error) {
+	src, err := upstream.WarmStore(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	var recs []FileRecord
+	err = filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		file := bundle.StoreDir + "/" + filepath.ToSlash(rel)
+		dst := filepath.Join(bdir, filepath.FromSlash(file))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		rec, err := copyFile(path, dst)
+		if err != nil {
+			return err
+		}
+		rec.File = file
+		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("warm store: %w", err)
+	}
+	return recs, nil
 }
 
 // commit writes cfg as the bundle.json of the bundle built in bdir, moves the bundle into the

@@ -73,6 +73,19 @@ func TestBundleLayout(t *testing.T) {
 	if apps := b.AppImages(); len(apps) != 1 || apps[0].Ref != "hello:v1" {
 		t.Errorf("AppImages %+v", apps)
 	}
+	// The warm store: an etcd data directory, recorded and checked like every other file.
+	var store []string
+	for _, f := range c.Store {
+		store = append(store, f.File)
+	}
+	if !slices.Contains(store, "store/member/snap/db") || !slices.ContainsFunc(store, func(f string) bool {
+		return strings.HasPrefix(f, "store/member/wal/") && strings.HasSuffix(f, ".wal")
+	}) {
+		t.Errorf("warm store files %v, want store/member/snap/db and a write-ahead log (make kubernetes)", store)
+	}
+	if err := b.Verify(); err != nil {
+		t.Error(err)
+	}
 	fi, err := os.Stat(s.Root())
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("store root mode %v (%v), want 0700", fi.Mode().Perm(), err)

@@ -48,6 +48,10 @@ type Spec struct {
 	// ClusterDNS is the address of the cluster DNS Service the image runs, which the kubelet
 	// must give pods as their resolver. Invalid (the zero Addr): the image has no cluster DNS.
 	ClusterDNS netip.Addr
+	// WarmStore is a directory holding the store the node's control plane starts from on its
+	// first boot, made when the image was built with the cluster's bootstrap objects in it
+	// (upstream.WarmStore). Empty: the node starts from an empty store.
+	WarmStore string
 	// Patient says that the machine may be starved of CPU (a disk image booted under
 	// emulation): the components' health checks get longer bounds than their defaults, which
 	// assume a responsive machine.

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,7 +52,17 @@ type Config struct {
 	// add-ons', the NodeImage's manifests as they are, then what its kustomization and charts
 	// rendered.
 	Manifests []FileRecord `json:"manifests"`
+	// Store is the warm store: the files of an etcd data directory, under StoreDir, in which
+	// the API server of the bundle's Kubernetes has started once, so that it holds the
+	// cluster's bootstrap objects (the default RBAC policy, the system priority classes and
+	// namespaces, API Priority and Fairness' configuration) and nothing of any instance's
+	// identity. An instance's etcd starts from a copy on its first boot. Default: none (the
+	// instance's API server writes those objects at boot).
+	Store []FileRecord `json:"store,omitempty"`
 }
+
+// StoreDir is the directory of a bundle that holds its warm store (Config.Store).
+const StoreDir = "store"
 
 // ImageRecord is one image tar of a bundle.
 type ImageRecord struct {
@@ -125,7 +136,7 @@ func (b Bundle) ShortDigest() string {
 // bundle.json against the bundle's digest. It reads every byte of the bundle.
 func (b Bundle) Verify() error { return b.verify(true) }
 
-// VerifyManifests checks bundle.json and the manifests as Verify does, and not the image tars:
+// VerifyManifests checks bundle.json, the manifests and the warm store as Verify does, and not the image tars:
 // for a bundle whose images are in the container runtime's store already.
 func (b Bundle) VerifyManifests() error { return b.verify(false) }
 
@@ -147,7 +158,7 @@ func (b Bundle) verify(images bool) error {
 		}
 		return nil
 	}
-	for _, m := range b.Config.Manifests {
+	for _, m := range slices.Concat(b.Config.Manifests, b.Config.Store) {
 		if err := check(m.File, m.Digest); err != nil {
 			return err
 		}
@@ -166,7 +177,7 @@ func (b Bundle) verify(images bool) error {
 // Size is the total size of the files the config records.
 func (c Config) Size() int64 {
 	var n int64
-	for _, m := range c.Manifests {
+	for _, m := range slices.Concat(c.Manifests, c.Store) {
 		n += m.Size
 	}
 	for _, im := range c.Images {

@@ -173,6 +173,11 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	if err := privateRuntimeDirs(l); err != nil {
 		return nil, err
 	}
+	if spec.WarmStore != "" {
+		if err := seedStore(spec.WarmStore, l.etcdData()); err != nil {
+			return nil, err
+		}
+	}
 	if err := unlimitRejects(procSys); err != nil {
 		// Only the first answer's promptness depends on it.
 		log.Warn("clients of a Service without ready endpoints may wait for their SYN's retransmission", "err", err)
