@@ -4,13 +4,16 @@
 //	kube-combined kube-controller-manager --kubeconfig=... -- kube-scheduler --kubeconfig=... -- kubelet ...
 //
 // Arguments are one group per component, separated by "--", each starting with the component's
-// name. With kube-apiserver among them and --start-after-ready=KUBECONFIG first, the API server
+// name. With kube-apiserver among them and --start-after-ready=KUBECONFIG first (then, optionally,
+// --bootstrapped), the API server
 // starts first and the others once the API server KUBECONFIG names answers /readyz (started
 // together, they would compete with its start-up for the CPU, then wait in their retry
 // back-off); the kubelet starts sooner, once /readyz passes but for the checks of the bootstrap
-// writes it does not need (kubeletExcludes). herd's local instances run their components this way because every component carries its
-// own copy of the same libraries' code and static data (client-go, apimachinery, the API schemes):
-// in one process those pages are counted, and touched, once.
+// writes it does not need (bootstrapChecks), and so do the others with --bootstrapped (a store
+// that holds those objects already). herd's local instances run their components this way
+// because every component carries its own copy of the same libraries' code and static data
+// (client-go, apimachinery, the API schemes): in one process those pages are counted, and
+// touched, once.
 //
 // What one process changes, and how it is handled:
 //   - Each command registers its flags on a flag set of its own; the global ones (klog, version)
@@ -146,6 +149,13 @@ func main() {
 		readyKubeconfig = strings.TrimPrefix(args[0], readyFlag+"=")
 		args = args[1:]
 	}
+	// Everyone's wait: all of /readyz, or, on a store that holds the bootstrap objects already,
+	// all but the checks of the hooks that write them.
+	var othersExclude []string
+	if len(args) > 0 && args[0] == bootstrappedFlag {
+		othersExclude = bootstrapChecks
+		args = args[1:]
+	}
 	groups, err := parseGroups(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kube-combined: %v\n", err)
@@ -179,14 +189,14 @@ func main() {
 		go func() {
 			cm, kubelet := index("kube-controller-manager"), index("kubelet")
 			if kubelet >= 0 {
-				if err := waitReady(ctx, readyKubeconfig, kubeletExcludes, done); err != nil {
+				if err := waitReady(ctx, readyKubeconfig, bootstrapChecks, done); err != nil {
 					klog.ErrorS(err, "Not starting the other components")
 					return
 				}
 				klog.InfoS("kube-apiserver serves what the kubelet needs; starting the kubelet")
 				start(kubelet)
 			}
-			if err := waitReady(ctx, readyKubeconfig, nil, done); err != nil {
+			if err := waitReady(ctx, readyKubeconfig, othersExclude, done); err != nil {
 				klog.ErrorS(err, "Not starting the other components")
 				return
 			}
@@ -274,7 +284,13 @@ func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 	return client, nil
 }
 
-// kubeletExcludes are the API server's readiness checks the kubelet does not wait for: the post-start
+// bootstrappedFlag, first on the command line after readyFlag, says that the API server's store
+// holds the bootstrap objects already (a node's warm store, made when its image was built): every
+// component starts once /readyz passes but for bootstrapChecks, whose hooks find their objects in
+// place (after a second's sleep each).
+const bootstrappedFlag = "--bootstrapped"
+
+// bootstrapChecks are the API server's readiness checks the kubelet does not wait for: the post-start
 // hooks that write the default RBAC policy (each of its objects one etcd write, with its fsync, after
 // a second's sleep), the system priority classes (after a second's sleep too) and API Priority and
 // Fairness' flow schemas and priority levels (a write each). The kubelet needs none of them: the
@@ -283,7 +299,7 @@ func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 // schemas are written, API Priority and Fairness serves every request by the mandatory levels it
 // keeps in memory. Started in that time, which is mostly the hooks' sleeps and etcd's fsyncs, the
 // kubelet has registered its node, and made its CSINode, by the time the others start.
-var kubeletExcludes = []string{
+var bootstrapChecks = []string{
 	"poststarthook/rbac/bootstrap-roles",
 	"poststarthook/scheduling/bootstrap-system-priority-classes",
 	"poststarthook/priority-and-fairness-config-producer",

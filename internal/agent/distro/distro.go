@@ -66,8 +66,9 @@ type Spec struct {
 type Node interface {
 	// RuntimeReady is closed when the container runtime answers: images can be imported.
 	RuntimeReady() <-chan struct{}
-	// APIReady is closed when the API server is ready to serve (its /readyz is 200): manifests
-	// can be applied.
+	// APIReady is closed when the API server is ready to serve (its /readyz is 200; on a warm
+	// store, but for the checks of the hooks that write what the store holds): manifests can be
+	// applied.
 	APIReady() <-chan struct{}
 	// ImportImage imports a docker-archive image tar, tagged ref, into the container runtime
 	// (in the namespace the kubelet uses). Call it only after RuntimeReady.

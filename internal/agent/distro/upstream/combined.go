@@ -71,8 +71,13 @@ func processes(b binaries, c nodeConfig) (first, rest []proc.Spec) {
 	switch {
 	case len(together) == 0:
 	case apiTogether:
-		// kube-combined waits for the API server with the controller-manager's credentials.
-		args := append([]string{"--start-after-ready=" + c.l.kubeconfig("controller-manager")}, combinedArgs(together)...)
+		// kube-combined waits for the API server with the controller-manager's credentials; on
+		// a warm store, not for the hooks that write what it holds already.
+		args := []string{"--start-after-ready=" + c.l.kubeconfig("controller-manager")}
+		if c.warm {
+			args = append(args, "--bootstrapped")
+		}
+		args = append(args, combinedArgs(together)...)
 		first = append(first, proc.Spec{Name: combinedName, Path: b.combined, Args: args})
 	default:
 		rest = append(rest, proc.Spec{Name: combinedName, Path: b.combined, Args: combinedArgs(together)})

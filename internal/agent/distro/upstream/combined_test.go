@@ -150,3 +150,23 @@ func TestFindBinariesWithTheCombinedBinaryAlone(t *testing.T) {
 		}
 	}
 }
+
+// On a warm store, kube-combined is told so right after the API server it waits for: its other
+// components then do not wait for the hooks that write what the store holds.
+func TestProcessesOnAWarmStore(t *testing.T) {
+	b := testBinaries()
+	b.combined = "/b/kube-combined"
+	for _, warm := range []bool{false, true} {
+		c := testNode()
+		c.warm = warm
+		first, _ := processes(b, c)
+		i := slices.IndexFunc(first, func(s proc.Spec) bool { return s.Name == combinedName })
+		if i < 0 {
+			t.Fatalf("no %s process among %v", combinedName, names(first))
+		}
+		args := first[i].Args
+		if got := slices.Contains(args, "--bootstrapped"); got != warm || (warm && args[1] != "--bootstrapped") {
+			t.Errorf("warm store %v: args %q, want --bootstrapped second: %v", warm, args[:3], warm)
+		}
+	}
+}

@@ -89,6 +89,7 @@ type nodeConfig struct {
 	pauseImage string
 	clusterDNS netip.Addr // invalid: no cluster DNS
 	patient    bool       // the spec's Patient: patientArgs are added
+	warm       bool       // the store starts from a warm store (spec.WarmStore)
 	l          layout
 }
 

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -182,7 +183,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 		// Only the first answer's promptness depends on it.
 		log.Warn("clients of a Service without ready endpoints may wait for their SYN's retransmission", "err", err)
 	}
-	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, patient: spec.Patient, l: l}
+	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, patient: spec.Patient, warm: spec.WarmStore != "", l: l}
 	adm, err := writeCredentials(cfg)
 	if err != nil {
 		return nil, err
@@ -218,18 +219,35 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
+		// A node that starts from the warm store has the objects the API server's bootstrap
+		// hooks write (after a second's sleep each) already: its other components and the
+		// manifests need not wait for the hooks' reconciliation to end.
+		if spec.WarmStore != "" {
+			if !poll(ctx, n.checks().interval, n.apiServerServing) {
+				return
+			}
+			spec.Step("kube-apiserver serving")
+		}
+		next := func() {
+			for _, s := range rest {
+				if err := n.start(s); err != nil {
+					n.fail(err)
+					return
+				}
+			}
+			spec.Step("node components started")
+			close(n.apiReady)
+		}
+		if spec.WarmStore != "" {
+			next()
+		}
 		if !poll(ctx, n.checks().interval, n.apiServerReady) {
 			return
 		}
 		spec.Step("kube-apiserver ready")
-		for _, s := range rest {
-			if err := n.start(s); err != nil {
-				n.fail(err)
-				return
-			}
+		if spec.WarmStore == "" {
+			next()
 		}
-		spec.Step("node components started")
-		close(n.apiReady)
 	}()
 	return n, nil
 }
@@ -305,6 +323,21 @@ func (n *node) etcdHealthy(ctx context.Context) bool {
 
 func (n *node) apiServerReady(ctx context.Context) bool {
 	return httpOK(ctx, n.admin, n.adm.Server+"/readyz", n.adm.Token, n.checks().timeout)
+}
+
+// bootstrapChecks are the API server's readiness checks of its post-start hooks that write the
+// cluster's bootstrap objects (the default RBAC policy, the system priority classes, API Priority
+// and Fairness' configuration), each after a second's sleep: on a warm store, they find them.
+var bootstrapChecks = []string{
+	"poststarthook/rbac/bootstrap-roles",
+	"poststarthook/scheduling/bootstrap-system-priority-classes",
+	"poststarthook/priority-and-fairness-config-producer",
+}
+
+// apiServerServing reports whether the API server is ready but for bootstrapChecks.
+func (n *node) apiServerServing(ctx context.Context) bool {
+	q := url.Values{"exclude": bootstrapChecks}
+	return httpOK(ctx, n.admin, n.adm.Server+"/readyz?"+q.Encode(), n.adm.Token, n.checks().timeout)
 }
 
 // checks are how often the API server's readiness is asked, and how long an answer may take.
