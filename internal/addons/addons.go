@@ -4,8 +4,8 @@
 // image reference pods use, and the manifests applied at boot before the workload's.
 //
 // The catalog holds cluster DNS (CoreDNS), storage (a default StorageClass whose provisioner is
-// the agent) and resource metrics (metrics-server). Which add-ons an image gets is the
-// NodeImage's spec.addons, every one on by default.
+// the agent) and resource metrics (metrics-server, which the node runs in its kube-combined
+// process). Which add-ons an image gets is the NodeImage's spec.addons, every one on by default.
 package addons
 
 import (
@@ -38,9 +38,11 @@ type Addon struct {
 	// Name is the add-on's key in spec.addons (e.g. "dns").
 	Name string
 	// Binary is the program's name, its image's entrypoint (e.g. "coredns"). Empty for an add-on
-	// the agent serves, which has no program nor image of its own: only manifests.
+	// the agent or the node's own processes serve, which has no program nor image of its own:
+	// only manifests.
 	Binary string
-	// Version is the upstream version the pinned source builds.
+	// Version is the upstream version the pinned source builds (for an add-on the node serves,
+	// the version it runs).
 	Version string
 	// Image is the reference its pods use. The "herd.dev/addons/" prefix says that herd built
 	// it, not the upstream project's registry.
@@ -74,11 +76,12 @@ var LocalPath = Addon{
 }
 
 // MetricsServer is resource metrics: the metrics.k8s.io API behind `kubectl top` and the
-// HorizontalPodAutoscaler.
+// HorizontalPodAutoscaler. Its server, metrics-server, runs in the node's kube-combined process
+// (pinned in hack/kubernetes/go.mod), which saves the instance a process, a pod and an image: the
+// manifests are its RBAC, a Service without selector whose Endpoints kube-combined keeps, and
+// the APIService.
 var MetricsServer = Addon{
-	Name: "metrics", Binary: "metrics-server", Version: "v0.8.0",
-	Image: "herd.dev/addons/metrics-server:v0.8.0", source: "metrics-server",
-	Package:  "sigs.k8s.io/metrics-server/cmd/metrics-server",
+	Name: "metrics", Version: "v0.8.0", source: "metrics-server",
 	switchOf: func(a v1alpha1.Addons) *bool { return a.Metrics },
 }
 

@@ -1,6 +1,7 @@
 package addons
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -135,17 +136,37 @@ func TestStorageManifest(t *testing.T) {
 	}
 }
 
+// The metrics add-on's server runs in the node's kube-combined process: its manifests register
+// the API at a Service without selector, whose Endpoints kube-combined keeps at the port the
+// distribution serves it on, and grant the user it runs as what it reads and writes.
 func TestMetricsManifest(t *testing.T) {
+	if MetricsServer.HasImage() {
+		t.Errorf("metrics has an image (%s): the node runs metrics-server", MetricsServer.Image)
+	}
 	m, kinds := manifestKinds(t, MetricsServer)
-	for _, k := range []string{"APIService", "Deployment", "Service", "RoleBinding"} {
+	for _, k := range []string{"APIService", "Service", "ClusterRoleBinding", "RoleBinding", "Role"} {
 		if !kinds[k] {
 			t.Errorf("no %s in the metrics manifest", k)
 		}
 	}
-	for _, want := range []string{"name: v1beta1.metrics.k8s.io", "--kubelet-preferred-address-types=InternalIP", "--kubelet-certificate-authority=", "image: " + MetricsServer.Image} {
+	for _, k := range []string{"Deployment", "ServiceAccount", "Endpoints"} {
+		if kinds[k] {
+			t.Errorf("a %s in the metrics manifest: the node runs metrics-server and keeps its Endpoints", k)
+		}
+	}
+	for _, want := range []string{
+		"name: v1beta1.metrics.k8s.io",
+		"  service:\n    name: metrics-server\n    namespace: kube-system\n",
+		fmt.Sprintf("  ports:\n  - {name: https, port: 443, protocol: TCP, targetPort: %d}\n", upstream.MetricsServerPort),
+		"  kind: User\n  name: system:metrics-server\n",
+		"  resourceNames: [metrics-server]\n  verbs: [get, update]\n",
+	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics manifest lacks %q", want)
 		}
+	}
+	if strings.Contains(m, "selector:") || strings.Contains(m, "kind: ServiceAccount") {
+		t.Error("the metrics Service has a selector, or RBAC names a service account: metrics-server is no pod")
 	}
 }
 

@@ -173,17 +173,18 @@ func Run(ctx context.Context, cfg Config) error {
 	defer srv.Close()
 
 	node, err := d.Start(ctx, distro.Spec{
-		Name:       cfg.Name,
-		Address:    cfg.Address,
-		StateDir:   cfg.StateDir,
-		CgroupRoot: cfg.CgroupRoot,
-		PauseImage: b.Config.PauseImage,
-		Version:    b.Config.Kubernetes.Version,
-		ClusterDNS: clusterDNS,
-		WarmStore:  warmStore(b),
-		Patient:    cfg.Patient,
-		Logger:     a.log.With("distro", d.Name()),
-		Step:       a.step,
+		Name:            cfg.Name,
+		Address:         cfg.Address,
+		StateDir:        cfg.StateDir,
+		CgroupRoot:      cfg.CgroupRoot,
+		PauseImage:      b.Config.PauseImage,
+		Version:         b.Config.Kubernetes.Version,
+		ClusterDNS:      clusterDNS,
+		WarmStore:       warmStore(b),
+		ResourceMetrics: b.Config.ResourceMetrics,
+		Patient:         cfg.Patient,
+		Logger:          a.log.With("distro", d.Name()),
+		Step:            a.step,
 	})
 	if err != nil {
 		return a.failed(nil, err)

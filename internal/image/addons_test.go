@@ -7,9 +7,9 @@ import (
 	"herd.dev/herd/internal/addons"
 )
 
-// TestIntegrationAddons builds an image with every add-on on (the default): CoreDNS and
-// metrics-server are built from their pinned source with the go tool, which downloads their
-// modules the first time; storage is manifests only (the agent provisions its volumes).
+// TestIntegrationAddons builds an image with every add-on on (the default): CoreDNS is built from
+// its pinned source with the go tool, which downloads its modules the first time; storage and
+// metrics are manifests only (the agent provisions volumes, the node runs metrics-server).
 func TestIntegrationAddons(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the add-ons from source: skipped under -short")
@@ -27,6 +27,9 @@ func TestIntegrationAddons(t *testing.T) {
 	if b.Config.ClusterDNS != addons.ClusterDNS.String() {
 		t.Errorf("clusterDNS = %q, want %s", b.Config.ClusterDNS, addons.ClusterDNS)
 	}
+	if !b.Config.ResourceMetrics {
+		t.Error("resourceMetrics = false with the metrics add-on on: the node would not run metrics-server")
+	}
 	var files []string
 	for _, m := range b.Config.Manifests {
 		files = append(files, m.File)
@@ -38,7 +41,7 @@ func TestIntegrationAddons(t *testing.T) {
 	for _, im := range b.Config.Images {
 		refs = append(refs, im.Ref)
 	}
-	want := "hello:v1 herd.dev/addons/coredns:v1.12.0 herd.dev/addons/metrics-server:v0.8.0 " + PauseImage
+	want := "hello:v1 herd.dev/addons/coredns:v1.12.0 " + PauseImage
 	if got := strings.Join(refs, " "); got != want {
 		t.Errorf("images %s, want %s: the app's, the add-ons', then the pause image", got, want)
 	}

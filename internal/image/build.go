@@ -93,8 +93,11 @@ func Build(ctx context.Context, nodeImageFile string, store *Store, progress fun
 			return Bundle{}, err
 		}
 		cfg.Manifests = append(cfg.Manifests, rec)
-		if a.Name == addons.CoreDNS.Name {
+		switch a.Name {
+		case addons.CoreDNS.Name:
 			cfg.ClusterDNS = addons.ClusterDNS.String()
+		case addons.MetricsServer.Name:
+			cfg.ResourceMetrics = true
 		}
 	}
 	if ni.Spec.Manifests != "" {

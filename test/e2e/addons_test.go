@@ -19,8 +19,9 @@ import (
 // (the default) and shows each at work: "front" calls "back" by Service name (cluster DNS), a
 // pod writes and reads a PersistentVolumeClaim that the default StorageClass bound to a directory
 // of the instance, and the same again after the pod is replaced, and the directory and the volume
-// go once the claim is deleted (storage), and `kubectl top pods` and a HorizontalPodAutoscaler
-// read metrics-server inside the instance (resource metrics).
+// go once the claim is deleted (storage), and `kubectl top node`, `kubectl top pods` and a
+// HorizontalPodAutoscaler read metrics-server, which the node runs in its kube-combined process,
+// not as a pod, inside the instance (resource metrics).
 func TestIntegrationAddons(t *testing.T) {
 	e := newEnv(t, building("test/e2e/testdata/addons/image.yaml"))
 	frontPort, notesPort := freePort(t), freePort(t)
@@ -96,6 +97,16 @@ func TestIntegrationAddons(t *testing.T) {
 		return ""
 	})
 	t.Logf("kubectl top pods -A, %.1f s after the fleet was applied:\n%s", time.Since(applied).Seconds(), top)
+	if strings.Contains(top, "metrics-server") {
+		t.Errorf("a metrics-server pod runs: the node's kube-combined process should serve resource metrics\n%s", top)
+	}
+	e.waitFor(30*time.Second, time.Second, func() string {
+		out, err := kubectl("top", "node", "--no-headers")
+		if err != nil || !strings.HasPrefix(strings.TrimSpace(out), inst+" ") {
+			return fmt.Sprintf("kubectl top node: %v\n%s", err, out)
+		}
+		return ""
+	})
 	e.waitFor(90*time.Second, time.Second, func() string {
 		out, err := kubectl("get", "hpa", "back", "-o", "jsonpath={.status.currentMetrics[0].resource.current.averageUtilization}")
 		if err != nil || strings.TrimSpace(out) == "" {

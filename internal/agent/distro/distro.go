@@ -52,6 +52,10 @@ type Spec struct {
 	// first boot, made when the image was built with the cluster's bootstrap objects in it
 	// (upstream.WarmStore). Empty: the node starts from an empty store.
 	WarmStore string
+	// ResourceMetrics says that the image has the metrics add-on: the node must serve the
+	// metrics.k8s.io API its APIService registers, at the Endpoints of the add-on's Service
+	// (kube-system/metrics-server), which has no selector. Default: false (no resource metrics).
+	ResourceMetrics bool
 	// Patient says that the machine may be starved of CPU (a disk image booted under
 	// emulation): the components' health checks get longer bounds than their defaults, which
 	// assume a responsive machine.

@@ -45,6 +45,10 @@ type Config struct {
 	// ClusterDNS is the address of the cluster DNS Service the kubelet gives pods, when the
 	// image has the DNS add-on. Default: none (pods get no cluster DNS).
 	ClusterDNS string `json:"clusterDNS,omitempty"`
+	// ResourceMetrics says that the image has the metrics add-on, whose server the node runs
+	// (the agent's distribution): its manifests register the API and the Service it is reached
+	// at. Default: false (no resource metrics).
+	ResourceMetrics bool `json:"resourceMetrics,omitempty"`
 	// Images are every image tar to import into the instance's containerd before the manifests are
 	// applied: the app images in spec order, the add-ons' images, then the pause image.
 	Images []ImageRecord `json:"images"`

@@ -15,7 +15,8 @@ const combinedName = "kube-combined"
 // data (client-go, apimachinery, the API schemes), counted once per process; in one process they
 // are counted once. docs/benchmarks.md ("One process for the components") has what each
 // component saved.
-var combinedComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
+// metrics-server runs there only: it has no binary of its own.
+var combinedComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "metrics-server"}
 
 // combinedArgs is kube-combined's command line for specs: one group per component, its name
 // then its flags, groups separated by "--".
@@ -47,6 +48,9 @@ func processes(b binaries, c nodeConfig) (first, rest []proc.Spec) {
 		{Name: "kube-scheduler", Path: b.scheduler, Args: schedulerArgs(c)},
 		{Name: "kubelet", Path: b.kubelet, Args: kubeletArgs(c)},
 		{Name: "kube-proxy", Path: b.kubeProxy, Args: kubeProxyArgs(c)},
+	}
+	if c.metrics {
+		others = append(others, proc.Spec{Name: "metrics-server", Args: metricsServerArgs(c)})
 	}
 	if b.combined == "" {
 		return append(first, api), others

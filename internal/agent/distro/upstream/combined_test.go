@@ -43,6 +43,7 @@ func flagsOf(c nodeConfig) map[string][]string {
 		"kube-scheduler":          schedulerArgs(c),
 		"kubelet":                 kubeletArgs(c),
 		"kube-proxy":              kubeProxyArgs(c),
+		"metrics-server":          metricsServerArgs(c),
 	}
 }
 
@@ -51,12 +52,19 @@ func TestProcessesInOneProcess(t *testing.T) {
 		{"kube-controller-manager", "kube-scheduler"},
 		{"kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"},
 		{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"},
+		{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "metrics-server"},
 	} {
 		t.Run(strings.Join(together, ","), func(t *testing.T) {
 			saved := combinedComponents
 			t.Cleanup(func() { combinedComponents = saved })
 			combinedComponents = together
 			c := testNode()
+			// The node runs metrics-server when its image has the metrics add-on.
+			c.metrics = slices.Contains(together, "metrics-server")
+			components := 7
+			if c.metrics {
+				components++
+			}
 			b := testBinaries()
 			b.combined = "/b/kube-combined"
 			first, rest := processes(b, c)
@@ -71,8 +79,8 @@ func TestProcessesInOneProcess(t *testing.T) {
 			if i < 0 {
 				t.Fatalf("no %s process among %v", combinedName, names(all))
 			}
-			if n := len(all) + len(together) - 1; n != 7 {
-				t.Errorf("%d processes and %d components in one: %d, want containerd, etcd and the 5 components", len(all), len(together), n)
+			if n := len(all) + len(together) - 1; n != components {
+				t.Errorf("%d processes and %d components in one: %d, want containerd, etcd and %d components", len(all), len(together), n, components-2)
 			}
 			s := all[i]
 			if s.Path != "/b/kube-combined" {
@@ -129,7 +137,7 @@ func TestFindBinariesWithTheCombinedBinaryAlone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, combinedName), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b, err := findBinaries()
+	b, err := findBinaries(true)
 	for _, c := range combinedComponents {
 		if err != nil && strings.Contains(err.Error(), c) {
 			t.Errorf("findBinaries wants %s although kube-combined runs it: %v", c, err)
@@ -143,11 +151,21 @@ func TestFindBinariesWithTheCombinedBinaryAlone(t *testing.T) {
 	if err := os.Remove(filepath.Join(bin, combinedName)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = findBinaries()
+	_, err = findBinaries(false)
 	for _, c := range combinedComponents {
+		if c == "metrics-server" {
+			continue // no binary of its own, and not wanted without the metrics add-on
+		}
 		if err == nil || !strings.Contains(err.Error(), c) {
 			t.Errorf("findBinaries without kube-combined or %s: error %v, want one naming %s", c, err, c)
 		}
+	}
+	if err != nil && strings.Contains(err.Error(), combinedName) {
+		t.Errorf("findBinaries without the metrics add-on wants %s: %v", combinedName, err)
+	}
+	// metrics-server runs in kube-combined only.
+	if _, err = findBinaries(true); err == nil || !strings.Contains(err.Error(), "metrics add-on runs in "+combinedName) {
+		t.Errorf("findBinaries with the metrics add-on and no kube-combined: error %v, want one naming %s", err, combinedName)
 	}
 }
 

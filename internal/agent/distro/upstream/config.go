@@ -88,6 +88,7 @@ type nodeConfig struct {
 	cgroupRoot string
 	pauseImage string
 	clusterDNS netip.Addr // invalid: no cluster DNS
+	metrics    bool       // the spec's ResourceMetrics: kube-combined runs metrics-server
 	patient    bool       // the spec's Patient: patientArgs are added
 	warm       bool       // the store starts from a warm store (spec.WarmStore)
 	l          layout

@@ -68,6 +68,10 @@ func writeCredentials(c nodeConfig) (distro.Access, error) {
 		{component: "kubelet", name: "system:node:" + c.name, groups: []string{"system:nodes"}},
 		{component: "kube-proxy", name: "system:kube-proxy"},
 	}
+	if c.metrics {
+		// The user the metrics add-on's RBAC binds (internal/addons).
+		users = append(users, user{component: "metrics-server", name: "system:metrics-server"})
+	}
 	for i := range users {
 		if users[i].token, err = pki.RandomToken(); err != nil {
 			return fail(err)

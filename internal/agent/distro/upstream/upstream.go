@@ -54,7 +54,8 @@ type binaries struct {
 }
 
 // findBinaries locates every executable, naming the make target that provides a missing one.
-func findBinaries() (binaries, error) {
+// metrics says that the node serves resource metrics, which only kube-combined runs.
+func findBinaries(metrics bool) (binaries, error) {
 	var b binaries
 	var errs []error
 	look := func(dst *string, name string) {
@@ -76,6 +77,8 @@ func findBinaries() (binaries, error) {
 	}
 	if p, err := kubebin.Path(combinedName); err == nil {
 		b.combined = p
+	} else if metrics {
+		errs = append(errs, fmt.Errorf("the image's metrics add-on runs in %s: %w", combinedName, err))
 	}
 	kube := func(dst *string, name string) {
 		if b.combined != "" && slices.Contains(combinedComponents, name) {
@@ -154,7 +157,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	if err := validate(spec); err != nil {
 		return nil, err
 	}
-	bins, err := findBinaries()
+	bins, err := findBinaries(spec.ResourceMetrics)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
@@ -183,7 +186,7 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 		// Only the first answer's promptness depends on it.
 		log.Warn("clients of a Service without ready endpoints may wait for their SYN's retransmission", "err", err)
 	}
-	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, patient: spec.Patient, warm: spec.WarmStore != "", l: l}
+	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, metrics: spec.ResourceMetrics, patient: spec.Patient, warm: spec.WarmStore != "", l: l}
 	adm, err := writeCredentials(cfg)
 	if err != nil {
 		return nil, err
