@@ -220,6 +220,12 @@ func kubeletConfig(c nodeConfig) ([]byte, error) {
 			"nodefs.available":  "5%",
 			"imagefs.available": "5%",
 		},
+		// No image garbage collection. The images are the bundle's, unpacked into the
+		// instance's store before it boots, and no registry is there to pull one back: the
+		// kubelet measures the host's disk, which other programs fill, and collected the
+		// sandbox (pause) image when it passed 85%, after which no pod could start. containerd
+		// 1.6 does not report the sandbox image as pinned, so the kubelet does not spare it.
+		"imageGCHighThresholdPercent": 100,
 	}
 	if c.cgroupRoot == "" {
 		delete(conf, "cgroupRoot")

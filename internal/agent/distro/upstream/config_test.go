@@ -95,6 +95,8 @@ func TestKubeletConfig(t *testing.T) {
 		"failSwapOn":               false,
 		"readOnlyPort":             float64(0),
 		"tlsCertFile":              "/var/lib/herd/i/web-1/agent/pki/kubelet.crt",
+		// The bundle's images cannot be pulled again: the kubelet must never collect them.
+		"imageGCHighThresholdPercent": float64(100),
 	}
 	for k, v := range want {
 		if conf[k] != v {
