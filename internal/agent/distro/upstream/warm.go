@@ -56,13 +56,6 @@ const warmTimeout = 2 * time.Minute
 // makes at boot. It runs etcd and the API server of this herd's Kubernetes on loopback ports
 // free at the time, and stops them before it returns.
 func MakeWarmStore(ctx context.Context, dir string, log *slog.Logger) error {
-	if err := makeWarmStore(ctx, dir, log); err != nil {
-		return err
-	}
-	return nil
-}
-
-func makeWarmStore(ctx context.Context, dir string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -313,13 +306,29 @@ func WarmStore(ctx context.Context, log *slog.Logger) (string, error) {
 }
 
 // seedStore copies the warm store at src into the etcd data directory dst unless dst holds a
-// store already (a restarted node keeps its own).
+// store already (a restarted node keeps its own). The copy is made beside dst and renamed into
+// place, so that a copy cut short (the agent killed, the disk full) leaves no partial store that
+// the node's next start would take for its own.
 func seedStore(src, dst string) error {
 	if _, err := os.Stat(filepath.Join(dst, "member")); err == nil {
 		return nil
 	}
-	if err := copyStore(src, dst); err != nil {
+	tmp := dst + ".seeding"
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("upstream: removing a cut-short copy of the warm store: %w", err)
+	}
+	if err := copyStore(src, tmp); err != nil {
+		os.RemoveAll(tmp)
 		return fmt.Errorf("upstream: copying the warm store: %w", err)
+	}
+	// The node's layout makes dst as an empty directory; one that holds anything else is left
+	// alone, and the error says so.
+	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("upstream: seeding %s from the warm store: %w", dst, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("upstream: seeding %s from the warm store: %w", dst, err)
 	}
 	return nil
 }

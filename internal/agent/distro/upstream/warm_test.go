@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,6 +65,45 @@ func TestSeedStoreKeepsAnExistingStore(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(fresh, "member", "snap", "db")); string(got) != "warm" {
 		t.Errorf("a new node's store is %q, want the warm store's", got)
+	}
+}
+
+// TestSeedStoreCutShort checks that a seed that fails part way leaves the node no store, and
+// that the next start seeds it whole.
+func TestSeedStoreCutShort(t *testing.T) {
+	src := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(src, "member", "snap"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "member", "snap", "db"), []byte("warm"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A file the copy cannot read, walked after member/snap/db: the copy fails part way.
+	broken := filepath.Join(src, "member", "wal")
+	if err := os.Symlink(filepath.Join(src, "missing"), broken); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "etcd")
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedStore(src, dst); err == nil {
+		t.Fatal("seedStore: no error from a copy that could not read a file")
+	}
+	if _, err := os.Stat(filepath.Join(dst, "member")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed seed left a store behind (stat member: %v)", err)
+	}
+	if err := os.Remove(broken); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedStore(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dst, "member", "snap", "db")); string(got) != "warm" {
+		t.Errorf("after a failed seed, the next seed gave db = %q, want the warm store's", got)
+	}
+	if _, err := os.Stat(dst + ".seeding"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the copy's directory is left beside the store (stat: %v)", err)
 	}
 }
 
