@@ -10,7 +10,8 @@
 // together, they would compete with its start-up for the CPU, then wait in their retry
 // back-off); the kubelet starts sooner, once /readyz passes but for the checks of the bootstrap
 // writes it does not need (bootstrapChecks), and so do the others with --bootstrapped (a store
-// that holds those objects already). herd's local instances run their components this way
+// that holds those objects already), but for kube-controller-manager, which still waits for all
+// of /readyz: it gives the API server's health ten seconds, then exits. herd's local instances run their components this way
 // because every component carries its own copy of the same libraries' code and static data
 // (client-go, apimachinery, the API schemes): in one process those pages are counted, and
 // touched, once.
@@ -213,6 +214,16 @@ func main() {
 				}
 				if !came {
 					klog.InfoS("No CSINode yet; starting kube-controller-manager anyway", "waited", csiNodeWait)
+				}
+				// kube-controller-manager gives the API server's /healthz ten seconds to pass,
+				// then exits. Early (--bootstrapped), the bootstrap hooks may take longer than
+				// that on a slow machine (a disk image booted without KVM), and /healthz
+				// includes them: it is waited for here, without a bound.
+				if othersExclude != nil {
+					if err := waitReady(ctx, readyKubeconfig, nil, done); err != nil {
+						klog.ErrorS(err, "Not starting kube-controller-manager")
+						return
+					}
 				}
 				start(cm)
 			}
