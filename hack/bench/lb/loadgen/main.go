@@ -4,7 +4,11 @@
 //
 // Requests are due at start + i/rate; connection k sends requests k, k+conns, k+2*conns, ... one at a
 // time, so a request whose connection is still busy waits, and its wait counts in its latency. Output is
-// one line of key=value pairs; sent counts every request sent, warm-up included.
+// one line of key=value pairs; sent counts every request sent, warm-up included. late counts the
+// measured requests sent more than 1 ms after they were due; behind counts those of them whose
+// connection was free before the request was due, so that only the generator (or the core it runs
+// on) can have been late: a round with requests behind did not keep its schedule, and its
+// latencies are the generator's as much as the server's.
 //
 // With -objects N, request paths are -path followed by an object number from 0 to N-1 drawn from a
 // Zipf distribution of exponent -zipf (math/rand/v2's, rank 0 the most popular): the workload of an
@@ -104,6 +108,7 @@ type result struct {
 	sent      int             // every request sent, warm-up included
 	errors    int
 	late      int // measured requests sent more than 1 ms after they were due: the server is behind, or the generator is
+	behind    int // late requests whose connection was free before they were due: the generator is behind
 }
 
 func run(addr string, dial func() (net.Conn, error), p paths, rate float64, duration, warmup time.Duration, conns int) error {
@@ -125,12 +130,13 @@ func run(addr string, dial func() (net.Conn, error), p paths, rate float64, dura
 	wg.Wait()
 
 	var all []time.Duration
-	errs, late, sent := 0, 0, 0
+	errs, late, behind, sent := 0, 0, 0, 0
 	for _, r := range results {
 		all = append(all, r.latencies...)
 		sent += r.sent
 		errs += r.errors
 		late += r.late
+		behind += r.behind
 	}
 	if len(all) == 0 {
 		return fmt.Errorf("no request succeeded (%d errors)", errs)
@@ -140,8 +146,8 @@ func run(addr string, dial func() (net.Conn, error), p paths, rate float64, dura
 		i := min(len(all)-1, int(p*float64(len(all))))
 		return all[i].Microseconds()
 	}
-	fmt.Printf("rate=%.0f achieved=%.0f sent=%d ok=%d errors=%d late=%d p50_us=%d p90_us=%d p99_us=%d p999_us=%d max_us=%d\n",
-		rate, float64(len(all))/duration.Seconds(), sent, len(all), errs, late,
+	fmt.Printf("rate=%.0f achieved=%.0f sent=%d ok=%d errors=%d late=%d behind=%d p50_us=%d p90_us=%d p99_us=%d p999_us=%d max_us=%d\n",
+		rate, float64(len(all))/duration.Seconds(), sent, len(all), errs, late, behind,
 		pct(0.50), pct(0.90), pct(0.99), pct(0.999), all[len(all)-1].Microseconds())
 	return nil
 }
@@ -155,12 +161,16 @@ func worker(dial func() (net.Conn, error), next func() []byte, start, measureFro
 		if !at.Before(end) {
 			break
 		}
-		if wait := time.Until(at); wait > 0 {
+		wait := time.Until(at)
+		if wait > 0 {
 			time.Sleep(wait)
 		}
 		measured := !at.Before(measureFrom)
 		if measured && time.Since(at) > time.Millisecond {
 			res.late++
+			if wait > 0 {
+				res.behind++
+			}
 		}
 		if c == nil {
 			var err error
