@@ -101,6 +101,8 @@ bench-lb: build
 # of one origin: the same Zipf-distributed objects, 2.5 times the size of each cache, one core each,
 # the load generators on the other core (hack/bench-edge.sh says how). Its last line is
 #   edge: hit_rps_vs_varnish=<float> hit_rps_vs_nginx=<float> p99_vs_varnish=<float> origin_offload=<float> coalesced_origin_requests=<int>
+# The p99 is of Zipf rounds at a fixed ZIPF_RATE (5,000 req/s); a round whose load generator fell
+# behind its schedule is flagged and left out, and with no round left for a proxy it fails.
 bench-edge: build deps
 	./hack/bench-edge.sh
 

@@ -96,8 +96,9 @@ held() {
 		echo "objects=$(awk '$1 == "MAIN.n_object" {print $2}' <<<"$m")" \
 			"bytes=$(awk '$1 == "SMA.s0.g_bytes" {print $2}' <<<"$m")"
 		;;
-	nginx) # the cache manager counts the files' blocks against max_size (find's %b: 512-byte blocks)
-		find "$WORK/nginx-cache" -type f -printf '%s %b\n' |
+	nginx) # the cache manager counts the files' blocks against max_size (find's %b: 512-byte blocks);
+		# a file deleted while find walks the tree is not held, and not an error
+		find "$WORK/nginx-cache" -type f -printf '%s %b\n' 2>/dev/null |
 			awk '{n++; b += $1; k += $2 * 512} END {printf "objects=%d bytes=%d blocks_bytes=%d\n", n, b, k}'
 		;;
 	esac
