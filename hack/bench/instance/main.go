@@ -6,8 +6,13 @@
 //     its cgroup subtree (the agent, etcd, containerd, the Kubernetes components, shims and pods);
 //     it prints each process (with its RssAnon, what is its own and not shared page cache) and
 //     each pod's processes (pause, containers and the shim), the add-ons being kube-system's;
-//   - idle_cpu_cores: the CPU time its cgroup used over the next -window (cpuacct), per second;
-//     each process's and each pod's line says its own share (its utime and stime over the window).
+//   - idle_cpu_cores: the median over -windows back-to-back windows of -window each of the CPU
+//     time its cgroup used (cpuacct), per second; each process's and each pod's line says its own
+//     share over all the windows (its utime and stime), and the work counts beside them (API
+//     requests, etcd requests, the kubelet's relists and runtime calls, garbage collections and
+//     allocations, the agent's own requests) are read from the components' metrics before the
+//     first window and after the last. Meanwhile the agent's /metrics is read every -scrape, as
+//     herd up reads every instance it serves.
 //
 // It runs as root on a data directory of its own, and removes every instance it created and the
 // data directory on exit, also on Ctrl-C and SIGTERM. The last line is:
@@ -32,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"herd.dev/herd/internal/agent"
+	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/image"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
@@ -45,14 +51,16 @@ func main() {
 	nodeImage := flag.String("image", "examples/hello/image.yaml", "the NodeImage to boot")
 	runs := flag.Int("runs", 3, "creates to take the median boot time of")
 	idle := flag.Duration("idle", 30*time.Second, "how long the last instance idles before its memory is measured")
-	window := flag.Duration("window", 30*time.Second, "window over which idle CPU is measured")
+	window := flag.Duration("window", 30*time.Second, "length of each window over which idle CPU is measured")
+	windows := flag.Int("windows", 5, "back-to-back windows to take the median idle CPU of")
+	scrape := flag.Duration("scrape", 2*time.Second, "how often the agent's /metrics is read while the instance idles, as herd up does (0: never)")
 	flag.Parse()
 	// Interrupted, it deletes what it created before it exits. Its output may go nowhere by then
 	// (Ctrl-C on make bench-instance | tee stops tee too): SIGPIPE would kill it mid-cleanup.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	line, err := run(ctx, *herd, *nodeImage, *runs, *idle, *window)
+	line, err := run(ctx, *herd, *nodeImage, *runs, *idle, idleCPU{window: *window, windows: *windows, scrape: *scrape})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-instance:", err)
 		os.Exit(1)
@@ -60,9 +68,19 @@ func main() {
 	fmt.Println(line)
 }
 
-func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window time.Duration) (string, error) {
+// idleCPU is how idle CPU is measured.
+type idleCPU struct {
+	window  time.Duration
+	windows int
+	scrape  time.Duration
+}
+
+func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Duration, m idleCPU) (string, error) {
 	if runs < 1 {
 		return "", errors.New("-runs must be at least 1")
+	}
+	if m.windows < 1 || m.window <= 0 {
+		return "", errors.New("-windows must be at least 1 and -window positive")
 	}
 	herdBin, err := filepath.Abs(herdBin)
 	if err != nil {
@@ -90,7 +108,11 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 	if err != nil {
 		return "", err
 	}
-	p, err := local.New(local.Options{DataDir: dataDir, HerdBinary: herdBin})
+	keys, err := agentauth.Open(dataDir)
+	if err != nil {
+		return "", err
+	}
+	p, err := local.New(local.Options{DataDir: dataDir, HerdBinary: herdBin, Credentials: keys})
 	if err != nil {
 		return "", err
 	}
@@ -152,34 +174,56 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle, window 
 		}
 	}
 
-	_, _, root := local.HostNames(last.Name)
+	netns, _, root := local.HostNames(last.Name)
+	kubeconfig := filepath.Join(p.InstanceDir(last.Name), "agent", agent.KubeconfigFile)
+	srcs, err := workSources(kubeconfig, netns, last.Address, keys.Credential(last.Name))
+	if err != nil {
+		return "", err
+	}
+	if m.scrape > 0 {
+		sctx, stopScrapes := context.WithCancel(ctx)
+		defer stopScrapes()
+		go scrapeEvery(sctx, srcs[len(srcs)-1], m.scrape)
+	}
 	fmt.Printf("idling %s before measuring memory\n", idle)
 	if err := pause(ctx, idle); err != nil {
 		return "", err
 	}
+	before := readCounts(ctx, srcs)
 	procs, err := cgroupProcs(root)
 	if err != nil {
 		return "", err
 	}
-	u0, err := cpuUsage(root)
-	if err != nil {
-		return "", err
-	}
 	t0 := time.Now()
-	if err := pause(ctx, window); err != nil {
-		return "", err
-	}
-	u1, err := cpuUsage(root)
-	if err != nil {
-		return "", err
+	var perWindow []float64
+	for i := range m.windows {
+		u0, err := cpuUsage(root)
+		if err != nil {
+			return "", err
+		}
+		w0 := time.Now()
+		if err := pause(ctx, m.window); err != nil {
+			return "", err
+		}
+		u1, err := cpuUsage(root)
+		if err != nil {
+			return "", err
+		}
+		perWindow = append(perWindow, (u1-u0).Seconds()/time.Since(w0).Seconds())
+		fmt.Printf("idle window %d of %d: %.4f core\n", i+1, m.windows, perWindow[i])
 	}
 	took := time.Since(t0)
-	cores := (u1 - u0).Seconds() / took.Seconds()
 	cpuOver(procs, took)
+	after := readCounts(ctx, srcs)
+	sort.Float64s(perWindow)
+	cores := perWindow[len(perWindow)/2]
+	fmt.Printf("idle CPU over %d windows of %s: median %.4f core, from %.4f to %.4f; per process over all %.0f s:\n",
+		m.windows, m.window, cores, perWindow[0], perWindow[len(perWindow)-1], took.Seconds())
 	rss := printProcs(procs)
-	if err := podCosts(filepath.Join(p.InstanceDir(last.Name), "agent", "kubeconfig"), procs); err != nil {
+	if err := podCosts(kubeconfig, procs); err != nil {
 		return "", err
 	}
+	printWork(before, after, took)
 	if st, err := p.Get(ctx, last.Name); err != nil || st.State != provider.StateReady {
 		return "", fmt.Errorf("the measured instance is not Ready at the end: %+v %v", st, err)
 	}
