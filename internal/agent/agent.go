@@ -35,7 +35,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 
 	"herd.dev/herd/internal/agent/cgroups"
 	"herd.dev/herd/internal/agent/distro"
@@ -65,6 +67,8 @@ type agent struct {
 
 	mu    sync.Mutex
 	dyn   dynamic.Interface
+	pods  cache.SharedIndexInformer // every pod, for /metrics (watchPods)
+	calls apiCalls                  // the agent's requests to the API server
 	logs  *podLogs
 	works []workloadRef
 }
@@ -117,7 +121,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	a := &agent{cfg: cfg, log: cfg.Logger, start: start, status: newStatusWriter(filepath.Join(cfg.StateDir, StatusFile), start)}
+	a := &agent{cfg: cfg, log: cfg.Logger, start: start, status: newStatusWriter(filepath.Join(cfg.StateDir, StatusFile), start), calls: newAPICalls()}
 	a.setLive(false, "booting")
 	a.setPhase(PhaseBooting, "")
 
@@ -163,7 +167,9 @@ func Run(ctx context.Context, cfg Config) error {
 	a.step("bundle verified")
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{a})
+	// The Go runtime's collector: the agent's garbage collections and allocations beside the
+	// other components' (theirs are in their own /metrics).
+	reg.MustRegister(collector{a}, a.calls.total, collectors.NewGoCollector())
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(cfg.Address, uint16(cfg.Port)).String())
 	if err != nil {
 		return a.failed(nil, fmt.Errorf("agent endpoints: %w", err))

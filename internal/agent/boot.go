@@ -80,6 +80,7 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 		QPS:             50,
 		Burst:           100,
 		UserAgent:       "herd-agent",
+		WrapTransport:   a.calls.wrap,
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
@@ -89,8 +90,9 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 	if err != nil {
 		return err
 	}
+	pods := watchPods(ctx, dyn)
 	a.mu.Lock()
-	a.dyn, a.logs = dyn, logs
+	a.dyn, a.logs, a.pods = dyn, logs, pods
 	a.mu.Unlock()
 	// The storage add-on's provisioner: from now on, so that a workload's claims are bound
 	// during the boot; it acts only on claims of a class that names it.

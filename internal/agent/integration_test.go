@@ -365,7 +365,8 @@ func TestIntegrationAgentBoots(t *testing.T) {
 	}
 	if code, body, err := agentGet(agentURL + "/metrics"); err != nil || code != http.StatusOK ||
 		!strings.Contains(body, "herd_agent_ready 1") || !strings.Contains(body, `herd_pods{phase="Running"} 2`) /* hello and the add-on with a pod, CoreDNS (the node runs metrics-server) */ ||
-		!strings.Contains(body, "herd_node_memory_working_set_bytes") {
+		!strings.Contains(body, "herd_node_memory_working_set_bytes") ||
+		!strings.Contains(body, `herd_agent_api_requests_total{resource="nodes",verb="get"}`) || !strings.Contains(body, "go_gc_duration_seconds") {
 		t.Errorf("/metrics = %d %v:\n%s", code, err, body)
 	}
 	checkCPUScrape(t, in.ip.String())

@@ -3,12 +3,10 @@ package agent
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,18 +51,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if mem, ok := nodeMemoryBytes(a.hs, a.cfg.CgroupRoot); ok {
 		ch <- prometheus.MustNewConstMetric(descMem, prometheus.GaugeValue, mem)
 	}
-	dyn := a.client()
-	if dyn == nil {
+	a.mu.Lock()
+	inf := a.pods
+	a.mu.Unlock()
+	pods, ok := cachedPods(inf)
+	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	list, err := dyn.Resource(podsGVR).List(ctx, listAll)
-	if err != nil {
-		a.log.Debug("metrics: listing pods", "err", err)
-		return
-	}
-	phases, restarts := podCounts(list.Items)
+	phases, restarts := podCounts(pods)
 	for _, p := range podPhases {
 		ch <- prometheus.MustNewConstMetric(descPods, prometheus.GaugeValue, float64(phases[p]), p)
 	}

@@ -14,7 +14,6 @@ import (
 var (
 	podsGVR  = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
-	listAll  = metav1.ListOptions{ResourceVersion: "0"}
 )
 
 // addonNamespace holds the cluster's add-ons, which stopWorkload leaves to stop with the cluster.
