@@ -9,7 +9,8 @@
 # generator and the backends share the other core (LOAD_CPU).
 #   1. saturation: wrk -t1 -c$CONNS for $DURATION s per round, proxies in rotating order, $ROUNDS rounds;
 #      the median requests/s of each proxy is reported, with the proxy's CPU time per request (user+sys,
-#      from /proc), which stays comparable when the load side, not the proxy, is what saturates.
+#      from /proc), which stays comparable when the load side, not the proxy, is what saturates, and
+#      what each proxy costs the load core per request: wrk's CPU time and the backends'.
 #   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
 #   3. TLS: herd, HAProxy and nginx terminate TLS with the same ECDSA P-256 certificate (ALPN h2 and
@@ -189,8 +190,10 @@ write_configs
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
+BACKEND_PIDS=()
 for port in "${BACKEND_PORTS[@]}"; do
 	GOMAXPROCS=1 start "$LOAD_CPU" "$WORK/backend" -addr "127.0.0.1:$port"
+	BACKEND_PIDS+=($!)
 done
 GOMAXPROCS=1 start "$PROXY_CPU" bin/herd lb --admin-addr "" -f "$WORK/herd.yaml"
 PID[herd]=$!
@@ -211,16 +214,36 @@ log "$("$HAPROXY" -v | head -1); $("$NGINX" -v 2>&1); $(wrk -v 2>&1 | head -1 ||
 log "proxies on cpu $PROXY_CPU; wrk, loadgen and backends on cpu $LOAD_CPU; $ROUNDS rounds of ${DURATION}s; nice $BENCH_NICE"
 
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-# wrk_round PROXY URL runs wrk against URL and prints the requests/s and the proxy's CPU time per
-# request (us), then wrk's error lines.
+# backend_ticks prints the CPU time (clock ticks) the backends have used.
+backend_ticks() {
+	local total=0 pid
+	for pid in "${BACKEND_PIDS[@]}"; do
+		total=$((total + $(cpu_ticks "$pid")))
+	done
+	echo "$total"
+}
+# wrk_round PROXY URL runs wrk against URL and prints the requests/s, the proxy's CPU time per
+# request (us), the load core's: wrk's and the backends' (us), then wrk's error lines. When the load
+# core is what saturates, the proxy that costs it less per request serves more.
 wrk_round() {
-	local p=$1 url=$2 t0 t1 out reqs
+	local p=$1 url=$2 t0 t1 b0 b1 out reqs wrk_s
 	t0=$(cpu_ticks "${PID[$p]}")
-	out=$(on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url")
+	b0=$(backend_ticks)
+	# times, in the same subshell, gives wrk's user and system time (its children's).
+	out=$(
+		on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url"
+		times
+	)
 	t1=$(cpu_ticks "${PID[$p]}")
+	b1=$(backend_ticks)
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+	wrk_s=$(tail -1 <<<"$out" | awk '{
+		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] }
+		print s }')
 	echo "$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")" \
 		"$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')" \
+		"$(awk -v s="$wrk_s" -v n="$reqs" 'BEGIN {printf "%.1f", s * 1e6 / n}')" \
+		"$(awk -v t=$((b1 - b0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')" \
 		"$(awk '/Non-2xx|Socket errors/' <<<"$out" | tr '\n' ' ')"
 }
 FIELDS=""
@@ -230,15 +253,17 @@ if phase http; then
 	for p in "${PROXIES[@]}"; do
 		on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:${PORT[$p]}/" >/dev/null
 	done
-	declare -A RPS P99 CPU
+	declare -A RPS P99 CPU WRK BE
 	for round in $(seq 1 "$ROUNDS"); do
 		# Rotate the order each round so no proxy always goes first.
 		mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
 		for p in "${order[@]}"; do
-			read -r rps cpu errs < <(wrk_round "$p" "http://127.0.0.1:${PORT[$p]}/")
-			log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request ${errs}"
+			read -r rps cpu wrk be errs < <(wrk_round "$p" "http://127.0.0.1:${PORT[$p]}/")
+			log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request ${errs}"
 			RPS[$p]+="$rps "
 			CPU[$p]+="$cpu "
+			WRK[$p]+="$wrk "
+			BE[$p]+="$be "
 		done
 	done
 	declare -A RPS_MED CPU_MED
@@ -261,7 +286,8 @@ if phase http; then
 	declare -A P99_MED
 	for p in "${PROXIES[@]}"; do
 		P99_MED[$p]=$(medians_of "${P99[$p]}")
-		log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request; median p99 ${P99_MED[$p]} us at $RATE req/s"
+		log "$p: median ${RPS_MED[$p]} req/s, ${CPU_MED[$p]} us CPU/request" \
+			"(load core: $(medians_of "${WRK[$p]}") us wrk + $(medians_of "${BE[$p]}") us backends); median p99 ${P99_MED[$p]} us at $RATE req/s"
 	done
 	FIELDS+=$(awk -v h="${RPS_MED[herd]}" -v a="${RPS_MED[haproxy]}" -v n="${RPS_MED[nginx]}" \
 		-v hp="${P99_MED[herd]}" -v ap="${P99_MED[haproxy]}" \
@@ -292,7 +318,7 @@ handshakes() {
 	log "tls round $round $p $kind: $out proxy_cpu_us_per_handshake=$cpu" >&2
 	echo "$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "handshakes_per_s" {print $2}') $cpu"
 }
-declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS CPU_TLS
+declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS CPU_TLS WRK_TLS BE_TLS
 if phase tls-keepalive; then
 	# Warm each proxy's TLS listener and its connection pools.
 	for p in "${TLS_PROXIES[@]}"; do
@@ -315,10 +341,12 @@ for round in $(seq 1 "$ROUNDS"); do
 			fi
 		fi
 		if phase tls-keepalive; then
-			read -r rps cpu errs < <(wrk_round "$p" "https://127.0.0.1:${TLS_PORT[$p]}/")
-			log "tls round $round $p keep-alive: ${rps} req/s, ${cpu} us CPU/request ${errs}"
+			read -r rps cpu wrk be errs < <(wrk_round "$p" "https://127.0.0.1:${TLS_PORT[$p]}/")
+			log "tls round $round $p keep-alive: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request ${errs}"
 			RPS_TLS[$p]+="$rps "
 			CPU_TLS[$p]+="$cpu "
+			WRK_TLS[$p]+="$wrk "
+			BE_TLS[$p]+="$be "
 		fi
 	done
 done
@@ -350,7 +378,8 @@ if phase tls-keepalive; then
 		done
 	done
 	for p in "${TLS_PROXIES[@]}"; do
-		log "$p over TLS: median $(medians_of "${RPS_TLS[$p]}") keep-alive req/s at $(medians_of "${CPU_TLS[$p]}") us proxy CPU/request;" \
+		log "$p over TLS: median $(medians_of "${RPS_TLS[$p]}") keep-alive req/s at $(medians_of "${CPU_TLS[$p]}") us proxy CPU/request" \
+			"(load core: $(medians_of "${WRK_TLS[$p]}") us wrk + $(medians_of "${BE_TLS[$p]}") us backends);" \
 			"at $TLS_RATE req/s $(medians_of "${FIXED_CPU[$p]}") us proxy CPU/request, p99 $(medians_of "${FIXED_P99[$p]}") us"
 	done
 	FIELDS+=$(awk -v h="$(medians_of "${RPS_TLS[herd]}")" -v a="$(medians_of "${RPS_TLS[haproxy]}")" \
