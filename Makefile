@@ -126,7 +126,8 @@ bench-tenants: deps kubernetes
 #   instance: boot_to_ready_s=<float> idle_rss_mb=<int> idle_cpu_cores=<float>
 # It runs as make's own child, not under go run (which dies on SIGTERM without passing it on), so
 # that SIGTERM or Ctrl-C reaches it and it deletes what it created before it exits.
-# BENCH_INSTANCE_FLAGS adds flags (-runs, -idle, -window, -windows, -scrape).
+# BENCH_INSTANCE_FLAGS adds flags (-runs, -idle, -window, -windows, -scrape, -logs DIR to keep
+# each instance's logs).
 bench-instance: build deps kubernetes
 	$(GO) build -o $(BIN)/bench-instance ./hack/bench/instance
 	$(BIN)/bench-instance -herd $(BIN)/herd $(BENCH_INSTANCE_FLAGS)

@@ -18,6 +18,10 @@
 // data directory on exit, also on Ctrl-C and SIGTERM. The last line is:
 //
 //	instance: boot_to_ready_s=<float> idle_rss_mb=<int> idle_cpu_cores=<float>
+//
+// With -logs DIR, each instance's logs (the agent's and its components') are copied to
+// DIR/<instance> before the instance is deleted, for reading its boot in the components' own
+// timestamps.
 package main
 
 import (
@@ -54,13 +58,14 @@ func main() {
 	window := flag.Duration("window", 30*time.Second, "length of each window over which idle CPU is measured")
 	windows := flag.Int("windows", 5, "back-to-back windows to take the median idle CPU of")
 	scrape := flag.Duration("scrape", 2*time.Second, "how often the agent's /metrics is read while the instance idles, as herd up does (0: never)")
+	logs := flag.String("logs", "", "a directory to copy each instance's logs to, one subdirectory per instance")
 	flag.Parse()
 	// Interrupted, it deletes what it created before it exits. Its output may go nowhere by then
 	// (Ctrl-C on make bench-instance | tee stops tee too): SIGPIPE would kill it mid-cleanup.
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	line, err := run(ctx, *herd, *nodeImage, *runs, *idle, idleCPU{window: *window, windows: *windows, scrape: *scrape})
+	line, err := run(ctx, *herd, *nodeImage, *runs, *idle, idleCPU{window: *window, windows: *windows, scrape: *scrape}, *logs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-instance:", err)
 		os.Exit(1)
@@ -75,7 +80,7 @@ type idleCPU struct {
 	scrape  time.Duration
 }
 
-func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Duration, m idleCPU) (string, error) {
+func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Duration, m idleCPU, logs string) (string, error) {
 	if runs < 1 {
 		return "", errors.New("-runs must be at least 1")
 	}
@@ -164,6 +169,11 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 			fmt.Println(timeline(st, start, append(evs, scheduled...)))
 		}
 		last = in
+		if logs != "" {
+			if err := keepLogs(p.InstanceDir(name), filepath.Join(logs, name)); err != nil {
+				return "", err
+			}
+		}
 		if i < runs-1 {
 			t := time.Now()
 			if err := p.Delete(ctx, name); err != nil {
