@@ -10,8 +10,8 @@
 // together, they would compete with its start-up for the CPU, then wait in their retry
 // back-off); the kubelet starts sooner, once /readyz passes but for the checks of the bootstrap
 // writes it does not need (bootstrapChecks), and so do the others with --bootstrapped (a store
-// that holds those objects already), but for kube-controller-manager, which still waits for all
-// of /readyz: it gives the API server's health ten seconds, then exits. herd's local instances run their components this way
+// that holds those objects already), but for kube-controller-manager, which starts once the API
+// server's /healthz passes (see below). herd's local instances run their components this way
 // because every component carries its own copy of the same libraries' code and static data
 // (client-go, apimachinery, the API schemes): in one process those pages are counted, and
 // touched, once.
@@ -27,11 +27,16 @@
 //     are started here from their exported Setup/Complete and Run functions, with this process's
 //     context, in the same steps as their commands take.
 //   - The CSI volume plugin keeps its node info manager in a package variable, which every
-//     Init sets: the kubelet's with its node's name, kube-controller-manager's volume controllers'
-//     with none. Set last by the controller manager, the kubelet's CSINode initialization asks
-//     for a node with an empty name until it gives up and ends the process. So, with the API
-//     server waited for, kube-controller-manager starts once the kubelet has made its CSINode
-//     (at most csiNodeWait later).
+//     Init set: the kubelet's with its node's name, kube-controller-manager's volume controllers'
+//     with none. Set last by the controller manager, the kubelet's CSINode initialization asked
+//     for a node with an empty name until it gave up and ended the process. A patch
+//     (hack/kubernetes/patches/csi-node-info-manager.patch) has only the kubelet set it, so the
+//     two start in either order.
+//   - kube-controller-manager waits for the API server's /healthz before it starts its
+//     controllers, polling once a second (for at most 10 s, then it ends the process): started
+//     a moment before /healthz passes, it would wait most of a second; on a slow machine (a disk
+//     image booted without KVM) the bootstrap hooks took longer than the 10 s. With the API
+//     server waited for, it starts once /healthz passes, waited for without a bound.
 //   - A component that returns, with or without an error, ends the process with status 1: the
 //     components are one unit for whoever supervises the process, and one failing fails them all.
 //     SIGTERM or SIGINT ends the process with status 0 once the components that watch their
@@ -53,10 +58,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -190,41 +192,29 @@ func main() {
 		go func() {
 			cm, kubelet := index("kube-controller-manager"), index("kubelet")
 			if kubelet >= 0 {
-				if err := waitReady(ctx, readyKubeconfig, bootstrapChecks, done); err != nil {
+				if err := waitOK(ctx, readyKubeconfig, "/readyz", bootstrapChecks, done); err != nil {
 					klog.ErrorS(err, "Not starting the other components")
 					return
 				}
 				klog.InfoS("kube-apiserver serves what the kubelet needs; starting the kubelet")
 				start(kubelet)
 			}
-			if err := waitReady(ctx, readyKubeconfig, othersExclude, done); err != nil {
+			if err := waitOK(ctx, readyKubeconfig, "/readyz", othersExclude, done); err != nil {
 				klog.ErrorS(err, "Not starting the other components")
 				return
 			}
 			klog.InfoS("kube-apiserver is ready; starting the other components")
 			for i := range groups {
-				if i != api && i != kubelet && (i != cm || kubelet < 0) {
+				if i != api && i != kubelet && i != cm {
 					start(i)
 				}
 			}
-			if cm >= 0 && kubelet >= 0 {
-				came := waitCSINode(ctx, readyKubeconfig)
-				if ctx.Err() != nil {
-					return // stopping: nothing more to start
+			if cm >= 0 {
+				if err := waitOK(ctx, readyKubeconfig, "/healthz", nil, done); err != nil {
+					klog.ErrorS(err, "Not starting kube-controller-manager")
+					return
 				}
-				if !came {
-					klog.InfoS("No CSINode yet; starting kube-controller-manager anyway", "waited", csiNodeWait)
-				}
-				// kube-controller-manager gives the API server's /healthz ten seconds to pass,
-				// then exits. Early (--bootstrapped), the bootstrap hooks may take longer than
-				// that on a slow machine (a disk image booted without KVM), and /healthz
-				// includes them: it is waited for here, without a bound.
-				if othersExclude != nil {
-					if err := waitReady(ctx, readyKubeconfig, nil, done); err != nil {
-						klog.ErrorS(err, "Not starting kube-controller-manager")
-						return
-					}
-				}
+				klog.InfoS("kube-apiserver is healthy; starting kube-controller-manager")
 				start(cm)
 			}
 		}()
@@ -260,27 +250,6 @@ func main() {
 // before the components other than kube-apiserver start.
 const readyFlag = "--start-after-ready"
 
-// csiNodeWait bounds how long kube-controller-manager waits for the kubelet's CSINode.
-const csiNodeWait = 30 * time.Second
-
-// waitCSINode polls the API server that kubeconfig names until it has a CSINode, which the
-// kubelet makes once its CSI plugin is initialized, for at most csiNodeWait. It reports whether
-// one came; an answer that says it cannot tell (no access) ends the wait at once.
-func waitCSINode(ctx context.Context, kubeconfig string) bool {
-	client, err := clientFor(kubeconfig)
-	if err != nil {
-		return false
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, csiNodeWait, true, func(ctx context.Context) (bool, error) {
-		l, err := client.StorageV1().CSINodes().List(ctx, metav1.ListOptions{Limit: 1})
-		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-			return false, err
-		}
-		return err == nil && len(l.Items) > 0, nil
-	})
-	return err == nil
-}
-
 // clientFor makes a client of the API server kubeconfig names, each request bounded to a second.
 func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -297,29 +266,28 @@ func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 
 // bootstrappedFlag, first on the command line after readyFlag, says that the API server's store
 // holds the bootstrap objects already (a node's warm store, made when its image was built): every
-// component starts once /readyz passes but for bootstrapChecks, whose hooks find their objects in
-// place (after a second's sleep each).
+// component but kube-controller-manager starts once /readyz passes but for bootstrapChecks, whose
+// hooks find their objects in place.
 const bootstrappedFlag = "--bootstrapped"
 
 // bootstrapChecks are the API server's readiness checks the kubelet does not wait for: the post-start
-// hooks that write the default RBAC policy (each of its objects one etcd write, with its fsync, after
-// a second's sleep), the system priority classes (after a second's sleep too) and API Priority and
-// Fairness' flow schemas and priority levels (a write each). The kubelet needs none of them: the
-// Node authorizer, not RBAC, authorizes it; a node needs no priority class (its pods, which do,
-// come from the controller-manager, started once the API server is ready); and until the flow
-// schemas are written, API Priority and Fairness serves every request by the mandatory levels it
-// keeps in memory. Started in that time, which is mostly the hooks' sleeps and etcd's fsyncs, the
-// kubelet has registered its node, and made its CSINode, by the time the others start.
+// hooks that write the default RBAC policy (each of its objects one etcd write, with its fsync),
+// the system priority classes and API Priority and Fairness' flow schemas and priority levels (a
+// write each). The kubelet needs none of them: the Node authorizer, not RBAC, authorizes it; a
+// node needs no priority class (its pods, which do, come from the controller-manager, started once
+// the API server is healthy); and until the flow schemas are written, API Priority and Fairness
+// serves every request by the mandatory levels it keeps in memory. On an empty store the kubelet
+// starts while the hooks write, mostly etcd's fsyncs.
 var bootstrapChecks = []string{
 	"poststarthook/rbac/bootstrap-roles",
 	"poststarthook/scheduling/bootstrap-system-priority-classes",
 	"poststarthook/priority-and-fairness-config-producer",
 }
 
-// waitReady polls GET /readyz, less the checks excluded, of the API server that kubeconfig names
-// until it answers 200, ctx ends (an error) or a component stops (done has a result: then it is
-// put back, and an error).
-func waitReady(ctx context.Context, kubeconfig string, excluded []string, done chan result) error {
+// waitOK polls GET path (/readyz, /healthz), less the checks excluded, of the API server that
+// kubeconfig names until it answers 200, ctx ends (an error) or a component stops (done has a
+// result: then it is put back, and an error).
+func waitOK(ctx context.Context, kubeconfig, path string, excluded []string, done chan result) error {
 	client, err := clientFor(kubeconfig)
 	if err != nil {
 		return err
@@ -328,7 +296,7 @@ func waitReady(ctx context.Context, kubeconfig string, excluded []string, done c
 	defer t.Stop()
 	for {
 		var code int
-		req := client.Discovery().RESTClient().Get().AbsPath("/readyz")
+		req := client.Discovery().RESTClient().Get().AbsPath(path)
 		for _, check := range excluded {
 			req = req.Param("exclude", check)
 		}
