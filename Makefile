@@ -166,7 +166,7 @@ bench-global: deps kubernetes
 	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
 	$(BIN)/bench-e2e -test TestIntegrationGlobal -figures global
 
-# herd's authoritative DNS (herd dns) against CoreDNS (the add-on's pinned version with its file
+# herd's authoritative DNS (herd dns) against CoreDNS (v1.12.0, pinned in hack/bench/dns, with its file
 # plugin, built from the Go module proxy) and Knot (Debian), serving the same zone, each pinned to one
 # core, driven by dnsperf (Debian) from the other. Its last line is the figures.
 bench-dns: build deps

@@ -32,8 +32,9 @@ type NodeImageSpec struct {
 
 // Addons switches the cluster add-ons. Each is built from source at a version herd pins.
 type Addons struct {
-	// DNS is cluster DNS: CoreDNS v1.12.0 serving the kube-dns Service, so that pods resolve
-	// Services by name ("redis", "api.shop.svc.cluster.local"). Default: true.
+	// DNS is cluster DNS: CoreDNS v1.12.2, run by the node's kube-combined process, serving the
+	// kube-dns Service, so that pods resolve Services by name ("redis",
+	// "api.shop.svc.cluster.local"). Default: true.
 	DNS *bool `json:"dns,omitempty"`
 	// Storage is a default StorageClass ("local-path", provisioned by the agent): a
 	// PersistentVolumeClaim binds to a directory of the instance, as disposable as the instance

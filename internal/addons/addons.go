@@ -3,9 +3,10 @@
 // be pulled onto an instance, and building from pinned source keeps an image reproducible), the
 // image reference pods use, and the manifests applied at boot before the workload's.
 //
-// The catalog holds cluster DNS (CoreDNS), storage (a default StorageClass whose provisioner is
-// the agent) and resource metrics (metrics-server, which the node runs in its kube-combined
-// process). Which add-ons an image gets is the NodeImage's spec.addons, every one on by default.
+// The catalog holds cluster DNS (CoreDNS) and resource metrics (metrics-server), which the node
+// runs in its kube-combined process, and storage (a default StorageClass whose provisioner is the
+// agent): none has a program or image of its own today. Which add-ons an image gets is the
+// NodeImage's spec.addons, every one on by default.
 package addons
 
 import (
@@ -25,6 +26,10 @@ import (
 // (10.215.0.0/24), as kubeadm picks the tenth of its own; the distribution checks that it is in
 // its range.
 var ClusterDNS = netip.MustParseAddr("10.215.0.10")
+
+// DNSUser is the user kube-combined's CoreDNS reads the API as, which the DNS add-on's manifest
+// grants what it reads and writes; the upstream distribution makes its credentials.
+const DNSUser = "system:coredns"
 
 // StorageDir is where the storage add-on's provisioner, the agent, makes volume directories, as
 // the instance's pods see the node's file system (see localpv.Root).
@@ -61,10 +66,12 @@ type Addon struct {
 //go:embed coredns storage metrics-server
 var sources embed.FS
 
-// CoreDNS is cluster DNS.
+// CoreDNS is cluster DNS: CoreDNS's server and plugins, at the version hack/kubernetes/go.mod
+// pins, run in kube-combined (the node's process of the Kubernetes components), which saves the
+// instance a process, a pod and an image; its manifests are the kube-dns Service and what CoreDNS
+// may read and write.
 var CoreDNS = Addon{
-	Name: "dns", Binary: "coredns", Version: "v1.12.0",
-	Image: "herd.dev/addons/coredns:v1.12.0", source: "coredns",
+	Name: "dns", Version: "v1.12.2", source: "coredns",
 	switchOf: func(a v1alpha1.Addons) *bool { return a.DNS },
 }
 
@@ -146,7 +153,7 @@ func (a Addon) Manifest() ([]byte, error) {
 		return nil, fmt.Errorf("add-on %s: %w", a.Name, err)
 	}
 	var out bytes.Buffer
-	data := map[string]string{"Image": a.Image, "ClusterDNS": ClusterDNS.String(), "StorageDir": StorageDir, "Provisioner": StorageProvisioner}
+	data := map[string]string{"Image": a.Image, "ClusterDNS": ClusterDNS.String(), "StorageDir": StorageDir, "Provisioner": StorageProvisioner, "User": DNSUser}
 	if err := t.Execute(&out, data); err != nil {
 		return nil, fmt.Errorf("add-on %s: %w", a.Name, err)
 	}

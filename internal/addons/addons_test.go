@@ -83,33 +83,31 @@ func manifestKinds(t *testing.T, a Addon) (string, map[string]bool) {
 	return string(m), kinds
 }
 
+// Cluster DNS has no pod, image nor program of its own (kube-combined serves it): its manifest is
+// the kube-dns Service, without selector (its endpoint is written by kube-combined), at
+// ClusterDNS, and the RBAC of the user kube-combined's CoreDNS reads the API as.
 func TestManifestRenders(t *testing.T) {
+	if CoreDNS.HasImage() {
+		t.Errorf("cluster DNS has an image (%s): kube-combined serves it", CoreDNS.Image)
+	}
 	m, kinds := manifestKinds(t, CoreDNS)
-	for _, k := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service"} {
+	for _, k := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service"} {
 		if !kinds[k] {
 			t.Errorf("no %s in the CoreDNS manifest", k)
 		}
 	}
-	for _, want := range []string{"image: " + CoreDNS.Image, "clusterIP: " + ClusterDNS.String(), "imagePullPolicy: Never"} {
+	for _, k := range []string{"Deployment", "ConfigMap", "ServiceAccount"} {
+		if kinds[k] {
+			t.Errorf("a %s in the CoreDNS manifest, which kube-combined serves", k)
+		}
+	}
+	for _, want := range []string{"clusterIP: " + ClusterDNS.String(), "kind: User\n  name: " + DNSUser + "\n", "resourceNames: [kube-dns]"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("manifest lacks %q", want)
 		}
 	}
-}
-
-// CoreDNS imports the server blocks of the herd-discovery ConfigMap (which the agent applies when
-// herd up serves fleet discovery) and starts without it: the volume is optional and the import a
-// glob, which CoreDNS lets match nothing.
-func TestCoreDNSImportsDiscovery(t *testing.T) {
-	m, _ := manifestKinds(t, CoreDNS)
-	for _, want := range []string{
-		"\n    import /etc/coredns-discovery/*.server\n",
-		"- {name: discovery, mountPath: /etc/coredns-discovery, readOnly: true}",
-		"name: discovery\n        configMap:\n          name: herd-discovery\n          optional: true\n",
-	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("CoreDNS manifest lacks %q", want)
-		}
+	if strings.Contains(m, "selector:") {
+		t.Errorf("the kube-dns Service has a selector: its endpoint is kube-combined's")
 	}
 }
 

@@ -163,7 +163,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return a.failed(nil, fmt.Errorf("bundle %s: clusterDNS %q: %w", b.ShortDigest(), d, err))
 		}
 	}
-	objs = withDiscovery(objs, cfg.Discovery, clusterDNS.IsValid())
 	a.step("bundle verified")
 
 	reg := prometheus.NewRegistry()
@@ -187,6 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Version:         b.Config.Kubernetes.Version,
 		ClusterDNS:      clusterDNS,
 		WarmStore:       warmStore(b),
+		StubZones:       stubZones(cfg.Discovery, clusterDNS.IsValid()),
 		ResourceMetrics: b.Config.ResourceMetrics,
 		Patient:         cfg.Patient,
 		Logger:          a.log.With("distro", d.Name()),

@@ -128,6 +128,10 @@ func (a *agent) boot(ctx context.Context, node distro.Node, b bundle.Bundle, obj
 		}
 		return err
 	}
+	if b.Config.ClusterDNS != "" {
+		// Served by the node, not by a workload of the manifests.
+		works = append(works, clusterDNSWork)
+	}
 	a.mu.Lock()
 	a.works = works
 	a.mu.Unlock()

@@ -1,4 +1,4 @@
-// What wakes the monitor: a watch of the node and of each workload.
+// What wakes the monitor: a watch of the node and of each workload (of a Service's EndpointSlices).
 
 package agent
 
@@ -29,16 +29,23 @@ func watchChanges(ctx context.Context, dyn dynamic.Interface, node string, works
 		UpdateFunc: func(_, obj any) { signal(obj) },
 		DeleteFunc: signal,
 	}
-	watch := func(gvr schema.GroupVersionResource, namespace, name string) {
-		byName := func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		}
-		inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, namespace, 0, cache.Indexers{}, byName).Informer()
+	watch := func(gvr schema.GroupVersionResource, namespace string, selector func(*metav1.ListOptions)) {
+		inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, namespace, 0, cache.Indexers{}, selector).Informer()
 		_, _ = inf.AddEventHandler(handler)
 		go inf.RunWithContext(ctx)
 	}
-	watch(nodesGVR, metav1.NamespaceAll, node)
+	byName := func(name string) func(*metav1.ListOptions) {
+		return func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}
+	}
+	watch(nodesGVR, metav1.NamespaceAll, byName(node))
 	for _, w := range works {
-		watch(w.gvr(), w.Namespace, w.Name)
+		if w.Kind == "Service" {
+			// Its EndpointSlices, which say whether it is available.
+			watch(w.gvr(), w.Namespace, func(o *metav1.ListOptions) { o.LabelSelector = sliceSelector(w) })
+			continue
+		}
+		watch(w.gvr(), w.Namespace, byName(w.Name))
 	}
 }

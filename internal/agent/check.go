@@ -190,6 +190,8 @@ func (a *agent) workloadVerdict(ctx context.Context, dyn dynamic.Interface, w wo
 		if err = getTyped(ctx, ri, w.Name, get, &d); err == nil {
 			v, sel = daemonSetVerdict(&d), d.Spec.Selector
 		}
+	case "Service":
+		return serviceVerdict(ctx, dyn, w, get), ""
 	}
 	if err != nil {
 		return verdict{why: err.Error()}, ""

@@ -1,8 +1,7 @@
 // Discovery: the cluster DNS of an instance forwards herd's discovery zone (spec.discovery,
 // NAME.herd.internal) to herd's discovery DNS. The zone and the server are herd up's, known only
-// when the instance is created, not when its image is built, so the CoreDNS add-on imports its
-// extra server blocks from a ConfigMap that may be missing (DiscoveryConfigMap, mounted at
-// /etc/coredns-discovery), and the agent applies that ConfigMap before the add-on's Deployment.
+// when the instance is created, not when its image is built, so the agent gives the zone to the
+// distribution, which writes the cluster DNS's configuration when the node starts.
 
 package agent
 
@@ -10,16 +9,11 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
-)
 
-// DiscoveryConfigMap is the ConfigMap of kube-system whose DiscoveryKey the CoreDNS add-on
-// imports as server blocks of its Corefile (internal/addons/coredns/coredns.yaml names it too).
-const (
-	DiscoveryConfigMap = "herd-discovery"
-	DiscoveryKey       = "discovery.server"
+	"herd.dev/herd/internal/agent/distro"
 )
 
 // Discovery is where the instance's cluster DNS sends the discovery zone.
@@ -43,29 +37,15 @@ func (d Discovery) check() error {
 	return nil
 }
 
-// corefile is the server block the CoreDNS add-on imports: the zone forwarded to herd, its
-// answers (and NXDOMAINs) cached no longer than their 5 s TTL, so that a region that loses its
-// last Ready instance is left as soon as herd says so.
-func (d Discovery) corefile() string {
-	return fmt.Sprintf("%s:53 {\n    errors\n    forward . %s\n    cache 5\n}\n", strings.TrimSuffix(d.Zone, ".")+".", d.Server)
-}
+// discoveryCache bounds how long the cluster DNS keeps the zone's answers (and NXDOMAINs): their
+// 5 s TTL, so that a region that loses its last Ready instance is left as soon as herd says so.
+const discoveryCache = 5 * time.Second
 
-// object is the ConfigMap that carries the server block.
-func (d Discovery) object() object {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1",
-		"kind":       "ConfigMap",
-		"metadata":   map[string]any{"name": DiscoveryConfigMap, "namespace": "kube-system"},
-		"data":       map[string]any{DiscoveryKey: d.corefile()},
-	}}
-	return object{obj: u, file: "(herd-agent --discovery-zone)", doc: 1}
-}
-
-// withDiscovery puts the discovery ConfigMap before the bundle's objects when the image runs
-// cluster DNS, so that CoreDNS finds it when it starts.
-func withDiscovery(objs []object, d *Discovery, clusterDNS bool) []object {
+// stubZones are the zones the cluster DNS forwards elsewhere: the discovery zone, to herd, when
+// the agent has discovery and the image runs cluster DNS.
+func stubZones(d *Discovery, clusterDNS bool) []distro.StubZone {
 	if d == nil || !clusterDNS {
-		return objs
+		return nil
 	}
-	return append([]object{d.object()}, objs...)
+	return []distro.StubZone{{Zone: d.Zone, Server: d.Server, Cache: discoveryCache}}
 }

@@ -2,35 +2,29 @@ package agent
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"herd.dev/herd/internal/agent/distro"
 )
 
-// With discovery, an image with cluster DNS gets the ConfigMap its CoreDNS imports, applied before
-// the bundle's objects (so before the add-on's Deployment), forwarding the zone to herd's DNS at
-// the address given; an image without cluster DNS, or an agent without discovery, gets nothing.
-func TestWithDiscovery(t *testing.T) {
-	bundle, err := decodeManifests([]manifestFile{{name: "addons/coredns.yaml", data: []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: coredns, namespace: kube-system}\n")}})
-	if err != nil {
-		t.Fatal(err)
-	}
+// With discovery, an image with cluster DNS forwards the zone to herd's DNS at the address given,
+// caching no longer than the TTL; an image without cluster DNS, or an agent without discovery,
+// forwards nothing.
+func TestStubZones(t *testing.T) {
 	d := &Discovery{Zone: "herd.internal", Server: netip.MustParseAddrPort("10.213.1.1:5354")}
-	objs := applyOrder(withDiscovery(bundle, d, true))
-	if len(objs) != 2 || objs[0].obj.GetKind() != "ConfigMap" || objs[0].obj.GetName() != DiscoveryConfigMap || objs[0].obj.GetNamespace() != "kube-system" {
-		t.Fatalf("objects %v, want the kube-system/%s ConfigMap first", objs, DiscoveryConfigMap)
+	got := stubZones(d, true)
+	want := []distro.StubZone{{Zone: "herd.internal", Server: d.Server, Cache: 5 * time.Second}}
+	if !slices.Equal(got, want) {
+		t.Errorf("stub zones %v, want %v", got, want)
 	}
-	data, _, _ := unstructured.NestedString(objs[0].obj.Object, "data", DiscoveryKey)
-	want := "herd.internal.:53 {\n    errors\n    forward . 10.213.1.1:5354\n    cache 5\n}\n"
-	if data != want {
-		t.Errorf("server block:\n%s\nwant:\n%s", data, want)
+	if got := stubZones(d, false); got != nil {
+		t.Errorf("an image without cluster DNS got stub zones %v", got)
 	}
-	if got := withDiscovery(bundle, d, false); len(got) != 1 {
-		t.Errorf("an image without cluster DNS got %d objects, want the bundle's 1", len(got))
-	}
-	if got := withDiscovery(bundle, nil, true); len(got) != 1 {
-		t.Errorf("an agent without discovery got %d objects, want the bundle's 1", len(got))
+	if got := stubZones(nil, true); got != nil {
+		t.Errorf("an agent without discovery got stub zones %v", got)
 	}
 }
 

@@ -134,7 +134,7 @@ func applyOrder(objs []object) []object {
 
 // workloadRef names a baked workload whose availability gates readiness.
 type workloadRef struct {
-	Kind      string // Deployment, StatefulSet or DaemonSet
+	Kind      string // Deployment, StatefulSet, DaemonSet, or Service (endpoints.go)
 	Namespace string
 	Name      string
 }
@@ -143,6 +143,9 @@ func (w workloadRef) String() string { return w.Kind + " " + w.Namespace + "/" +
 
 // gvr is the workload's resource.
 func (w workloadRef) gvr() schema.GroupVersionResource {
+	if w.Kind == "Service" {
+		return endpointSlicesGVR
+	}
 	return schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: workloadKinds[w.Kind]}
 }
 

@@ -91,7 +91,7 @@ func TestIntegrationAddons(t *testing.T) {
 	e.waitFor(90*time.Second, time.Second, func() string {
 		out, err := kubectl("top", "pods", "-A")
 		top = out
-		if err != nil || !strings.Contains(out, "notes-") || !strings.Contains(out, "coredns-") {
+		if err != nil || !strings.Contains(out, "notes-") || !strings.Contains(out, "back-") {
 			return fmt.Sprintf("kubectl top pods -A: %v\n%s", err, out)
 		}
 		return ""

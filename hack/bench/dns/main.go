@@ -1,6 +1,6 @@
-// Command dns benchmarks herd's authoritative DNS server (herd dns) against CoreDNS (the add-on's
-// pinned version, built with its file plugin) and Knot (Debian's knotd) serving the same zone on
-// loopback (make bench-dns). Each server is pinned to -server-cpu (taskset); dnsperf and this
+// Command dns benchmarks herd's authoritative DNS server (herd dns) against CoreDNS (v1.12.0,
+// kubeadm v1.33's, pinned by coredns/go.mod, built with its file plugin) and Knot (Debian's
+// knotd) serving the same zone on loopback (make bench-dns). Each server is pinned to -server-cpu (taskset); dnsperf and this
 // program's latency probe run on -load-cpu. Every process runs at nice -15 (-nice).
 //
 //  1. saturation: dnsperf for -duration per server and round, servers in rotating order; the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -15,7 +16,6 @@ import (
 	"github.com/miekg/dns"
 
 	"herd.dev/herd/api/v1alpha1"
-	"herd.dev/herd/internal/addons"
 	"herd.dev/herd/internal/global/routes"
 )
 
@@ -194,9 +194,18 @@ zone:
 	return []string{knotd, "-c", file}, nil
 }
 
-// corednsMain is the CoreDNS the bench builds: the add-on's pinned module (go.mod, go.sum) with
-// the file plugin, which serves a zone file as authoritative servers do. -mod=readonly: the
-// add-on's go.sum pins every module it needs.
+// corednsVersion is the CoreDNS the bench builds, pinned by the go.mod and go.sum of
+// coredns/ (the version kubeadm v1.33 installs as cluster DNS).
+const corednsVersion = "v1.12.0"
+
+// corednsModule is the pinned module's go.mod and go.sum.
+//
+//go:embed coredns/go.mod.txt coredns/go.sum.txt
+var corednsModule embed.FS
+
+// corednsMain is the CoreDNS the bench builds: the pinned module with the file plugin, which
+// serves a zone file as authoritative servers do. -mod=readonly: the go.sum pins every module it
+// needs.
 const corednsMain = `// Command coredns is CoreDNS with the file plugin, for make bench-dns.
 package main
 
@@ -213,19 +222,22 @@ func init() { dnsserver.Directives = []string{"bind", "file"} }
 func main() { coremain.Run() }
 `
 
-// buildCoreDNS builds CoreDNS at the add-on's pinned version with the file plugin into the cache
+// buildCoreDNS builds CoreDNS at the pinned version with the file plugin into the cache
 // directory, once.
 func buildCoreDNS(ctx context.Context, cacheDir string) (string, error) {
-	dir := filepath.Join(cacheDir, "coredns-"+addons.CoreDNS.Version+"-file")
+	dir := filepath.Join(cacheDir, "coredns-"+corednsVersion+"-file")
 	bin := filepath.Join(dir, "coredns")
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	files, err := addons.CoreDNS.SourceFiles()
-	if err != nil {
-		return "", err
+	files := map[string][]byte{"main.go": []byte(corednsMain)}
+	for _, name := range []string{"go.mod", "go.sum"} {
+		data, err := corednsModule.ReadFile("coredns/" + name + ".txt")
+		if err != nil {
+			return "", err
+		}
+		files[name] = data
 	}
-	files["main.go"] = []byte(corednsMain)
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
@@ -235,7 +247,7 @@ func buildCoreDNS(ctx context.Context, cacheDir string) (string, error) {
 			return "", err
 		}
 	}
-	logf("building CoreDNS %s with the file plugin (the add-on's pinned go.mod)", addons.CoreDNS.Version)
+	logf("building CoreDNS %s with the file plugin (coredns/go.mod)", corednsVersion)
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin+".tmp", ".")
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")

@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -52,6 +53,9 @@ type Spec struct {
 	// first boot, made when the image was built with the cluster's bootstrap objects in it
 	// (upstream.WarmStore). Empty: the node starts from an empty store.
 	WarmStore string
+	// StubZones are zones the cluster DNS forwards to servers of their own (herd's discovery
+	// zone). Ignored without ClusterDNS.
+	StubZones []StubZone
 	// ResourceMetrics says that the image has the metrics add-on: the node must serve the
 	// metrics.k8s.io API its APIService registers, at the Endpoints of the add-on's Service
 	// (kube-system/metrics-server), which has no selector. Default: false (no resource metrics).
@@ -64,6 +68,16 @@ type Spec struct {
 	Logger *slog.Logger
 	// Step records a named boot step in the instance's status (e.g. "etcd healthy"). Never nil.
 	Step func(name string)
+}
+
+// StubZone is a zone the cluster DNS forwards to a server of its own.
+type StubZone struct {
+	// Zone is the zone, e.g. "herd.internal." (a trailing dot or none).
+	Zone string
+	// Server is where its queries go.
+	Server netip.AddrPort
+	// Cache bounds how long its answers (and NXDOMAINs) are kept.
+	Cache time.Duration
 }
 
 // Node is a started node.

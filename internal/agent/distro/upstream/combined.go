@@ -15,8 +15,8 @@ const combinedName = "kube-combined"
 // data (client-go, apimachinery, the API schemes), counted once per process; in one process they
 // are counted once. docs/benchmarks.md ("One process for the components") has what each
 // component saved.
-// metrics-server runs there only: it has no binary of its own.
-var combinedComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "metrics-server"}
+// metrics-server and cluster DNS run there only: they have no binary of their own.
+var combinedComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "metrics-server", dnsComponent}
 
 // combinedArgs is kube-combined's command line for specs: one group per component, its name
 // then its flags, groups separated by "--".
@@ -51,6 +51,10 @@ func processes(b binaries, c nodeConfig) (first, rest []proc.Spec) {
 	}
 	if c.metrics {
 		others = append(others, proc.Spec{Name: "metrics-server", Args: metricsServerArgs(c)})
+	}
+	if c.clusterDNS.IsValid() {
+		// Only kube-combined runs it (Start refuses cluster DNS without it).
+		others = append(others, proc.Spec{Name: dnsComponent, Args: dnsArgs(c)})
 	}
 	if b.combined == "" {
 		return append(first, api), others

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"herd.dev/herd/internal/agent/distro"
 )
 
 // Network ranges inside an instance. They live in the instance's own network namespace, so every
@@ -87,10 +89,11 @@ type nodeConfig struct {
 	address    netip.Addr
 	cgroupRoot string
 	pauseImage string
-	clusterDNS netip.Addr // invalid: no cluster DNS
-	metrics    bool       // the spec's ResourceMetrics: kube-combined runs metrics-server
-	patient    bool       // the spec's Patient: patientArgs are added
-	warm       bool       // the store starts from a warm store (spec.WarmStore)
+	clusterDNS netip.Addr        // invalid: no cluster DNS
+	stubZones  []distro.StubZone // the spec's StubZones: the Corefile forwards them
+	metrics    bool              // the spec's ResourceMetrics: kube-combined runs metrics-server
+	patient    bool              // the spec's Patient: patientArgs are added
+	warm       bool              // the store starts from a warm store (spec.WarmStore)
 	l          layout
 }
 

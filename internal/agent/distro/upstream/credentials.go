@@ -72,6 +72,10 @@ func writeCredentials(c nodeConfig) (distro.Access, error) {
 		// The user the metrics add-on's RBAC binds (internal/addons).
 		users = append(users, user{component: "metrics-server", name: "system:metrics-server"})
 	}
+	if c.clusterDNS.IsValid() {
+		// The user the DNS add-on's RBAC binds (internal/addons).
+		users = append(users, user{component: dnsComponent, name: dnsUser})
+	}
 	for i := range users {
 		if users[i].token, err = pki.RandomToken(); err != nil {
 			return fail(err)

@@ -161,6 +161,9 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
+	if spec.ClusterDNS.IsValid() && bins.combined == "" {
+		return nil, fmt.Errorf("upstream: %w", errDNSNeedsCombined)
+	}
 	log := spec.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -186,12 +189,15 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 		// Only the first answer's promptness depends on it.
 		log.Warn("clients of a Service without ready endpoints may wait for their SYN's retransmission", "err", err)
 	}
-	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, metrics: spec.ResourceMetrics, patient: spec.Patient, warm: spec.WarmStore != "", l: l}
+	cfg := nodeConfig{name: spec.Name, address: spec.Address, cgroupRoot: spec.CgroupRoot, pauseImage: spec.PauseImage, clusterDNS: spec.ClusterDNS, stubZones: spec.StubZones, metrics: spec.ResourceMetrics, patient: spec.Patient, warm: spec.WarmStore != "", l: l}
 	adm, err := writeCredentials(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if err := writeConfigs(cfg); err != nil {
+		return nil, err
+	}
+	if err := writeCorefile(cfg); err != nil {
 		return nil, err
 	}
 	spec.Step("configuration written")
