@@ -18,11 +18,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/spf13/pflag"
+	"k8s.io/component-base/logs"
 	"k8s.io/klog/v2"
 
 	_ "github.com/coredns/coredns/plugin/bind"
@@ -84,12 +86,17 @@ func prepareCoreDNS(args []string) (func(ctx context.Context) error, error) {
 }
 
 // startCoreDNS starts CoreDNS's servers for the Corefile. The kubernetes plugin's setup points
-// klog, the whole process's log, at CoreDNS's logger; it is given back to klog's own output,
-// which is what the components' logging configuration (the text format, the default and the one
-// they are given) set before.
+// klog, the whole process's log, at CoreDNS's logger, which writes to Go's standard log, which
+// the components point at klog (logs.InitLogs): a loop in which the first line logged waits
+// forever for the standard log's lock it holds, and every component with it. So the standard log
+// writes to stderr while CoreDNS starts; then klog gets its own output back (what the
+// components' logging configuration, the text format, had set) and the standard log goes to
+// klog again.
 func startCoreDNS(path string, corefile []byte) (*caddy.Instance, error) {
+	log.SetOutput(os.Stderr)
 	inst, err := caddy.Start(caddy.CaddyfileInput{Filepath: path, Contents: corefile, ServerTypeName: "dns"})
 	klog.ClearLogger()
+	log.SetOutput(logs.KlogWriter{})
 	if err != nil {
 		return nil, err
 	}
