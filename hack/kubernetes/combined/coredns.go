@@ -87,11 +87,13 @@ func prepareCoreDNS(args []string) (func(ctx context.Context) error, error) {
 
 // startCoreDNS starts CoreDNS's servers for the Corefile. The kubernetes plugin's setup points
 // klog, the whole process's log, at CoreDNS's logger, which writes to Go's standard log, which
-// the components point at klog (logs.InitLogs): a loop in which the first line logged waits
+// main points at klog (logs.InitLogs): a loop in which the first line logged waits
 // forever for the standard log's lock it holds, and every component with it. So the standard log
 // writes to stderr while CoreDNS starts; then klog gets its own output back (what the
 // components' logging configuration, the text format, had set) and the standard log goes to
-// klog again.
+// klog again. Nothing else sets the standard log's output while this process runs: main sets it
+// once, before any component starts, and the kubelet and kube-proxy, whose commands set it as
+// they start, are built without that (hack/kubernetes/patches/standard-log-once.patch).
 func startCoreDNS(path string, corefile []byte) (*caddy.Instance, error) {
 	log.SetOutput(os.Stderr)
 	inst, err := caddy.Start(caddy.CaddyfileInput{Filepath: path, Contents: corefile, ServerTypeName: "dns"})

@@ -165,6 +165,10 @@ func main() {
 		os.Exit(2)
 	}
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+	// The standard log goes to klog, set here once for every component: the kubelet and
+	// kube-proxy, whose commands set it as they start, are built without that (a patch,
+	// standard-log-once), so that none resets it while CoreDNS starts (startCoreDNS).
+	logs.InitLogs()
 	defer logs.FlushLogs()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
