@@ -5,7 +5,9 @@
 package hostnet
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -56,4 +58,17 @@ func InNetns(path string, fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// DialInNetns dials address from inside the named network namespace (one `ip netns` keeps): the
+// socket stays in that namespace, whose network it reaches, wherever the connection is used.
+func DialInNetns(ctx context.Context, ns, network, address string) (net.Conn, error) {
+	var conn net.Conn
+	err := InNetns(filepath.Join(NetnsDir, ns), func() error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, address)
+		conn = c
+		return err
+	})
+	return conn, err
 }

@@ -1,7 +1,10 @@
 package hostnet
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,5 +46,45 @@ func TestInNetnsLeavesNoThreadBehind(t *testing.T) {
 		if l, err := os.Readlink(filepath.Join("/proc/self/task", task.Name(), "ns/net")); err == nil && l != home {
 			t.Errorf("thread %s is left in %s, not %s", task.Name(), l, home)
 		}
+	}
+}
+
+// DialInNetns reaches a listener that only the namespace has (dialled from the host, its port on
+// the host's loopback refuses), and the connection stays usable after the dial returns to the
+// host's namespace.
+func TestDialInNetnsReachesTheNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("network namespaces need root")
+	}
+	ns := fmt.Sprintf("herdtest-dial-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set lo up: %v %s", err, out)
+	}
+	var l net.Listener
+	if err := InNetns(filepath.Join(NetnsDir, ns), func() (err error) {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			c.Write([]byte("inside"))
+			c.Close()
+		}
+	}()
+	c, err := DialInNetns(context.Background(), ns, "tcp", l.Addr().String())
+	if err != nil {
+		t.Fatalf("DialInNetns: %v", err)
+	}
+	defer c.Close()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "inside" {
+		t.Fatalf("read %q, %v; want the namespace's listener's %q", got, err, "inside")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"path/filepath"
 
 	"herd.dev/herd/internal/hostnet"
 	"herd.dev/herd/internal/regionnet"
@@ -69,12 +68,5 @@ func (l *Lab) DialFromClients(ctx context.Context, network, address string) (net
 	if !hostnet.NetnsExists(ns) {
 		return nil, fmt.Errorf("dial %s from the clients' side: the internet namespace %s does not exist (no region network yet)", address, ns)
 	}
-	var conn net.Conn
-	err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, ns), func() error {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, address)
-		conn = c
-		return err
-	})
-	return conn, err
+	return hostnet.DialInNetns(ctx, ns, network, address)
 }

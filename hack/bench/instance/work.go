@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,14 +81,7 @@ func workSources(kubeconfig, netns string, agentAddr, credential string) ([]sour
 	}
 	etcd := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var conn net.Conn
-			err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, netns), func() error {
-				var d net.Dialer
-				c, err := d.DialContext(ctx, network, addr)
-				conn = c
-				return err
-			})
-			return conn, err
+			return hostnet.DialInNetns(ctx, netns, network, addr)
 		},
 		DisableKeepAlives: true,
 	}}
