@@ -11,17 +11,24 @@ import (
 	"testing"
 )
 
-// No thread of this process is left in a namespace InNetns entered: a teardown that kills every
-// process whose /proc/<pid>/ns/net names an instance's namespace must never find this one.
-func TestInNetnsLeavesNoThreadBehind(t *testing.T) {
+// testNetns makes a named network namespace for the test, deleted when it ends.
+func testNetns(t *testing.T, what string) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("network namespaces need root")
 	}
-	ns := fmt.Sprintf("herdtest-hostnet-%d", os.Getpid())
+	ns := fmt.Sprintf("herdtest-%s-%d", what, os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	return ns
+}
+
+// No thread of this process is left in a namespace InNetns entered: a teardown that kills every
+// process whose /proc/<pid>/ns/net names an instance's namespace must never find this one.
+func TestInNetnsLeavesNoThreadBehind(t *testing.T) {
+	ns := testNetns(t, "hostnet")
 	home, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
@@ -53,14 +60,7 @@ func TestInNetnsLeavesNoThreadBehind(t *testing.T) {
 // the host's loopback refuses), and the connection stays usable after the dial returns to the
 // host's namespace.
 func TestDialInNetnsReachesTheNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("network namespaces need root")
-	}
-	ns := fmt.Sprintf("herdtest-dial-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	ns := testNetns(t, "dial")
 	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		t.Fatalf("ip link set lo up: %v %s", err, out)
 	}
