@@ -29,8 +29,9 @@ test: deps kubernetes build
 # Tenancy end to end on real instances (TestIntegrationTenancy, build tag tenancy; needs root, about
 # ten instance boots: minutes): two tenants' answers each from its own instances only, checked on
 # every answer during a rolling update and while one tenant's instance is killed; a new tenant's
-# first request answered by the warm pool; tenant b's p99 with tenant a flooded (docs/benchmarks.md).
-# Not part of make test, which keeps tenancy's fake-provider and load balancer tests.
+# first request answered by the warm pool; tenant b's p99 with tenant a flooded
+# (docs/benchmarks/tenancy.md). Not part of make test, which keeps tenancy's fake-provider and load
+# balancer tests.
 test-tenancy: deps kubernetes
 	$(GO) test -tags tenancy -count=1 -v -timeout 30m -run '^TestIntegrationTenancy$$' ./test/e2e
 

@@ -13,7 +13,7 @@ const combinedName = "kube-combined"
 // combinedComponents are the components the node runs in one kube-combined process when that
 // binary is built: each component carries its own copy of the same libraries' code and static
 // data (client-go, apimachinery, the API schemes), counted once per process; in one process they
-// are counted once. docs/benchmarks.md ("One process for the components") has what each
+// are counted once. docs/benchmarks/instance-history.md ("One process for the components") has what each
 // component saved.
 // metrics-server and cluster DNS run there only: they have no binary of their own.
 var combinedComponents = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "metrics-server", dnsComponent}
