@@ -72,10 +72,13 @@ test-disk: build deps kubernetes
 	$(GO) build -o $(BIN)/testdisk ./hack/testdisk
 	$(BIN)/testdisk -herd $(BIN)/herd $(TEST_DISK_FLAGS)
 
+# gofmt, go vet (also with the tenancy tag), and hack/doclinks: every relative Markdown link names a
+# file (and a heading) that exists, and every docs/*.md path the tree mentions is a file.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags tenancy ./test/e2e
+	$(GO) run ./hack/doclinks
 
 # The quick start: herd end to end on this machine.
 demo:
