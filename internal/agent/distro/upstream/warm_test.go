@@ -131,6 +131,9 @@ func TestIntegrationWarmStore(t *testing.T) {
 	if fi, err := os.Stat(wal[0]); err != nil || fi.Size() >= 64e6 {
 		t.Errorf("the write-ahead log is kept with its preallocated tail: %v %v", fi.Size(), err)
 	}
+	if snaps, _ := filepath.Glob(filepath.Join(warm, "member", "snap", "*.snap")); len(snaps) == 0 {
+		t.Error("the warm store holds no raft snapshot")
+	}
 
 	state := t.TempDir()
 	c := nodeConfig{name: "node-a", address: warmBuildAddress, l: layout{state: state}}
@@ -157,6 +160,11 @@ func TestIntegrationWarmStore(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("etcd on the warm store: %v", err)
+	}
+	// From its snapshot, the member knows it is the cluster's only one, and elects itself
+	// without waiting out its election timeout.
+	if log, err := os.ReadFile(filepath.Join(c.l.logs(), "etcd.log")); err != nil || !bytes.Contains(log, []byte("fast-forwarding")) {
+		t.Errorf("etcd on the warm store did not fast-forward its election ticks as a single member (read log: %v)", err)
 	}
 	for key, want := range map[string]bool{
 		"/registry/clusterroles/cluster-admin":                                true,
