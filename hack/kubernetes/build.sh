@@ -18,7 +18,9 @@
 #   FORCE=1          rebuild even when the stamp matches
 #
 # patches/*.patch change upstream's code (see each file's header for why); they are applied to a
-# copy of the module, so the module cache stays as downloaded.
+# copy of the module, so the module cache stays as downloaded. A patch names files as in the
+# Kubernetes repository: staging/src/k8s.io/NAME/... is the k8s.io/NAME module (k8s.io/apiserver,
+# ...), which is then copied and patched too.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -104,7 +106,9 @@ echo "done in $((SECONDS - start)) s"
 # cache's files, but for the files patched), which a copy of go.mod names in place of the
 # downloaded module. It is in this directory, named relative to it, so that the binaries
 # record the same path on every machine (and stay reproducible), and Go's build cache serves
-# the next build.
+# the next build. A staging module a patch changes is copied where the repository has it,
+# staging/src/k8s.io/NAME in the copy of k8s.io/kubernetes, so that every patch applies to the
+# one tree, and named in the copy of go.mod too.
 moddir=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes) || die "cannot find the k8s.io/kubernetes module's directory"
 work=.patched
 # Only the copy's directories are made writable: its files are the module cache's.
@@ -112,17 +116,35 @@ writable_dirs() { [[ ! -d $1 ]] || find "$1" -type d -exec chmod u+w {} +; }
 writable_dirs "$work" && rm -rf "$work" || die "cannot remove $work"
 mkdir -p "$work" && cp -al "$moddir" "$work/kubernetes" && writable_dirs "$work/kubernetes" ||
 	die "cannot copy $moddir to $work"
+cp go.mod "$work/go.mod" && cp go.sum "$work/go.sum" &&
+	go mod edit -modfile="$work/go.mod" -replace "k8s.io/kubernetes=./$work/kubernetes" ||
+	die "cannot write $work/go.mod"
+# origin prints the downloaded file that $1 (a path in the repository) is a copy of, and copies
+# the staging module that holds it into the tree once.
+origin() {
+	local f=$1
+	if [[ $f =~ ^staging/src/(k8s\.io/[^/]+)/(.*)$ ]]; then
+		local mod=${BASH_REMATCH[1]} rest=${BASH_REMATCH[2]} dir
+		dir=$(go list -m -f '{{.Dir}}' "$mod") && [[ -n $dir ]] || return 1
+		if [[ ! -d $work/kubernetes/staging/src/$mod ]]; then
+			mkdir -p "$work/kubernetes/staging/src/k8s.io" &&
+				cp -al "$dir" "$work/kubernetes/staging/src/$mod" &&
+				writable_dirs "$work/kubernetes/staging/src/$mod" &&
+				go mod edit -modfile="$work/go.mod" -replace "$mod=./$work/kubernetes/staging/src/$mod" || return 1
+		fi
+		echo "$dir/$rest"
+		return
+	fi
+	echo "$moddir/$f"
+}
 for p in patches/*.patch; do
 	for f in $(awk '/^\+\+\+ b\// { sub(/^b\//, "", $2); print $2 }' "$p"); do
 		# A copy of its own, not a link to the module cache's file, before it is changed.
-		cp --remove-destination "$moddir/$f" "$work/kubernetes/$f" && chmod u+w "$work/kubernetes/$f" ||
+		src=$(origin "$f") && cp --remove-destination "$src" "$work/kubernetes/$f" && chmod u+w "$work/kubernetes/$f" ||
 			die "$p: cannot copy $f"
 	done
 	patch --quiet --forward -p1 -d "$work/kubernetes" <"$p" >/dev/null || die "$p does not apply to k8s.io/kubernetes $version"
 done
-cp go.mod "$work/go.mod" && cp go.sum "$work/go.sum" &&
-	go mod edit -modfile="$work/go.mod" -replace "k8s.io/kubernetes=./$work/kubernetes" ||
-	die "cannot write $work/go.mod"
 
 total_start=$SECONDS
 i=0
