@@ -123,8 +123,9 @@ bench-tenants: deps kubernetes
 	$(BIN)/bench-tenants -e2e $(BIN)/bench-e2e $(BENCH_TENANTS_FLAGS)
 
 # Boot time, idle memory and idle CPU of one real local instance of examples/hello (needs root).
-# Idle CPU is the median of five back-to-back 30 s windows, printed with each process's CPU and
-# the work that explains it (API and etcd requests, the kubelet's relists and runtime calls,
+# Idle CPU is the median of five back-to-back 30 s windows, printed with each process's CPU, how
+# often it woke (its threads' voluntary context switches, which do not depend on what a wakeup
+# costs on the machine of the day) and the work that explains it (API and etcd requests, the kubelet's relists and runtime calls,
 # garbage collections) over the same 150 s, while the agent is scraped every 2 s as herd up does;
 # about 5 minutes in all. Installs what is missing first; its last line is
 #   instance: boot_to_ready_s=<float> idle_rss_mb=<int> idle_cpu_cores=<float>

@@ -8,7 +8,9 @@
 //     each pod's processes (pause, containers and the shim), the add-ons being kube-system's;
 //   - idle_cpu_cores: the median over -windows back-to-back windows of -window each of the CPU
 //     time its cgroup used (cpuacct), per second; each process's and each pod's line says its own
-//     share over all the windows (its utime and stime), and the work counts beside them (API
+//     share over all the windows (its utime and stime) and how often it woke (its threads'
+//     voluntary context switches; the involuntary ones are the machine's contention), which,
+//     unlike the CPU a wakeup costs, does not depend on the machine; the work counts beside them (API
 //     requests, etcd requests, the kubelet's relists and runtime calls, garbage collections and
 //     allocations, the agent's own requests) are read from the components' metrics before the
 //     first window and after the last. Meanwhile the agent's /metrics is read every -scrape, as

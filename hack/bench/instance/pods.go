@@ -48,17 +48,17 @@ func podCosts(kubeconfig string, procs []procRSS) error {
 	fmt.Println("per pod (add-ons are the pods of kube-system):")
 	for _, uid := range uids {
 		var sum, anon int64
-		var cores float64
+		var cores, wakeups float64
 		var parts []string
 		for _, pr := range byPod[uid] {
-			sum, anon, cores = sum+pr.rssKB, anon+pr.anonKB, cores+pr.cores
+			sum, anon, cores, wakeups = sum+pr.rssKB, anon+pr.anonKB, cores+pr.cores, wakeups+pr.wakeups
 			parts = append(parts, fmt.Sprintf("%s %.1f", pr.comm, float64(pr.rssKB)/1024))
 		}
 		name := names[uid]
 		if name == "" {
 			name = "pod " + uid
 		}
-		fmt.Printf("  %-56s %7.1f MB (own %5.1f MB) %6.4f core = %s\n", name, float64(sum)/1024, float64(anon)/1024, cores, strings.Join(parts, " + "))
+		fmt.Printf("  %-56s %7.1f MB (own %5.1f MB) %6.4f core %7.1f wakeups/s = %s\n", name, float64(sum)/1024, float64(anon)/1024, cores, wakeups, strings.Join(parts, " + "))
 	}
 	return nil
 }

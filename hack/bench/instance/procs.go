@@ -31,6 +31,10 @@ type procRSS struct {
 	// over the idle window; cores is the latter per second of the window.
 	cpu   time.Duration
 	cores float64
+	// sw are the process's context switches when it was read, then (cpuOver) over the idle
+	// window; wakeups and preempts are the voluntary and involuntary ones per second of it.
+	sw                switches
+	wakeups, preempts float64
 }
 
 // cgroupProcs reads the RSS and the CPU time so far of every process of the cgroup subtree root
@@ -50,38 +54,56 @@ func cgroupProcs(root string) ([]procRSS, error) {
 			continue
 		}
 		cpu, _ := procCPU(pid)
-		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), comm: name, pid: pid, rssKB: kb, anonKB: anon, cpu: cpu})
+		sw, _ := procSwitches(pid)
+		out = append(out, procRSS{name: fmt.Sprintf("%s[%d]", name, pid), comm: name, pid: pid, rssKB: kb, anonKB: anon, cpu: cpu, sw: sw})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].rssKB > out[j].rssKB })
 	return out, nil
 }
 
-// cpuOver turns each process's CPU time, read by cgroupProcs, into what it used since, over a
-// window of took. A process gone since counts nothing.
+// cpuOver turns each process's CPU time and context switches, read by cgroupProcs, into what it
+// used and did since, over a window of took. A process gone since counts nothing.
 func cpuOver(procs []procRSS, took time.Duration) {
 	for i := range procs {
-		now, ok := procCPU(procs[i].pid)
-		if !ok || now < procs[i].cpu {
-			procs[i].cpu, procs[i].cores = 0, 0
+		pr := &procs[i]
+		now, ok := procCPU(pr.pid)
+		sw, swOK := procSwitches(pr.pid)
+		if !ok || !swOK || now < pr.cpu {
+			pr.cpu, pr.cores, pr.sw, pr.wakeups, pr.preempts = 0, 0, switches{}, 0, 0
 			continue
 		}
-		procs[i].cpu = now - procs[i].cpu
-		procs[i].cores = procs[i].cpu.Seconds() / took.Seconds()
+		pr.cpu = now - pr.cpu
+		pr.cores = pr.cpu.Seconds() / took.Seconds()
+		pr.sw = sw.since(pr.sw)
+		pr.wakeups = float64(pr.sw.voluntary) / took.Seconds()
+		pr.preempts = float64(pr.sw.involuntary) / took.Seconds()
 	}
 }
 
-// printProcs prints one line per process (RSS, its own part, CPU over the window) and their
-// sums, and returns the sum of RSS in kB.
+// printProcs prints one line per process (RSS, its own part, CPU, wakeups and preemptions over
+// the window, and the CPU per wakeup) and their sums, and returns the sum of RSS in kB.
 func printProcs(procs []procRSS) (rssKB int64) {
 	var anon int64
-	var cores float64
+	var cores, wakeups, preempts float64
 	for _, pr := range procs {
-		fmt.Printf("  %-28s %7.1f MB (own %5.1f MB) %6.4f core\n", pr.name, float64(pr.rssKB)/1024, float64(pr.anonKB)/1024, pr.cores)
-		rssKB, anon, cores = rssKB+pr.rssKB, anon+pr.anonKB, cores+pr.cores
+		fmt.Printf("  %-28s %7.1f MB (own %5.1f MB) %6.4f core %7.1f wakeups/s %5.1f preempted/s %s\n", pr.name, float64(pr.rssKB)/1024, float64(pr.anonKB)/1024,
+			pr.cores, pr.wakeups, pr.preempts, perWakeup(pr.cores, pr.wakeups))
+		rssKB, anon = rssKB+pr.rssKB, anon+pr.anonKB
+		cores, wakeups, preempts = cores+pr.cores, wakeups+pr.wakeups, preempts+pr.preempts
 	}
 	fmt.Printf("idle RSS of %d processes: %.1f MB, of which their own (RssAnon; the rest is mostly binaries' pages, shared between instances): %.1f MB; their CPU %.4f core\n",
 		len(procs), float64(rssKB)/1024, float64(anon)/1024, cores)
+	fmt.Printf("their wakeups (voluntary context switches, every thread): %.1f a second, %s; preempted %.1f times a second (the machine's contention)\n",
+		wakeups, perWakeup(cores, wakeups), preempts)
 	return rssKB
+}
+
+// perWakeup says how much CPU a process used per wakeup: what the machine makes a wakeup cost.
+func perWakeup(cores, wakeups float64) string {
+	if wakeups == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f µs of CPU per wakeup", cores/wakeups*1e6)
 }
 
 func readRSS(pid int) (name string, rssKB, anonKB int64, ok bool) {
