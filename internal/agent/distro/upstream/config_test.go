@@ -162,7 +162,7 @@ func TestComponentArgs(t *testing.T) {
 			"--bind-address=10.213.0.10", "--advertise-address=10.213.0.10", "--secure-port=6443",
 			"--etcd-servers=http://127.0.0.1:2379", "--service-cluster-ip-range=10.215.0.0/24",
 			"--kubelet-preferred-address-types=InternalIP", "--authorization-mode=Node,RBAC",
-			"--token-auth-file=/var/lib/herd/i/web-1/agent/pki/tokens.csv",
+			"--token-auth-file=/var/lib/herd/i/web-1/agent/pki/tokens.csv", "--etcd-count-metric-poll-period=0",
 		}},
 		{"kube-controller-manager", controllerManagerArgs(n), []string{"--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=300",
 			"--endpointslice-updates-batch-period=200ms",
@@ -170,7 +170,7 @@ func TestComponentArgs(t *testing.T) {
 		{"kube-scheduler", schedulerArgs(n), []string{"--leader-elect=false"}},
 		{"kubelet", kubeletArgs(n), []string{"--hostname-override=web-1", "--node-ip=10.213.0.10", "--root-dir=/var/lib/kubelet"}},
 		{"etcd", etcdArgs(n), []string{"--listen-client-urls=http://127.0.0.1:2379", "--data-dir=/var/lib/herd/i/web-1/agent/etcd", "--initial-cluster=web-1=http://127.0.0.1:2380",
-			"--election-timeout=500"}},
+			"--election-timeout=500", "--backend-batch-interval=1s"}},
 	}
 	for _, c := range checks {
 		for _, w := range c.want {
