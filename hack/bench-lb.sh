@@ -10,7 +10,9 @@
 #   1. saturation: wrk -t1 -c$CONNS for $DURATION s per round, proxies in rotating order, $ROUNDS rounds;
 #      the median requests/s of each proxy is reported, with the proxy's CPU time per request (user+sys,
 #      from /proc), which stays comparable when the load side, not the proxy, is what saturates, and
-#      what each proxy costs the load core per request: wrk's CPU time and the backends'.
+#      what each proxy costs the load core per request: wrk's CPU time and the backends', and the context
+#      switches per request of the backends' and the proxy's threads (/proc), which say in how large
+#      batches each side's wakeups serve requests.
 #   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
 #   3. TLS: herd, HAProxy and nginx terminate TLS with the same ECDSA P-256 certificate (ALPN h2 and
@@ -214,28 +216,34 @@ log "$("$HAPROXY" -v | head -1); $("$NGINX" -v 2>&1); $(wrk -v 2>&1 | head -1 ||
 log "proxies on cpu $PROXY_CPU; wrk, loadgen and backends on cpu $LOAD_CPU; $ROUNDS rounds of ${DURATION}s; nice $BENCH_NICE"
 
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-# backend_ticks prints the CPU time (clock ticks) the backends have used.
-backend_ticks() {
+# backends_sum FUNC prints the sum of FUNC (cpu_ticks or switches) over the backends.
+backends_sum() {
 	local total=0 pid
 	for pid in "${BACKEND_PIDS[@]}"; do
-		total=$((total + $(cpu_ticks "$pid")))
+		total=$((total + $("$1" "$pid")))
 	done
 	echo "$total"
 }
 # wrk_round PROXY URL runs wrk against URL and prints the requests/s, the proxy's CPU time per
-# request (us), the load core's: wrk's and the backends' (us), then wrk's error lines. When the load
-# core is what saturates, the proxy that costs it less per request serves more.
+# request (us), the load core's: wrk's and the backends' (us), the context switches per request of
+# the backends and of the proxy, then wrk's error lines. When the load core is what saturates, the
+# proxy that costs it less per request serves more; the backends' switches say how many requests
+# each of their wakeups serves.
 wrk_round() {
-	local p=$1 url=$2 t0 t1 b0 b1 out reqs wrk_s
+	local p=$1 url=$2 t0 t1 b0 b1 s0 s1 ps0 ps1 out reqs wrk_s
 	t0=$(cpu_ticks "${PID[$p]}")
-	b0=$(backend_ticks)
+	b0=$(backends_sum cpu_ticks)
+	s0=$(backends_sum switches)
+	ps0=$(switches "${PID[$p]}")
 	# times, in the same subshell, gives wrk's user and system time (its children's).
 	out=$(
 		on "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url"
 		times
 	)
 	t1=$(cpu_ticks "${PID[$p]}")
-	b1=$(backend_ticks)
+	b1=$(backends_sum cpu_ticks)
+	s1=$(backends_sum switches)
+	ps1=$(switches "${PID[$p]}")
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
 	wrk_s=$(tail -1 <<<"$out" | awk '{
 		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] }
@@ -244,6 +252,8 @@ wrk_round() {
 		"$(awk -v t=$((t1 - t0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')" \
 		"$(awk -v s="$wrk_s" -v n="$reqs" 'BEGIN {printf "%.1f", s * 1e6 / n}')" \
 		"$(awk -v t=$((b1 - b0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')" \
+		"$(awk -v s=$((s1 - s0)) -v n="$reqs" 'BEGIN {printf "%.3f", s / n}')" \
+		"$(awk -v s=$((ps1 - ps0)) -v n="$reqs" 'BEGIN {printf "%.3f", s / n}')" \
 		"$(awk '/Non-2xx|Socket errors/' <<<"$out" | tr '\n' ' ')"
 }
 FIELDS=""
@@ -258,8 +268,9 @@ if phase http; then
 		# Rotate the order each round so no proxy always goes first.
 		mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
 		for p in "${order[@]}"; do
-			read -r rps cpu wrk be errs < <(wrk_round "$p" "http://127.0.0.1:${PORT[$p]}/")
-			log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request ${errs}"
+			read -r rps cpu wrk be bsw psw errs < <(wrk_round "$p" "http://127.0.0.1:${PORT[$p]}/")
+			log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request;" \
+				"context switches per request: backends ${bsw}, proxy ${psw} ${errs}"
 			RPS[$p]+="$rps "
 			CPU[$p]+="$cpu "
 			WRK[$p]+="$wrk "
@@ -318,7 +329,7 @@ handshakes() {
 	log "tls round $round $p $kind: $out proxy_cpu_us_per_handshake=$cpu" >&2
 	echo "$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "handshakes_per_s" {print $2}') $cpu"
 }
-declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS CPU_TLS WRK_TLS BE_TLS
+declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS CPU_TLS WRK_TLS BE_TLS BSW_TLS PSW_TLS
 if phase tls-keepalive; then
 	# Warm each proxy's TLS listener and its connection pools.
 	for p in "${TLS_PROXIES[@]}"; do
@@ -341,8 +352,11 @@ for round in $(seq 1 "$ROUNDS"); do
 			fi
 		fi
 		if phase tls-keepalive; then
-			read -r rps cpu wrk be errs < <(wrk_round "$p" "https://127.0.0.1:${TLS_PORT[$p]}/")
-			log "tls round $round $p keep-alive: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request ${errs}"
+			read -r rps cpu wrk be bsw psw errs < <(wrk_round "$p" "https://127.0.0.1:${TLS_PORT[$p]}/")
+			log "tls round $round $p keep-alive: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request;" \
+				"context switches per request: backends ${bsw}, proxy ${psw} ${errs}"
+			BSW_TLS[$p]+="$bsw "
+			PSW_TLS[$p]+="$psw "
 			RPS_TLS[$p]+="$rps "
 			CPU_TLS[$p]+="$cpu "
 			WRK_TLS[$p]+="$wrk "
@@ -379,7 +393,8 @@ if phase tls-keepalive; then
 	done
 	for p in "${TLS_PROXIES[@]}"; do
 		log "$p over TLS: median $(medians_of "${RPS_TLS[$p]}") keep-alive req/s at $(medians_of "${CPU_TLS[$p]}") us proxy CPU/request" \
-			"(load core: $(medians_of "${WRK_TLS[$p]}") us wrk + $(medians_of "${BE_TLS[$p]}") us backends);" \
+			"(load core: $(medians_of "${WRK_TLS[$p]}") us wrk + $(medians_of "${BE_TLS[$p]}") us backends;" \
+			"context switches per request: backends $(medians_of "${BSW_TLS[$p]}"), proxy $(medians_of "${PSW_TLS[$p]}"));" \
 			"at $TLS_RATE req/s $(medians_of "${FIXED_CPU[$p]}") us proxy CPU/request, p99 $(medians_of "${FIXED_P99[$p]}") us"
 	done
 	FIELDS+=$(awk -v h="$(medians_of "${RPS_TLS[herd]}")" -v a="$(medians_of "${RPS_TLS[haproxy]}")" \

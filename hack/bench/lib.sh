@@ -87,6 +87,18 @@ cpu_ticks() {
 	echo "$total"
 }
 
+# switches prints the context switches (voluntary and involuntary) of every thread of a process and
+# its children: each is a sleep and a wakeup, or a preemption, that the process's core pays for.
+switches() {
+	local total=0 pid f
+	for pid in "$1" $(pgrep -P "$1" || true); do
+		for f in /proc/"$pid"/task/*/status; do
+			total=$((total + $(awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s + 0}' "$f")))
+		done
+	done
+	echo "$total"
+}
+
 # rotated prints its arguments after the first, one a line, rotated by round-1: each round another
 # proxy goes first.
 rotated() {
