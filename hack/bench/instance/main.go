@@ -236,6 +236,7 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 		return "", err
 	}
 	printWork(before, after, took)
+	printGoMemory(after)
 	if st, err := p.Get(ctx, last.Name); err != nil || st.State != provider.StateReady {
 		return "", fmt.Errorf("the measured instance is not Ready at the end: %+v %v", st, err)
 	}

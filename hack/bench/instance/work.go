@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,6 +55,18 @@ var tallies = []tally{
 var goTallies = []tally{
 	{"", "go_gc_duration_seconds", "GC cycles", nil},
 	{"", "go_memstats_alloc_bytes_total", "bytes allocated", nil},
+}
+
+// goGauges are read for every source at the end of the windows: where its own memory (RssAnon)
+// goes, the Go heap against the rest.
+var goGauges = []tally{
+	{"", "go_memstats_heap_inuse_bytes", "heap in use bytes", nil},
+	{"", "go_memstats_next_gc_bytes", "heap goal bytes", nil},
+	{"", "go_memstats_heap_idle_bytes", "heap idle bytes", nil},
+	{"", "go_memstats_heap_released_bytes", "heap released bytes", nil},
+	{"", "go_memstats_stack_inuse_bytes", "stacks bytes", nil},
+	{"", "go_memstats_sys_bytes", "from the OS bytes", nil},
+	{"", "go_goroutines", "goroutines", nil},
 }
 
 // workSources are the instance's metrics endpoints: the API server's with the administrator
@@ -113,7 +126,7 @@ func readCounts(ctx context.Context, srcs []source) counts {
 			continue
 		}
 		out[s.name] = map[string]map[string]float64{}
-		for _, t := range append(tallies, goTallies...) {
+		for _, t := range slices.Concat(tallies, goTallies, goGauges) {
 			if t.source != "" && t.source != s.name {
 				continue
 			}
@@ -222,6 +235,23 @@ func printWork(before, after counts, took time.Duration) {
 			}
 			fmt.Println(line)
 		}
+	}
+}
+
+// printGoMemory prints each source's Go memory as last read: the heap in use and its goal, the
+// heap's pages kept from the OS while idle, the goroutines' stacks.
+func printGoMemory(c counts) {
+	fmt.Println("Go memory at the end (MB):")
+	for _, src := range []string{"kube-combined", "etcd", "herd-agent"} {
+		g, ok := c[src]
+		if !ok {
+			continue
+		}
+		v := func(what string) float64 { return g[what][""] }
+		fmt.Printf("  %s: heap in use %.1f, goal %.1f, idle kept %.1f, stacks %.1f (%.0f goroutines), from the OS %.1f\n",
+			src, v("heap in use bytes")/1e6, v("heap goal bytes")/1e6,
+			(v("heap idle bytes")-v("heap released bytes"))/1e6, v("stacks bytes")/1e6, v("goroutines"),
+			v("from the OS bytes")/1e6)
 	}
 }
 
