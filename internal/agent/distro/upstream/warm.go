@@ -1,7 +1,8 @@
 // The warm store: an etcd data directory, made when a node image is built, that already holds
 // what the API server writes when it first starts (the default RBAC policy, the system priority
 // classes, API Priority and Fairness' configuration, the system namespaces, the kubernetes
-// Service and its cluster IP's allocation). An instance whose etcd starts from it has its API
+// Service and its cluster IP's allocation) and the service accounts kube-controller-manager makes
+// as it starts (writeServiceAccounts). An instance whose etcd starts from it has its API
 // server's bootstrap hooks find their objects in place: reads instead of a write (and an fsync)
 // each, and nothing its other components must wait for.
 
@@ -139,6 +140,9 @@ func MakeWarmStore(ctx context.Context, dir string, log *slog.Logger) error {
 		return fmt.Errorf("the API server was not ready: %w", err)
 	}
 	log.Debug("warm store: API server ready")
+	if err := writeServiceAccounts(ctx, base, adm); err != nil {
+		return err
+	}
 	apiserver.Stop(10 * time.Second)
 	if err := deleteBuildOnlyKeys(ctx, clientURL); err != nil {
 		return err
@@ -284,7 +288,7 @@ func trimWAL(data []byte) []byte {
 
 // warmStoreFormat changes when what MakeWarmStore keeps changes, so that a cached store made
 // before is made again.
-const warmStoreFormat = 2
+const warmStoreFormat = 3
 
 // WarmStore returns the directory of this herd's warm store on this machine, making it with
 // MakeWarmStore the first time: <herd's cache>/kubernetes/<version>/warm-store-<hash>, the hash

@@ -173,6 +173,11 @@ func TestIntegrationWarmStore(t *testing.T) {
 		"/registry/namespaces/kube-system":                                    true,
 		"/registry/flowschemas/system-nodes":                                  true,
 		"/registry/services/specs/default/kubernetes":                         true,
+		"/registry/serviceaccounts/default/default":                           true,
+		"/registry/serviceaccounts/kube-system/default":                       true,
+		"/registry/serviceaccounts/kube-system/replicaset-controller":         true,
+		"/registry/serviceaccounts/kube-system/bootstrap-signer":              true, // a role binding's
+		"/registry/configmaps/default/kube-root-ca.crt":                       false,
 		"/registry/configmaps/kube-system/extension-apiserver-authentication": false,
 	} {
 		if got := etcdCount(t, url, key, false) > 0; got != want {
