@@ -165,7 +165,7 @@ func TestComponentArgs(t *testing.T) {
 			"--token-auth-file=/var/lib/herd/i/web-1/agent/pki/tokens.csv", "--etcd-count-metric-poll-period=0",
 		}},
 		{"kube-controller-manager", controllerManagerArgs(n), []string{"--leader-elect=false", "--kube-api-qps=200", "--kube-api-burst=300",
-			"--endpointslice-updates-batch-period=200ms",
+			"--endpointslice-updates-batch-period=50ms",
 			"--flex-volume-plugin-dir=/var/lib/herd/i/web-1/agent/flexvolume"}},
 		{"kube-scheduler", schedulerArgs(n), []string{"--leader-elect=false"}},
 		{"kubelet", kubeletArgs(n), []string{"--hostname-override=web-1", "--node-ip=10.213.0.10", "--root-dir=/var/lib/kubelet"}},
