@@ -6,12 +6,7 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"github.com/prometheus/procfs"
 )
 
 // switches are a process's context switches, summed over its threads: voluntary ones (a thread
@@ -21,48 +16,24 @@ type switches struct {
 	voluntary, involuntary int64
 }
 
-// procSwitches reads the context switches of every thread of process pid. Threads that ended are
-// not counted (Go's runtime seldom ends one).
+// procSwitches reads the context switches of every thread of process pid from
+// /proc/<pid>/task/*/status (procfs). Threads that ended are not counted (Go's runtime seldom
+// ends one).
 func procSwitches(pid int) (switches, bool) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
-	if err != nil || len(tasks) == 0 {
+	threads, err := procfs.AllThreads(pid)
+	if err != nil || len(threads) == 0 {
 		return switches{}, false
 	}
 	var sum switches
-	for _, t := range tasks {
-		f, err := os.Open(t)
+	for _, t := range threads {
+		st, err := t.NewStatus()
 		if err != nil {
 			continue // the thread ended meanwhile
 		}
-		s := statusSwitches(bufio.NewScanner(f))
-		f.Close()
-		sum.voluntary += s.voluntary
-		sum.involuntary += s.involuntary
+		sum.voluntary += int64(st.VoluntaryCtxtSwitches)
+		sum.involuntary += int64(st.NonVoluntaryCtxtSwitches)
 	}
 	return sum, true
-}
-
-// statusSwitches reads voluntary_ctxt_switches and nonvoluntary_ctxt_switches from a
-// /proc/<pid>/task/<tid>/status file.
-func statusSwitches(sc *bufio.Scanner) switches {
-	var s switches
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "voluntary_ctxt_switches":
-			s.voluntary = n
-		case "nonvoluntary_ctxt_switches":
-			s.involuntary = n
-		}
-	}
-	return s
 }
 
 // since is what s counts beyond an earlier reading; a count that went down (a thread ended) is
