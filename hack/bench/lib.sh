@@ -90,13 +90,12 @@ cpu_ticks() {
 # switches prints the context switches (voluntary and involuntary) of every thread of a process and
 # its children: each is a sleep and a wakeup, or a preemption, that the process's core pays for.
 switches() {
-	local total=0 pid f
+	local pid files=()
 	for pid in "$1" $(pgrep -P "$1" || true); do
-		for f in /proc/"$pid"/task/*/status; do
-			total=$((total + $(awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s + 0}' "$f")))
-		done
+		files+=(/proc/"$pid"/task/*/status)
 	done
-	echo "$total"
+	# One awk over every thread's file; a thread that ended since the glob counts nothing.
+	{ cat "${files[@]}" 2>/dev/null || true; } | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s + 0}'
 }
 
 # rotated prints its arguments after the first, one a line, rotated by round-1: each round another
