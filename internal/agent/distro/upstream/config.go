@@ -23,6 +23,9 @@ var (
 	ServiceCIDR = netip.MustParsePrefix("10.215.0.0/24")
 )
 
+// podBridge is the bridge the CNI plugin plugs every pod into, and the pods' gateway.
+const podBridge = "cni0"
+
 // Ports inside the instance. Only the API server and the kubelet listen on the instance address.
 const (
 	APIServerPort = 6443
@@ -191,7 +194,7 @@ func cniConfig(c nodeConfig) ([]byte, error) {
 		"name":       "herd-" + c.name,
 		"plugins": []any{
 			map[string]any{
-				"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"type": "bridge", "bridge": podBridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
 				"ipam": map[string]any{
 					"type":    "host-local",
 					"dataDir": c.l.path("cni", "networks"),

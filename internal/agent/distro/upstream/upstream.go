@@ -223,6 +223,10 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 			return nil, err
 		}
 	}
+	if err := forgetGonePodsHere(ctx, log); err != nil {
+		// Only a new pod that never speaks first at a reused address is slow to reach.
+		log.Warn("a new pod at a gone pod's address may be unreachable from the node for seconds", "err", err)
+	}
 	n.goWatch(ctx, "containerd ready", n.runtimeReady, n.containerdAnswers)
 	n.goWatch(ctx, "etcd healthy", nil, n.etcdHealthy)
 	n.wg.Add(1)
