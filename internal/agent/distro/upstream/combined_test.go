@@ -206,3 +206,16 @@ func TestCombinedCollectsMoreOften(t *testing.T) {
 		}
 	}
 }
+
+// etcd and containerd, which idle most, run Go's scheduler on one processor; kube-combined,
+// whose start is the instance's, keeps every core.
+func TestOnlyTheQuietComponentsRunOnOneProcessor(t *testing.T) {
+	for name, want := range map[string]bool{"etcd": true, "containerd": true, combinedName: false, "kubelet": false} {
+		if got := slices.Contains(goEnv(name), "GOMAXPROCS=1"); got != want {
+			t.Errorf("%s: GOMAXPROCS=1 in %q is %v, want %v", name, goEnv(name), got, want)
+		}
+		if !slices.Contains(goEnv(name), "GOGC="+gogc(name)) {
+			t.Errorf("%s: %q lacks GOGC=%s", name, goEnv(name), gogc(name))
+		}
+	}
+}

@@ -55,6 +55,22 @@ func gogc(name string) string {
 	return componentGOGC
 }
 
+// oneThreadRuntimes are the components that run Go's scheduler on one processor (GOMAXPROCS=1).
+// They need little CPU, and an idle instance's CPU is mostly wakeups: with a second processor,
+// each goroutine one of them readies (a raft tick handed from etcd's node loop to its server
+// loop, a CRI call from the kubelet served by containerd) wakes another thread to run it. Their
+// blocking system calls (etcd's fsync) still hand the processor on.
+var oneThreadRuntimes = map[string]bool{"etcd": true, "containerd": true}
+
+// goEnv is the Go runtime's environment of the process called name.
+func goEnv(name string) []string {
+	env := []string{"GOGC=" + gogc(name)}
+	if oneThreadRuntimes[name] {
+		env = append(env, "GOMAXPROCS=1")
+	}
+	return env
+}
+
 // Inside the instance's mount namespace, the state dir's containerd and kubelet directories are
 // bind-mounted on short paths (see privateRuntimeDirs): the paths of their unix sockets must fit
 // in a socket address (107 bytes), which a long state dir would not.

@@ -273,7 +273,7 @@ func (n *node) start(s proc.Spec) error {
 		return errors.New("upstream: node is stopping")
 	}
 	s.LogDir = n.cfg.l.logs()
-	s.Env = append(s.Env, "GOGC="+gogc(s.Name))
+	s.Env = append(s.Env, goEnv(s.Name)...)
 	p, err := proc.Start(s)
 	if err != nil {
 		return fmt.Errorf("upstream: %w", err)
