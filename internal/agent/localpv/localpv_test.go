@@ -8,11 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 )
 
@@ -110,4 +113,45 @@ func TestProvisionMakesDirectoryAndVolume(t *testing.T) {
 	if terms := v.Spec.NodeAffinity.Required.NodeSelectorTerms; len(terms) != 1 || terms[0].MatchExpressions[0].Values[0] != "n1" {
 		t.Errorf("node affinity %+v; want the node n1", terms)
 	}
+}
+
+// hasAction reports whether the client was asked verb on resource.
+func hasAction(cs *fake.Clientset, verb, resource string) bool {
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == resource {
+			return true
+		}
+	}
+	return false
+}
+
+// The library's controller (which reads volumes and classes, and ticks ten times a second while it
+// runs) starts with the node's first claim: before it, only the claims are listed and watched.
+func TestRunStartsTheControllerWithTheFirstClaim(t *testing.T) {
+	cs := fake.NewClientset()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		testProvisioner(t.TempDir()).Run(ctx, cs)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	waitFor("the claims' watch", func() bool { return hasAction(cs, "watch", "persistentvolumeclaims") })
+	if hasAction(cs, "list", "persistentvolumes") || hasAction(cs, "list", "storageclasses") {
+		t.Fatal("the controller started before any claim")
+	}
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "data"}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("default").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the controller's list of volumes and classes", func() bool {
+		return hasAction(cs, "list", "persistentvolumes") && hasAction(cs, "list", "storageclasses")
+	})
 }
