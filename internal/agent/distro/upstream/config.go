@@ -40,13 +40,15 @@ const (
 // 208 MB); idle CPU and boot time unchanged within noise.
 const componentGOGC = "25"
 
-// combinedGOGC is kube-combined's GOGC: its live heap (about 70 MB idle, about 90 MB while the API
-// server built its OpenAPI documents before serving; fixed from its start) is most of an
-// instance's own memory, and at 25 the collector let the heap grow by a quarter of it before
-// collecting. Measured on one idle instance, with the OpenAPI documents: its own memory 141.9 ->
-// 131.0 MB (heap goal 111 -> 100 MB) for 8 collections in 150 s instead of 4, about 0.0035 core
-// more.
-const combinedGOGC = "15"
+// combinedGOGC is kube-combined's GOGC, the same as the other components'. At 15 (its value
+// while the API server built its OpenAPI documents before serving, a live heap of about 90 MB)
+// its heap goal was 11 MB lower than at 25. With the documents built when first read, the idle
+// live heap is about 63 MB, and 15 collected it twice as often for a few MB: measured on one idle
+// instance each over 150 s, 8 collections against 4 and 5 at 25 (each marks the whole live heap;
+// a CPU profile put the collector at 12% of kube-combined's idle CPU at 15), heap goal 72.7
+// against 78-79 MB, kube-combined's own memory 98.9 against 102-106 MB. 50 took 2 collections
+// for a heap goal of 96 MB: not taken (docs/benchmarks/instance.md).
+const combinedGOGC = "25"
 
 // gogc is the GOGC of the process called name.
 func gogc(name string) string {
