@@ -146,7 +146,7 @@ bench-failover: deps kubernetes
 	$(GO) build -o $(BIN)/bench-e2e ./hack/bench/e2e
 	$(BIN)/bench-e2e -test TestIntegrationFailover -figures failover
 
-# Steps the load on a fleet of real local instances of examples/hello from about 1x to 4x its
+# Steps the load on a fleet of real local instances of examples/hello from 0.6x to 4x its
 # autoscaling target through herd's load balancer, without and with a warm pool (the end-to-end test
 # TestIntegrationAutoscale, which builds its own herd; needs root). Its last line is the figures.
 bench-autoscale: deps kubernetes
