@@ -47,6 +47,10 @@ var corednsDirectives = []string{"bind", "prometheus", "errors", "log", "loadbal
 func init() {
 	dnsserver.Directives = corednsDirectives
 	runners["coredns"] = prepareCoreDNS
+	caddy.RegisterParsingCallback("dns", "kubernetes", func(caddy.Context) error {
+		klog.ClearLogger()
+		return nil
+	})
 }
 
 // prepareCoreDNS parses the component's flags and returns what serves DNS until ctx ends.
@@ -89,9 +93,12 @@ func prepareCoreDNS(args []string) (func(ctx context.Context) error, error) {
 // klog, the whole process's log, at CoreDNS's logger, which writes to Go's standard log, which
 // main points at klog (logs.InitLogs): a loop in which the first line logged waits
 // forever for the standard log's lock it holds, and every component with it. So the standard log
-// writes to stderr while CoreDNS starts; then klog gets its own output back (what the
-// components' logging configuration, the text format, had set) and the standard log goes to
-// klog again. Nothing else sets the standard log's output while this process runs: main sets it
+// writes to stderr while CoreDNS starts; klog gets its own output back (what the components'
+// logging configuration, the text format, had set) as soon as the plugin's setup is done (the
+// parsing callback in init), not when Start returns: Start first waits, up to seconds, for the
+// plugin's informers, and every component's lines meanwhile would lose their timestamps and
+// key-value pairs to CoreDNS's format. When Start returns, the standard log goes to klog
+// again. Nothing else sets the standard log's output while this process runs: main sets it
 // once, before any component starts, and the kubelet and kube-proxy, whose commands set it as
 // they start, are built without that (hack/kubernetes/patches/standard-log-once.patch).
 func startCoreDNS(path string, corefile []byte) (*caddy.Instance, error) {
