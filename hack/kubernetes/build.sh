@@ -137,11 +137,16 @@ origin() {
 	fi
 	echo "$moddir/$f"
 }
+# copied: the files already copied, which an earlier patch may have changed (two patches may
+# change one file).
+declare -A copied=()
 for p in patches/*.patch; do
 	for f in $(awk '/^\+\+\+ b\// { sub(/^b\//, "", $2); print $2 }' "$p"); do
+		[[ -z ${copied[$f]:-} ]] || continue
 		# A copy of its own, not a link to the module cache's file, before it is changed.
 		src=$(origin "$f") && cp --remove-destination "$src" "$work/kubernetes/$f" && chmod u+w "$work/kubernetes/$f" ||
 			die "$p: cannot copy $f"
+		copied[$f]=1
 	done
 	patch --quiet --forward -p1 -d "$work/kubernetes" <"$p" >/dev/null || die "$p does not apply to k8s.io/kubernetes $version"
 done
