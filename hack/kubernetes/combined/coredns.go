@@ -104,6 +104,8 @@ func prepareCoreDNS(args []string) (func(ctx context.Context) error, error) {
 func startCoreDNS(path string, corefile []byte) (*caddy.Instance, error) {
 	log.SetOutput(os.Stderr)
 	inst, err := caddy.Start(caddy.CaddyfileInput{Filepath: path, Contents: corefile, ServerTypeName: "dns"})
+	// Again for a Start that failed after the plugin's setup and before its parsing callback:
+	// klog must not point at CoreDNS's logger once the standard log goes to klog.
 	klog.ClearLogger()
 	log.SetOutput(logs.KlogWriter{})
 	if err != nil {
