@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"herd.dev/herd/internal/agent/distro"
 	"herd.dev/herd/internal/agent/proc"
 	"herd.dev/herd/internal/agentauth"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/image"
 )
 
@@ -109,16 +109,6 @@ func makeBundle(t *testing.T, dist string, manifests map[string]string) string {
 	return dir
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 const okManifest = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"
 
 type run struct {
@@ -134,7 +124,7 @@ func startRun(t *testing.T, d distro.Distro, bundle string, edit func(*Config)) 
 		BundleDir:  bundle,
 		StateDir:   filepath.Join(t.TempDir(), "agent"),
 		Address:    netip.MustParseAddr("127.0.0.1"),
-		Port:       freePort(t),
+		Port:       freeport.TCP(t),
 		Credential: testCredential,
 		Distros:    map[string]distro.Distro{"upstream": d},
 	}

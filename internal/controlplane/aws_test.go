@@ -13,6 +13,7 @@ import (
 	"herd.dev/herd/internal/agent/ec2meta"
 	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/controlplane"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/image/imagetest"
 	"herd.dev/herd/internal/provider/aws/awstwin"
 )
@@ -47,7 +48,7 @@ spec:
     - name: eu
       provider: aws
       options: {%s}
-`, freePort(t), options)))
+`, freeport.TCP(t), options)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/freeport"
 )
 
 // countingOrigin answers every path with its name and the path, cacheable for ten minutes.
@@ -40,7 +41,7 @@ func TestIntegrationDistributionApplied(t *testing.T) {
 	c.up()
 	one, oneHits := countingOrigin(t, "one")
 	two, twoHits := countingOrigin(t, "two")
-	p1, p2 := freePort(t), freePort(t)
+	p1, p2 := freeport.TCP(t), freeport.TCP(t)
 	file := filepath.Join(c.dir, "dist.yaml")
 	write := func(listeners, origin string) {
 		t.Helper()
@@ -147,7 +148,7 @@ spec:
   image: demo
   replicas: {min: 0, max: 1, desired: 0}
   listeners: [{port: %d, instancePort: 30080}]
-`, freePort(t)))
+`, freeport.TCP(t)))
 	fleets, err := client.New(cfg).ListFleets(t.Context())
 	if err != nil || len(fleets) != 1 {
 		t.Fatalf("fleets: %v %v", fleets, err)

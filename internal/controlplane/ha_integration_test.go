@@ -18,6 +18,7 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controlplane"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/kubebin"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/fake"
@@ -299,7 +300,7 @@ func TestIntegrationHAReplicas(t *testing.T) {
 func edgeStatsAddUp(t *testing.T, rs []*replica, api *client.Client) {
 	t.Helper()
 	origin, _ := countingOrigin(t, "o")
-	port := freePort(t)
+	port := freeport.TCP(t)
 	docs, err := v1alpha1.DecodeAndValidate(fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
 kind: Distribution
 metadata: {name: site}

@@ -14,16 +14,8 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/freeport"
 )
-
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // loopbackBackends serves HTTP on 127.1.0.1 to 127.1.0.n, port port: the addresses the fake
 // provider gives the first instances of a fresh data dir, so these servers stand in for the
@@ -60,7 +52,7 @@ func loopbackManifest(t *testing.T, n int, handle func(addr string, w http.Respo
 	if handle == nil {
 		handle = func(addr string, w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s\n", addr) }
 	}
-	instancePort, lbPort := freePort(t), freePort(t)
+	instancePort, lbPort := freeport.TCP(t), freeport.TCP(t)
 	loopbackBackends(t, n, instancePort, handle)
 	return fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet

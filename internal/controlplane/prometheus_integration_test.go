@@ -22,6 +22,7 @@ import (
 
 	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/agentauth"
+	"herd.dev/herd/internal/freeport"
 )
 
 // fakeAgentCores is the CPU the fake agents report using.
@@ -86,7 +87,7 @@ scrape_configs:
   static_configs: [{targets: [%q]}]
 `, tokenFile, addr)
 	configPath := writeFile(t, dir, "prometheus.yml", config)
-	port := freePort(t)
+	port := freeport.TCP(t)
 	logPath := filepath.Join(dir, "prometheus.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {

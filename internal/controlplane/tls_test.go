@@ -15,6 +15,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controlplane"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/localca"
 )
 
@@ -23,7 +24,7 @@ import (
 // at apply with the field, and changes nothing.
 func TestListenerTLSLocalCA(t *testing.T) {
 	c, cl := inProcessWith(t, func(o *controlplane.Options) { o.LBAddress = "127.0.0.1" })
-	port := freePort(t)
+	port := freeport.TCP(t)
 	applyManifest(t, cl, fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: secure}

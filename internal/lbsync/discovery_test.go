@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/lbsync/lbsynctest"
 )
@@ -79,7 +80,7 @@ func TestDiscoveryRouter(t *testing.T) {
 func TestDiscoveryRouterPortTaken(t *testing.T) {
 	hello := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "api") }))
 	t.Cleanup(hello.Close)
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	taken, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(freeport.TCP(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,8 @@ func TestDiscoveryRouterPortTaken(t *testing.T) {
 	s.SetDiscovery(Discovery{Zone: "herd.internal.", Port: port, Gateway: func(string) (netip.Addr, bool) {
 		return netip.MustParseAddr("127.0.0.1"), true
 	}})
-	api := publishedFleet("api", int32(freePort(t)))
+	api := publishedFleet("api", int32(freeport.TCP(t)))
+	api.Spec.Listeners[0].Port = int32(freeport.TCP(t)) // not the http port's next, which may be taken
 	api.Spec.Listeners[1].InstancePort = int32(hello.Listener.Addr().(*net.TCPAddr).Port)
 	api.Spec.HealthCheck.Port = api.Spec.Listeners[1].InstancePort
 	inst := lbsynctest.Inst("api-a", "api-1", v1alpha1.PhaseReady, "127.0.0.1")
@@ -132,14 +134,4 @@ func TestDiscoveryRouterPortTaken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GET with Host API.herd.internal on the router: %s", last)
 	}
-}
-
-// freePort is a TCP port free on the host now.
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/addons"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/provider/local/localtest"
 )
 
@@ -24,7 +25,7 @@ import (
 // not as a pod, inside the instance (resource metrics).
 func TestIntegrationAddons(t *testing.T) {
 	e := newEnv(t, building("test/e2e/testdata/addons/image.yaml"))
-	frontPort, notesPort := freePort(t), freePort(t)
+	frontPort, notesPort := freeport.TCP(t), freeport.TCP(t)
 	e.startTwoListenerFleet("addons", "addons-e2e",
 		"front", frontPort, "notes", notesPort)
 	applied := time.Now()

@@ -17,6 +17,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/provider/local/localtest"
 )
 
@@ -109,7 +110,7 @@ func startAWS(t *testing.T) *awsScenario {
 	s.cloud.prepare()
 	e.startUp()
 	t.Cleanup(s.deleteFleet)
-	e.lbPort = freePort(t)
+	e.lbPort = freeport.TCP(t)
 	return s
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"herd.dev/herd/internal/freeport"
 )
 
 // TestIntegrationKustomizeAndHelm boots a real instance of examples/hello-charts, whose workloads
@@ -16,7 +18,7 @@ import (
 // they name, and calling each other by Service name through the DNS add-on.
 func TestIntegrationKustomizeAndHelm(t *testing.T) {
 	e := newEnv(t, building("examples/hello-charts/image.yaml"))
-	overlayPort, chartPort := freePort(t), freePort(t)
+	overlayPort, chartPort := freeport.TCP(t), freeport.TCP(t)
 	e.startTwoListenerFleet("charts", "hello-charts",
 		"overlay", overlayPort, "chart", chartPort)
 	inst := e.waitServing(1)[0].Metadata.Name

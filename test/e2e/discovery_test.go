@@ -16,6 +16,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/agent/cgroups"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/global/routes"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
@@ -62,11 +63,11 @@ func startDiscoveryScenario(t *testing.T) *discoveryScenario {
 	// Every address: each instance asks the DNS, and herd up's own load balancer (which serves
 	// the one-region fleets web and batch), at its own bridge's address (docs/discovery.md).
 	// The later --lb-address wins over startUp's.
-	e.upArgs = []string{"--discovery-listen", "0.0.0.0:" + strconv.Itoa(freePort(t)), "--lb-address", "0.0.0.0"}
+	e.upArgs = []string{"--discovery-listen", "0.0.0.0:" + strconv.Itoa(freeport.TCP(t)), "--lb-address", "0.0.0.0"}
 	e.startUp()
 	s := &discoveryScenario{env: e, ports: map[string]int{}}
 	for _, f := range []string{apiFleet, webFleet, batchFleet} {
-		s.ports[f] = freePort(t)
+		s.ports[f] = freeport.TCP(t)
 	}
 	start := time.Now()
 	s.applyFleet([]byte(strings.Join([]string{

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"herd.dev/herd/internal/apiserver"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/localca"
 )
 
@@ -23,7 +24,7 @@ import (
 func (e *env) checkEdgeTLS(fleet string) {
 	t := e.t
 	t.Helper()
-	name, port := fleet+"-edge", freePort(t)
+	name, port := fleet+"-edge", freeport.TCP(t)
 	yaml := fmt.Appendf(nil, `apiVersion: herd.dev/v1alpha1
 kind: Distribution
 metadata: {name: %s}

@@ -22,6 +22,7 @@ import (
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/agent/cgroups"
 	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
@@ -152,7 +153,7 @@ func startHelloEnv(t *testing.T) *env {
 	before := localtest.Take(t)
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	e.startUp()
-	e.lbPort = freePort(t)
+	e.lbPort = freeport.TCP(t)
 	return e
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/lb"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
@@ -50,9 +51,9 @@ func startGlobalScenario(t *testing.T) *globalScenario {
 	e.clientNets = []string{westNet, eastNet, nsNet}
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	sock := filepath.Join(e.dir, "api.sock")
-	e.upArgs = []string{"--dns-zone", globalZone, "--dns-listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--api-socket", sock}
+	e.upArgs = []string{"--dns-zone", globalZone, "--dns-listen", "127.0.0.1:" + strconv.Itoa(freeport.TCP(t)), "--api-socket", sock}
 	e.startUp()
-	e.lbPort = freePort(t)
+	e.lbPort = freeport.TCP(t)
 	s := &globalScenario{regionsScenario: &regionsScenario{env: e}, clients: map[string]netlab.ClientNetwork{}}
 	s.spec = fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet

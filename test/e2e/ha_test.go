@@ -15,6 +15,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/provider"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
@@ -68,7 +69,7 @@ func startHA(t *testing.T) *haScenario {
 		t.Fatal(err)
 	}
 	s.token = cfg.Token
-	e.lbPort = freePort(t)
+	e.lbPort = freeport.TCP(t)
 	return s
 }
 

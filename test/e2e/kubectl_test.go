@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"herd.dev/herd/internal/freeport"
 )
 
 // helloAppPort is the hello app's container port (examples/hello/manifests/deployment.yaml).
@@ -39,7 +41,7 @@ func (e *env) kubectlPortForward(inst, pod string, websockets bool) {
 	t := e.t
 	t.Helper()
 	env, proto := kubectlProtocol("PORT_FORWARD", websockets)
-	port := freePort(t)
+	port := freeport.TCP(t)
 	pf := e.startHerdEnv(env, "kubectl", inst, "--", "port-forward", "-n", "default", "pod/"+pod, fmt.Sprintf("%d:%d", port, helloAppPort))
 	l := pf.waitLine(30*time.Second, "Forwarding from", func(l string) bool { return strings.Contains(l, "Forwarding from") })
 	t.Logf("herd kubectl %s -- port-forward over %s: %s", inst, proto, l)

@@ -17,6 +17,7 @@ import (
 
 	"herd.dev/herd/api/v1alpha1"
 	"herd.dev/herd/internal/client"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/netlab"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
@@ -137,7 +138,7 @@ func startRegionsScenario(t *testing.T) *regionsScenario {
 	e.clientNets = []string{usersNet}
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	e.startUp()
-	e.lbPort = freePort(t)
+	e.lbPort = freeport.TCP(t)
 	s := &regionsScenario{env: e}
 	s.spec = fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet

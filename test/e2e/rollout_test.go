@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"herd.dev/herd/api/v1alpha1"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/provider/local/localtest"
 )
 
@@ -101,7 +102,7 @@ func startRolloutScenario(t *testing.T, variant, key, value, rollout string) *ro
 			s.load.finish()
 		}
 	})
-	e.lbPort = freePort(t)
+	e.lbPort = freeport.TCP(t)
 	s.spec = fmt.Sprintf(`apiVersion: herd.dev/v1alpha1
 kind: Fleet
 metadata: {name: %s}

@@ -24,6 +24,7 @@ import (
 	"herd.dev/herd/internal/agent/cgroups"
 	"herd.dev/herd/internal/client"
 	"herd.dev/herd/internal/controller"
+	"herd.dev/herd/internal/freeport"
 	"herd.dev/herd/internal/provider/local"
 	"herd.dev/herd/internal/provider/local/localtest"
 )
@@ -207,7 +208,7 @@ func TestIntegrationTenancy(t *testing.T) {
 	before := localtest.Take(t)
 	localtest.CleanupOnInterrupt(t, func() { e.cleanup(before) })
 	e.startUp()
-	e.lbPort = freePort(t)
+	e.lbPort = freeport.TCP(t)
 	s := &tenancyScenario{env: e, url: fmt.Sprintf("http://127.0.0.1:%d/", e.lbPort), owns: map[string]string{}}
 	spec := `apiVersion: herd.dev/v1alpha1
 kind: Fleet
