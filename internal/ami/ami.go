@@ -26,6 +26,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 	"golang.org/x/sync/errgroup"
+
+	"herd.dev/herd/internal/awsbody"
 )
 
 // Tags on the AMI and its snapshot.
@@ -104,6 +106,7 @@ func (a AWS) ec2(ctx context.Context, region string) (ec2API, error) {
 		if a.HTTPClient != nil {
 			o.HTTPClient = a.HTTPClient
 		}
+		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 	}), nil
 }
 
@@ -119,6 +122,7 @@ func (a AWS) ebs(ctx context.Context, region string) (ebsAPI, error) {
 		if a.HTTPClient != nil {
 			o.HTTPClient = a.HTTPClient
 		}
+		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 	}), nil
 }
 

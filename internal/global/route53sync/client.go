@@ -8,6 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/route53"
+
+	"herd.dev/herd/internal/awsbody"
 )
 
 // MaxAttempts is how many times the client sends a call that Route 53 answers with
@@ -30,5 +32,6 @@ func NewClient(ctx context.Context, endpoint string, optFns ...func(*config.Load
 		if endpoint != "" {
 			o.BaseEndpoint = aws.String(endpoint)
 		}
+		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 	}), nil
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	"golang.org/x/time/rate"
+
+	"herd.dev/herd/internal/awsbody"
 )
 
 // EC2 error codes the provider acts on.
@@ -45,6 +47,7 @@ func (p *Provider) client(ctx context.Context, t target) (ec2API, error) {
 			o.BaseEndpoint = aws.String(t.Endpoint)
 		}
 		o.APIOptions = append(o.APIOptions, rateLimit(limiter))
+		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 	})
 	p.clients[t] = c
 	return c, nil

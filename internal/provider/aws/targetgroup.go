@@ -22,6 +22,7 @@ import (
 	elbtypes "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
 	"golang.org/x/time/rate"
 
+	"herd.dev/herd/internal/awsbody"
 	"herd.dev/herd/internal/provider"
 )
 
@@ -76,6 +77,7 @@ func (p *Provider) elbClient(ctx context.Context, t target) (elbAPI, error) {
 			o.BaseEndpoint = aws.String(t.Endpoint)
 		}
 		o.APIOptions = append(o.APIOptions, rateLimit(limiter))
+		o.HTTPClient = awsbody.Wrap(o.HTTPClient)
 	})
 	p.tg.clients[t] = c
 	return c, nil
