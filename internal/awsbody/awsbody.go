@@ -21,12 +21,7 @@ import (
 // Wrap returns c with every request's body offered to net/http as a plain io.ReadCloser.
 // Set it as a client's HTTPClient in the options function given to NewFromConfig, which runs
 // after the SDK has set up its own client (timeouts, defaults mode) to wrap.
-func Wrap(c aws.HTTPClient) aws.HTTPClient {
-	if c == nil {
-		return nil
-	}
-	return client{c}
-}
+func Wrap(c aws.HTTPClient) aws.HTTPClient { return client{c} }
 
 type client struct{ next aws.HTTPClient }
 

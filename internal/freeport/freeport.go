@@ -25,7 +25,7 @@ var given sync.Map
 // the listener that wanted it then fails to bind for as long as that socket lives.
 func TCP(t testing.TB) int {
 	t.Helper()
-	low := EphemeralLow()
+	low := ephemeralLow()
 	for range 1000 {
 		port := first + rand.IntN(low-first)
 		if _, taken := given.LoadOrStore(port, true); taken {
@@ -42,8 +42,8 @@ func TCP(t testing.TB) int {
 	return 0
 }
 
-// EphemeralLow is the first port of the kernel's ephemeral range (32768 when it cannot be read).
-func EphemeralLow() int {
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when it cannot be read).
+func ephemeralLow() int {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		var lo, hi int

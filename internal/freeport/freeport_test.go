@@ -7,7 +7,7 @@ import (
 )
 
 func TestTCPIsOutsideTheEphemeralRangeAndBinds(t *testing.T) {
-	low := EphemeralLow()
+	low := ephemeralLow()
 	seen := map[int]bool{}
 	for range 50 {
 		port := TCP(t)

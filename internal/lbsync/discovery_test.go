@@ -21,13 +21,13 @@ import (
 	"herd.dev/herd/internal/lbsync/lbsynctest"
 )
 
-// publishedFleet is fleet name with a tcp listener first, then an http one on port, published
-// (defaults applied) in region eu.
-func publishedFleet(name string, port int32) *v1alpha1.Fleet {
+// publishedFleet is fleet name with a tcp listener on tcpPort first, then an http one on
+// httpPort, published (defaults applied) in region eu.
+func publishedFleet(name string, httpPort, tcpPort int32) *v1alpha1.Fleet {
 	f := &v1alpha1.Fleet{Metadata: v1alpha1.ObjectMeta{Name: name}, Spec: v1alpha1.FleetSpec{
 		Listeners: []v1alpha1.Listener{
-			{Name: "tcp", Port: port + 1, InstancePort: 30081, Protocol: v1alpha1.ProtocolTCP},
-			{Name: "http", Port: port, InstancePort: 30080},
+			{Name: "tcp", Port: tcpPort, InstancePort: 30081, Protocol: v1alpha1.ProtocolTCP},
+			{Name: "http", Port: httpPort, InstancePort: 30080},
 		},
 		Regions: []v1alpha1.Region{{Name: "eu"}},
 	}}
@@ -44,7 +44,7 @@ func TestDiscoveryRouter(t *testing.T) {
 	s.SetDiscovery(Discovery{Zone: "herd.internal.", Port: 80, Gateway: func(region string) (netip.Addr, bool) {
 		return netip.MustParseAddr("10.213.1.1"), region == "eu"
 	}})
-	api := publishedFleet("api", 8081)
+	api := publishedFleet("api", 8081, 8082)
 	inst := lbsynctest.Inst("api-a", "api-1", v1alpha1.PhaseReady, "10.213.1.10")
 	inst.Spec.Region = "eu"
 	s.SetFleetTargets(api, []*v1alpha1.Instance{inst}, nil)
@@ -67,7 +67,7 @@ func TestDiscoveryRouter(t *testing.T) {
 	loop := &fakeLB{}
 	s = New(loop, "127.0.0.1", nil)
 	s.SetDiscovery(Discovery{Zone: "herd.internal.", Port: 80})
-	s.SetFleetTargets(publishedFleet("api", 8081), []*v1alpha1.Instance{inst}, nil)
+	s.SetFleetTargets(publishedFleet("api", 8081, 8082), []*v1alpha1.Instance{inst}, nil)
 	for _, l := range loop.applied[0].Listeners {
 		if len(l.Routes) > 0 {
 			t.Errorf("a router on loopback, which no instance reaches: %+v", l)
@@ -96,8 +96,7 @@ func TestDiscoveryRouterPortTaken(t *testing.T) {
 	s.SetDiscovery(Discovery{Zone: "herd.internal.", Port: port, Gateway: func(string) (netip.Addr, bool) {
 		return netip.MustParseAddr("127.0.0.1"), true
 	}})
-	api := publishedFleet("api", int32(freeport.TCP(t)))
-	api.Spec.Listeners[0].Port = int32(freeport.TCP(t)) // not the http port's next, which may be taken
+	api := publishedFleet("api", int32(freeport.TCP(t)), int32(freeport.TCP(t)))
 	api.Spec.Listeners[1].InstancePort = int32(hello.Listener.Addr().(*net.TCPAddr).Port)
 	api.Spec.HealthCheck.Port = api.Spec.Listeners[1].InstancePort
 	inst := lbsynctest.Inst("api-a", "api-1", v1alpha1.PhaseReady, "127.0.0.1")
