@@ -93,13 +93,16 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 	if _, err := os.Stat("/dev/kvm"); err == nil {
 		accel = "kvm"
 	}
-	took, err := boot(ctx, first, work, seed, credential, accel, bootTimeout)
+	// The boot timeout bounds both boots, so that a KVM that fails late leaves TCG only what is left.
+	bootCtx, cancel := context.WithTimeout(ctx, bootTimeout)
+	defer cancel()
+	took, err := boot(bootCtx, first, work, seed, credential, accel)
 	if errors.Is(err, errKVM) {
 		// A nested KVM (a machine that is a VM itself) may fail on the firmware's first
 		// instructions; QEMU then pauses the machine rather than exit. TCG runs anything.
 		fmt.Fprintln(os.Stderr, "KVM could not run the machine: booting again under TCG")
 		accel = "tcg"
-		took, err = boot(ctx, first, work, seed, credential, accel, bootTimeout)
+		took, err = boot(bootCtx, first, work, seed, credential, accel)
 	}
 	if err != nil {
 		return "", err
@@ -108,9 +111,14 @@ func run(ctx context.Context, herd, nodeImage, existing string, twice bool, boot
 }
 
 // errKVM is a boot that QEMU could not run under KVM.
-var errKVM = errors.New("KVM internal error")
+var errKVM = errors.New("KVM could not run the machine")
 
-// kvmWatch passes QEMU's output on and closes failed when QEMU reports a KVM internal error.
+// kvmFailures are what QEMU prints when KVM cannot run the machine: an internal error (QEMU
+// then pauses the machine rather than exit), or a model-specific register the host's KVM
+// refuses, after which QEMU aborts, and an abort under a nested KVM may never finish exiting.
+var kvmFailures = [][]byte{[]byte("KVM internal error"), []byte("failed to set MSR"), []byte("kvm_buf_set_msrs")}
+
+// kvmWatch passes QEMU's output on and closes failed when QEMU reports that KVM failed.
 type kvmWatch struct {
 	out    io.Writer
 	failed chan struct{}
@@ -120,8 +128,10 @@ type kvmWatch struct {
 
 func (w *kvmWatch) Write(p []byte) (int, error) {
 	w.seen = append(w.seen, p...)
-	if bytes.Contains(w.seen, []byte(errKVM.Error())) {
-		w.once.Do(func() { close(w.failed) })
+	for _, failure := range kvmFailures {
+		if bytes.Contains(w.seen, failure) {
+			w.once.Do(func() { close(w.failed) })
+		}
 	}
 	if n := len(w.seen); n > 64 {
 		w.seen = w.seen[n-64:]
@@ -130,8 +140,8 @@ func (w *kvmWatch) Write(p []byte) (int, error) {
 }
 
 // boot boots a copy of the disk under QEMU with the seed and waits until it serves. It copies
-// the disk afresh, so that a second boot starts from the image as built.
-func boot(ctx context.Context, first built, work, seed, credential, accel string, bootTimeout time.Duration) (time.Duration, error) {
+// the disk afresh, so that a second boot starts from the image as built. ctx bounds the wait.
+func boot(ctx context.Context, first built, work, seed, credential, accel string) (time.Duration, error) {
 	// The machine's disk is bigger than the image, as an AMI's volume may be: a sparse copy with
 	// grow more at its end, where the root must grow to at first boot. The disk stays as built.
 	boot := filepath.Join(work, "boot.raw")
@@ -142,7 +152,9 @@ func boot(ctx context.Context, first built, work, seed, credential, accel string
 	console := filepath.Join(work, "console.log")
 	cpu := "max"
 	if accel == "kvm" {
-		cpu = "host"
+		// Without arch-capabilities QEMU does not set IA32_ARCH_CAPABILITIES (MSR 0x10a), which
+		// a nested KVM may refuse, aborting QEMU; the guest needs none of what it reports.
+		cpu = "host,arch-capabilities=off"
 	}
 	args := []string{
 		"-machine", "q35,accel=" + accel, "-cpu", cpu, "-smp", "2", "-m", "4096",
@@ -156,26 +168,17 @@ func boot(ctx context.Context, first built, work, seed, credential, accel string
 	qemu := exec.Command("qemu-system-x86_64", args...)
 	watch := &kvmWatch{out: os.Stderr, failed: make(chan struct{})}
 	qemu.Stdout, qemu.Stderr = watch, watch
+	qemu.WaitDelay = 5 * time.Second // Wait returns when QEMU has exited, whoever holds its output open
 	start := time.Now()
 	if err := qemu.Start(); err != nil {
 		return 0, fmt.Errorf("qemu: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- qemu.Wait() }()
-	defer func() {
-		_ = qemu.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = qemu.Process.Kill()
-			<-exited
-		}
-	}()
+	defer stopQEMU(qemu.Process, exited)
 	fmt.Fprintf(os.Stderr, "booting %s under QEMU (%s), app on 127.0.0.1:%d, agent on 127.0.0.1:%d\n", first.path, accel, appHost, agentHost)
 
-	bootCtx, cancel := context.WithTimeout(ctx, bootTimeout)
-	defer cancel()
-	if err := waitServing(bootCtx, exited, watch.failed, credential, agentHost, appHost); err != nil {
+	if err := waitServing(ctx, exited, watch.failed, credential, agentHost, appHost); err != nil {
 		return 0, fmt.Errorf("%w\nconsole (last lines):\n%s", err, lastLines(console, 60))
 	}
 	took := time.Since(start)
@@ -183,6 +186,24 @@ func boot(ctx context.Context, first built, work, seed, credential, accel string
 		return 0, fmt.Errorf("serving after %.1f s, but %w", took.Seconds(), err)
 	}
 	return took, nil
+}
+
+// stopQEMU stops QEMU, by SIGTERM and then SIGKILL. A QEMU stuck in the kernel (an abort under a
+// nested KVM can leave it so) may outlive even SIGKILL: it is then named and left, rather than
+// waited for without end.
+func stopQEMU(qemu *os.Process, exited <-chan error) {
+	_ = qemu.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return
+	case <-time.After(10 * time.Second):
+	}
+	_ = qemu.Kill()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		fmt.Fprintf(os.Stderr, "test-disk: QEMU (pid %d) has not exited 30 s after SIGKILL: left as it is\n", qemu.Pid)
+	}
 }
 
 // buildDisks builds the node image and its disk, twice when twice is set, and wants the same
