@@ -146,6 +146,7 @@ func names() []string {
 }
 
 func main() {
+	bootGC()
 	args := os.Args[1:]
 	var readyKubeconfig string
 	if len(args) > 0 && strings.HasPrefix(args[0], readyFlag+"=") {

@@ -47,7 +47,8 @@ const componentGOGC = "25"
 // instance each over 150 s, 8 collections against 4 and 5 at 25 (each marks the whole live heap;
 // a CPU profile put the collector at 12% of kube-combined's idle CPU at 15), heap goal 72.7
 // against 78-79 MB, kube-combined's own memory 98.9 against 102-106 MB. 50 took 2 collections
-// for a heap goal of 96 MB: not taken (docs/benchmarks/instance.md).
+// for a heap goal of 96 MB: not taken (docs/benchmarks/instance.md). kube-combined runs its
+// first seconds, the node's boot, at a higher GOGC of its own (hack/kubernetes/combined/bootgc.go).
 const combinedGOGC = "25"
 
 // gogc is the GOGC of the process called name.
