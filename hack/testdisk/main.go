@@ -116,7 +116,7 @@ var errKVM = errors.New("KVM could not run the machine")
 // kvmFailures are what QEMU prints when KVM cannot run the machine: an internal error (QEMU
 // then pauses the machine rather than exit), or a model-specific register the host's KVM
 // refuses, after which QEMU aborts, and an abort under a nested KVM may never finish exiting.
-var kvmFailures = [][]byte{[]byte("KVM internal error"), []byte("failed to set MSR"), []byte("kvm_buf_set_msrs")}
+var kvmFailures = [][]byte{[]byte("KVM internal error"), []byte("failed to set MSR")}
 
 // kvmWatch passes QEMU's output on and closes failed when QEMU reports that KVM failed.
 type kvmWatch struct {
