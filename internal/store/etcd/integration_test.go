@@ -138,7 +138,7 @@ func TestIntegrationEtcdMemberLoss(t *testing.T) {
 	}
 	for i := range after {
 		name := "after-" + strconv.Itoa(i)
-		if err := createRetryingOnce(ctx, s, name); err != nil {
+		if err := createRetrying(ctx, s, name); err != nil {
 			t.Fatalf("write %d after losing a member: %v", i, err)
 		}
 		rec, err := s.Get(ctx, "instance", name)
@@ -175,10 +175,9 @@ func TestIntegrationEtcdMemberLoss(t *testing.T) {
 	if err := c.Kill(c.Members[1]); err != nil {
 		t.Fatal(err)
 	}
-	// If the member killed led the cluster, a write in flight times out while the other two elect a
-	// new leader: a client retries it once. The retry finds the record when the first attempt did
-	// commit, which is success too.
-	if err := createRetryingOnce(ctx, s, "last"); err != nil {
+	// If the member killed led the cluster, writes time out while the other two elect a new leader;
+	// the store resumes once they have one.
+	if err := createRetrying(ctx, s, "last"); err != nil {
 		t.Fatalf("write after a member returned and another left: %v", err)
 	}
 	if recs, _, err := s.List(ctx, "instance"); err != nil || len(recs) != before+after+1 {
@@ -251,16 +250,27 @@ func TestIntegrationEtcdWatchCompaction(t *testing.T) {
 	}
 }
 
-// createRetryingOnce creates an instance record, retrying once after an error: the retry of a
-// write whose first attempt committed finds the record there, which counts as success.
-func createRetryingOnce(ctx context.Context, s store.Store, name string) error {
-	_, err := store.Create(ctx, s, "instance", name, []byte(`{}`))
-	if err == nil {
-		return nil
+// createRetrying creates an instance record the way herd's controllers write: a write etcd could
+// not serve (store.ErrUnavailable) is tried again until it succeeds or 30 s have passed. A write in
+// flight when a leader dies is dropped with it and times out (5 s); so can the next one, sent
+// before the members left have noticed. A retry that finds the record there means an earlier
+// attempt did commit, which is success too.
+func createRetrying(ctx context.Context, s store.Store, name string) error {
+	var errs []error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := store.Create(ctx, s, "instance", name, []byte(`{}`))
+		switch {
+		case err == nil, len(errs) > 0 && errors.Is(err, store.ErrExists):
+			return true, nil
+		case errors.Is(err, store.ErrUnavailable):
+			errs = append(errs, err)
+			return false, nil
+		default:
+			return false, err
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%w after %d attempts: %w", err, len(errs), errors.Join(errs...))
 	}
-	_, retry := store.Create(ctx, s, "instance", name, []byte(`{}`))
-	if retry == nil || errors.Is(retry, store.ErrExists) {
-		return nil
-	}
-	return fmt.Errorf("%w; retried: %w", err, retry)
+	return nil
 }
