@@ -144,14 +144,24 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 			return "", err
 		}
 		createTook := time.Since(start)
+		// An instance that does not come up keeps its logs too: they say why.
+		keepLogsAfter := func(err error) error {
+			if logs != "" {
+				if kerr := keepLogs(p.InstanceDir(name), filepath.Join(logs, name)); kerr != nil {
+					return errors.Join(err, kerr)
+				}
+				return fmt.Errorf("%w (its logs are in %s)", err, filepath.Join(logs, name))
+			}
+			return err
+		}
 		if err := waitApp(ctx, p, in, 3*time.Minute); err != nil {
-			return "", err
+			return "", keepLogsAfter(err)
 		}
 		answered := time.Since(start)
 		// The instance's own verdict (the agent's, after the workloads' steady wait) comes
 		// apart from the app's first answer, and is what herd and the tests wait for.
 		if err := waitReady(ctx, p, name, 3*time.Minute); err != nil {
-			return "", err
+			return "", keepLogsAfter(err)
 		}
 		ready := time.Since(start)
 		boot := answered.Seconds()
