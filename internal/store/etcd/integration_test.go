@@ -256,21 +256,22 @@ func TestIntegrationEtcdWatchCompaction(t *testing.T) {
 // before the members left have noticed. A retry that finds the record there means an earlier
 // attempt did commit, which is success too.
 func createRetrying(ctx context.Context, s store.Store, name string) error {
-	var errs []error
+	var failed int
+	var last error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := store.Create(ctx, s, "instance", name, []byte(`{}`))
 		switch {
-		case err == nil, len(errs) > 0 && errors.Is(err, store.ErrExists):
+		case err == nil, failed > 0 && errors.Is(err, store.ErrExists):
 			return true, nil
 		case errors.Is(err, store.ErrUnavailable):
-			errs = append(errs, err)
+			failed, last = failed+1, err
 			return false, nil
 		default:
 			return false, err
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("%w after %d attempts: %w", err, len(errs), errors.Join(errs...))
+		return fmt.Errorf("%w after %d unavailable attempts, the last: %w", err, failed, last)
 	}
 	return nil
 }
