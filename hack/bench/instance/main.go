@@ -145,14 +145,15 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 		}
 		createTook := time.Since(start)
 		// An instance that does not come up keeps its logs too: they say why.
+		keptLogs := filepath.Join(logs, name)
 		keepLogsAfter := func(err error) error {
-			if logs != "" {
-				if kerr := keepLogs(p.InstanceDir(name), filepath.Join(logs, name)); kerr != nil {
-					return errors.Join(err, kerr)
-				}
-				return fmt.Errorf("%w (its logs are in %s)", err, filepath.Join(logs, name))
+			if logs == "" {
+				return err
 			}
-			return err
+			if kerr := keepLogs(p.InstanceDir(name), keptLogs); kerr != nil {
+				return errors.Join(err, kerr)
+			}
+			return fmt.Errorf("%w (its logs are in %s)", err, keptLogs)
 		}
 		if err := waitApp(ctx, p, in, 3*time.Minute); err != nil {
 			return "", keepLogsAfter(err)
@@ -182,7 +183,7 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 		}
 		last = in
 		if logs != "" {
-			if err := keepLogs(p.InstanceDir(name), filepath.Join(logs, name)); err != nil {
+			if err := keepLogs(p.InstanceDir(name), keptLogs); err != nil {
 				return "", err
 			}
 		}
