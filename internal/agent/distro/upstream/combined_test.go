@@ -194,11 +194,20 @@ func TestProcessesOnAWarmStore(t *testing.T) {
 // whose start is the instance's, keeps every core.
 func TestOnlyTheQuietComponentsRunOnOneProcessor(t *testing.T) {
 	for name, want := range map[string]bool{"etcd": true, "containerd": true, combinedName: false, "kubelet": false} {
-		if got := slices.Contains(goEnv(name), "GOMAXPROCS=1"); got != want {
-			t.Errorf("%s: GOMAXPROCS=1 in %q is %v, want %v", name, goEnv(name), got, want)
+		if got := slices.Contains(componentEnv(name), "GOMAXPROCS=1"); got != want {
+			t.Errorf("%s: GOMAXPROCS=1 in %q is %v, want %v", name, componentEnv(name), got, want)
 		}
-		if !slices.Contains(goEnv(name), "GOGC="+gogc(name)) {
-			t.Errorf("%s: %q lacks GOGC=%s", name, goEnv(name), gogc(name))
+		if !slices.Contains(componentEnv(name), "GOGC="+gogc(name)) {
+			t.Errorf("%s: %q lacks GOGC=%s", name, componentEnv(name), gogc(name))
+		}
+	}
+}
+
+// The components that write iptables rules write IPv4 ones only, wherever they run.
+func TestOnlyTheRuleWritersAreIPv4Only(t *testing.T) {
+	for name, want := range map[string]bool{combinedName: true, "kubelet": true, "kube-proxy": true, "kube-apiserver": false, "etcd": false, "containerd": false} {
+		if got := slices.Contains(componentEnv(name), "KUBE_IPTABLES_IPV4_ONLY=true"); got != want {
+			t.Errorf("%s: KUBE_IPTABLES_IPV4_ONLY=true in %q is %v, want %v", name, componentEnv(name), got, want)
 		}
 	}
 }

@@ -66,11 +66,21 @@ func gogc(name string) string {
 // blocking system calls (etcd's fsync) still hand the processor on.
 var oneThreadRuntimes = map[string]bool{"etcd": true, "containerd": true}
 
-// goEnv is the Go runtime's environment of the process called name.
-func goEnv(name string) []string {
+// ipv4OnlyRuntimes are the components that write iptables rules: the kubelet and kube-proxy, on
+// their own or in kube-combined. The instance's cluster is IPv4 only, and with
+// KUBE_IPTABLES_IPV4_ONLY (hack/kubernetes/patches/iptables-ipv4-only.patch) they write no
+// IPv6 rules, which no packet could match.
+var ipv4OnlyRuntimes = map[string]bool{"kubelet": true, "kube-proxy": true, combinedName: true}
+
+// componentEnv is the environment of the process called name: its Go runtime's, and
+// KUBE_IPTABLES_IPV4_ONLY where it writes iptables rules.
+func componentEnv(name string) []string {
 	env := []string{"GOGC=" + gogc(name)}
 	if oneThreadRuntimes[name] {
 		env = append(env, "GOMAXPROCS=1")
+	}
+	if ipv4OnlyRuntimes[name] {
+		env = append(env, "KUBE_IPTABLES_IPV4_ONLY=true")
 	}
 	return env
 }
@@ -207,14 +217,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 }
 
 // cniConfig renders the CNI network list: a bridge (cni0) with host-local IPAM keeping its
-// allocations in the state dir, portmap and loopback.
+// allocations in the state dir, portmap and loopback. The bridge plugin does not masquerade
+// (ipMasq): the agent's one rule for the pod range does (masqueradePods).
 func cniConfig(c nodeConfig) ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "0.4.0",
 		"name":       "herd-" + c.name,
 		"plugins": []any{
 			map[string]any{
-				"type": "bridge", "bridge": podBridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"type": "bridge", "bridge": podBridge, "isGateway": true, "ipMasq": false, "hairpinMode": true,
 				"ipam": map[string]any{
 					"type":    "host-local",
 					"dataDir": c.l.path("cni", "networks"),

@@ -54,8 +54,9 @@ func TestCNIConfig(t *testing.T) {
 	var conf struct {
 		Name    string `json:"name"`
 		Plugins []struct {
-			Type string `json:"type"`
-			IPAM struct {
+			Type   string `json:"type"`
+			IPMasq *bool  `json:"ipMasq"`
+			IPAM   struct {
 				DataDir string `json:"dataDir"`
 				Ranges  [][]struct {
 					Subnet string `json:"subnet"`
@@ -71,6 +72,10 @@ func TestCNIConfig(t *testing.T) {
 	}
 	if conf.Plugins[0].IPAM.DataDir != "/var/lib/herd/i/web-1/agent/cni/networks" || conf.Plugins[0].IPAM.Ranges[0][0].Subnet != "10.214.0.0/24" {
 		t.Errorf("ipam = %+v", conf.Plugins[0].IPAM)
+	}
+	// The agent's one rule masquerades the pods' traffic (masqueradePods), not a chain per pod.
+	if m := conf.Plugins[0].IPMasq; m == nil || *m {
+		t.Errorf("bridge ipMasq = %v, want false", m)
 	}
 }
 

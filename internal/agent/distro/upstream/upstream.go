@@ -215,6 +215,10 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 		cancel:       cancel,
 		procs:        map[string]*proc.Process{},
 	}
+	// The pods' masquerade rule is written while the first components start; the kubelet,
+	// which starts the pods, starts after it.
+	masquerading := make(chan error, 1)
+	go func() { masquerading <- masqueradePods(PodCIDR) }()
 	first, rest := processes(bins, cfg)
 	for _, s := range first {
 		if err := n.start(s); err != nil {
@@ -242,6 +246,10 @@ func (d *Distro) Start(ctx context.Context, spec distro.Spec) (distro.Node, erro
 			spec.Step("kube-apiserver serving")
 		}
 		next := func() {
+			if err := <-masquerading; err != nil {
+				n.fail(err)
+				return
+			}
 			for _, s := range rest {
 				if err := n.start(s); err != nil {
 					n.fail(err)
@@ -273,7 +281,7 @@ func (n *node) start(s proc.Spec) error {
 		return errors.New("upstream: node is stopping")
 	}
 	s.LogDir = n.cfg.l.logs()
-	s.Env = append(s.Env, goEnv(s.Name)...)
+	s.Env = append(s.Env, componentEnv(s.Name)...)
 	p, err := proc.Start(s)
 	if err != nil {
 		return fmt.Errorf("upstream: %w", err)

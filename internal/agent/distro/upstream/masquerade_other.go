@@ -1,0 +1,7 @@
+//go:build !linux
+
+package upstream
+
+import "net/netip"
+
+func masqueradePods(netip.Prefix) error { return nil }
