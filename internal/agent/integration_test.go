@@ -347,6 +347,23 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The instance's packet rules: kube-proxy and the kubelet wrote no IPv6 ones
+	// (KUBE_IPTABLES_IPV4_ONLY), and the pods' traffic leaving the node is masqueraded by the
+	// agent's one rule, not by the CNI bridge plugin's chain per pod.
+	inNetns := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", in.netns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s in the instance: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if v6 := inNetns("ip6tables-save"); strings.Contains(v6, "KUBE-") {
+		t.Errorf("IPv6 rules of Kubernetes in the instance:\n%s", v6)
+	}
+	if nat := inNetns("iptables", "-t", "nat", "-S"); strings.Count(nat, `--comment "herd: pod traffic leaving the node" -j MASQUERADE`) != 1 || strings.Contains(nat, "CNI-") || !strings.Contains(nat, "KUBE-SERVICES") {
+		t.Errorf("the instance's NAT rules: want the agent's masquerade rule once, kube-proxy's, and no CNI chain:\n%s", nat)
+	}
 	if mb, n := rssSumMB(in.cgroupRoot); n > 0 {
 		t.Logf("RSS just after boot (not idle): %.0f MB over %d processes", mb, n)
 	}

@@ -19,7 +19,7 @@ func TestMasqueradePodsWritesOneRuleOnce(t *testing.T) {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		t.Fatalf("iptables is not on PATH: run make deps (hack/install-deps.sh): %v", err)
 	}
-	ns := neighTestNetns(t, "masq")
+	ns := testNetns(t, "masq")
 	var rules string
 	if err := hostnet.InNetns(filepath.Join(hostnet.NetnsDir, ns), func() error {
 		for range 2 { // the agent's start, then its restart

@@ -25,7 +25,7 @@ func TestNewPodAtAGonePodsAddressIsReachable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("network namespaces need root")
 	}
-	node := neighTestNetns(t, "node")
+	node := testNetns(t, "node")
 	ip := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
@@ -39,7 +39,7 @@ func TestNewPodAtAGonePodsAddressIsReachable(t *testing.T) {
 	ip("-n", node, "link", "set", "cni0", "up")
 	const podAddr = "10.99.0.5"
 	addPod := func(name, mac string) net.Listener {
-		pod := neighTestNetns(t, name)
+		pod := testNetns(t, name)
 		ip("-n", node, "link", "add", "v"+name, "type", "veth", "peer", "name", "eth0", "netns", pod)
 		ip("-n", node, "link", "set", "v"+name, "master", "cni0", "up")
 		ip("-n", pod, "link", "set", "eth0", "address", mac, "up")
@@ -114,10 +114,10 @@ func TestNewPodAtAGonePodsAddressIsReachable(t *testing.T) {
 	}
 }
 
-// neighTestNetns makes a named network namespace for the test, deleted when it ends.
-func neighTestNetns(t *testing.T, what string) string {
+// testNetns makes a named network namespace for the test, deleted when it ends.
+func testNetns(t *testing.T, what string) string {
 	t.Helper()
-	ns := fmt.Sprintf("herdtest-neigh-%s-%d", what, os.Getpid())
+	ns := fmt.Sprintf("herdtest-upstream-%s-%d", what, os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v %s", err, out)
 	}
