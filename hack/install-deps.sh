@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that herd's local instances and benchmarks need:
 # containerd, runc and the CNI plugins (run the pods), etcd (each instance's
-# store), iptables, conntrack and iproute2 (network namespaces, bridges,
-# kube-proxy), openssl (instance certificates and keys), prometheus (its
+# store), iptables, nftables, conntrack and iproute2 (network namespaces, bridges,
+# the kubelet's and kube-proxy's rules), openssl (instance certificates and keys), prometheus (its
 # promtool checks the shipped alert rules; the integration tests run a real
 # Prometheus scraping herd up), chromium (the dashboard's tests drive a real
 # headless browser), busybox-static (the shell image herd image build bakes
@@ -23,7 +23,7 @@
 # Needs root (or sudo) and Debian or a derivative with apt.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins etcd-server iptables iproute2 conntrack openssl prometheus chromium
+packages=(containerd runc containernetworking-plugins etcd-server iptables nftables iproute2 conntrack openssl prometheus chromium
 	busybox-static bind9-dnsutils knot dnsperf varnish curl netcat-openbsd awscli
 	mmdebstrap e2fsprogs dosfstools mtools fdisk binutils systemd-boot-efi qemu-system-x86 ovmf patch)
 
@@ -32,7 +32,7 @@ packages=(containerd runc containernetworking-plugins etcd-server iptables iprou
 required=(
 	/usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc
 	/usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /usr/lib/cni/portmap
-	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
+	/usr/bin/etcd /usr/sbin/iptables /usr/sbin/nft /usr/sbin/conntrack /usr/sbin/ip /usr/bin/openssl
 	/usr/bin/prometheus /usr/bin/promtool /usr/bin/chromium /bin/busybox
 	/usr/bin/dig /usr/sbin/knotd /usr/bin/dnsperf /usr/sbin/varnishd /usr/bin/curl /bin/nc.openbsd /usr/bin/aws
 	/usr/bin/mmdebstrap /usr/sbin/mke2fs /usr/sbin/debugfs /usr/sbin/mkfs.fat /usr/bin/mcopy /usr/sbin/sfdisk

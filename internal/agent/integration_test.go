@@ -46,7 +46,7 @@ func requireIntegration(t *testing.T) {
 			t.Skipf("%v (run make kubernetes)", err)
 		}
 	}
-	for _, bin := range []string{"containerd", "ctr", "etcd", "runc", "iptables", "ip", "nsenter", "go"} {
+	for _, bin := range []string{"containerd", "ctr", "etcd", "runc", "iptables", "nft", "ip", "nsenter", "go"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s not found on PATH (run make deps)", bin)
 		}
@@ -347,9 +347,10 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The instance's packet rules: kube-proxy and the kubelet wrote no IPv6 ones
-	// (KUBE_IPTABLES_IPV4_ONLY), and the pods' traffic leaving the node is masqueraded by the
-	// agent's one rule, not by the CNI bridge plugin's chain per pod.
+	// The instance's packet rules: kube-proxy's are in its one nftables table, the IPv4 one;
+	// the kubelet wrote no IPv6 iptables rules (KUBE_IPTABLES_IPV4_ONLY); and the pods' traffic
+	// leaving the node is masqueraded by the agent's one rule, not by the CNI bridge plugin's
+	// chain per pod.
 	inNetns := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command("ip", append([]string{"netns", "exec", in.netns}, args...)...).CombinedOutput()
@@ -361,8 +362,14 @@ func TestIntegrationAgentBoots(t *testing.T) {
 	if v6 := inNetns("ip6tables-save"); strings.Contains(v6, "KUBE-") {
 		t.Errorf("IPv6 rules of Kubernetes in the instance:\n%s", v6)
 	}
-	if nat := inNetns("iptables", "-t", "nat", "-S"); strings.Count(nat, `--comment "herd: pod traffic leaving the node" -j MASQUERADE`) != 1 || strings.Contains(nat, "CNI-") || !strings.Contains(nat, "KUBE-SERVICES") {
-		t.Errorf("the instance's NAT rules: want the agent's masquerade rule once, kube-proxy's, and no CNI chain:\n%s", nat)
+	if nat := inNetns("iptables", "-t", "nat", "-S"); strings.Count(nat, `--comment "herd: pod traffic leaving the node" -j MASQUERADE`) != 1 || strings.Contains(nat, "CNI-") || strings.Contains(nat, "KUBE-SERVICES") {
+		t.Errorf("the instance's NAT rules: want the agent's masquerade rule once, and no CNI or kube-proxy chain:\n%s", nat)
+	}
+	if tables := inNetns("nft", "list", "tables"); !strings.Contains(tables, "table ip kube-proxy") || strings.Contains(tables, "ip6 kube-proxy") {
+		t.Errorf("the instance's nftables tables: want kube-proxy's IPv4 table and no IPv6 one:\n%s", tables)
+	}
+	if kp := inNetns("nft", "list", "table", "ip", "kube-proxy"); !strings.Contains(kp, "default/hello") {
+		t.Errorf("kube-proxy's table has no rule for the hello Service:\n%s", kp)
 	}
 	if mb, n := rssSumMB(in.cgroupRoot); n > 0 {
 		t.Logf("RSS just after boot (not idle): %.0f MB over %d processes", mb, n)

@@ -5,7 +5,7 @@
 // (systemd's EFI stub, Debian's cloud kernel, an initrd and the kernel command line naming the
 // root partition) at the removable-media path \EFI\BOOT\BOOTX64.EFI, and an ext4 root: a minimal
 // Debian made by mmdebstrap from Debian's packages (systemd, containerd, runc, the CNI plugins,
-// etcd, iptables, conntrack) with the pinned Kubernetes components (kubebin), herd-agent, the
+// etcd, iptables, nftables, conntrack) with the pinned Kubernetes components (kubebin), herd-agent, the
 // bundle's configuration and manifests, and its images already in containerd's store and
 // unpacked (preload.go), and no package caches, documentation or man pages. systemd starts
 // `herd-agent machine` at boot, which learns the instance's name and address from the machine

@@ -23,7 +23,7 @@ var Packages = []string{
 	"linux-image-cloud-amd64", "initramfs-tools", "kmod", "udev",
 	"systemd", "systemd-sysv", "dbus",
 	"containerd", "runc", "containernetworking-plugins", "etcd-server",
-	"iptables", "conntrack", "iproute2",
+	"iptables", "nftables", "conntrack", "iproute2",
 }
 
 // Where herd's files are on the disk.

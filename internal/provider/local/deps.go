@@ -13,7 +13,7 @@ import (
 // Host programs a local instance needs, by the command that installs them.
 var (
 	// depCommands are looked up in PATH; `make deps` (hack/install-deps.sh) installs them.
-	depCommands = []string{"nsenter", "iptables", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "etcd", "conntrack"}
+	depCommands = []string{"nsenter", "iptables", "nft", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "etcd", "conntrack"}
 	// depFiles are CNI plugins at Debian's path; `make deps` installs them too.
 	depFiles = []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/usr/lib/cni/portmap"}
 	// kubeComponents are the upstream components each instance runs; `make kubernetes` builds them.

@@ -138,21 +138,21 @@ func TestKubeProxyConfig(t *testing.T) {
 			Min                   *int   `json:"min"`
 			TCPEstablishedTimeout string `json:"tcpEstablishedTimeout"`
 		} `json:"conntrack"`
-		IPTables struct {
+		NFTables struct {
 			MinSyncPeriod string `json:"minSyncPeriod"`
-		} `json:"iptables"`
+		} `json:"nftables"`
 	}
 	if err := yaml.Unmarshal(data, &conf); err != nil {
 		t.Fatal(err)
 	}
-	if conf.Mode != "iptables" || len(conf.NodePortAddresses) != 1 || conf.NodePortAddresses[0] != "10.213.0.10/32" || conf.HostnameOverride != "web-1" {
+	if conf.Mode != "nftables" || len(conf.NodePortAddresses) != 1 || conf.NodePortAddresses[0] != "10.213.0.10/32" || conf.HostnameOverride != "web-1" {
 		t.Errorf("conf = %+v", conf)
 	}
 	if conf.Conntrack.MaxPerCore == nil || *conf.Conntrack.MaxPerCore != 0 || conf.Conntrack.Min == nil || *conf.Conntrack.Min != 0 || conf.Conntrack.TCPEstablishedTimeout != "0s" {
 		t.Errorf("conntrack = %+v: kube-proxy would change the host's conntrack settings", conf.Conntrack)
 	}
-	if d, err := time.ParseDuration(conf.IPTables.MinSyncPeriod); err != nil || d <= 0 || d >= time.Second {
-		t.Errorf("iptables.minSyncPeriod = %q: want a positive period under kube-proxy's default of 1s", conf.IPTables.MinSyncPeriod)
+	if d, err := time.ParseDuration(conf.NFTables.MinSyncPeriod); err != nil || d <= 0 || d >= time.Second {
+		t.Errorf("nftables.minSyncPeriod = %q: want a positive period under kube-proxy's default of 1s", conf.NFTables.MinSyncPeriod)
 	}
 }
 

@@ -69,9 +69,10 @@ func findBinaries(metrics bool) (binaries, error) {
 	look(&b.containerd, "containerd")
 	look(&b.ctr, "ctr")
 	look(&b.etcd, "etcd")
-	var runc, iptables string
+	var runc, iptables, nft string
 	look(&runc, "runc")
 	look(&iptables, "iptables")
+	look(&nft, "nft") // kube-proxy's rules (nftables mode)
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		errs = append(errs, errors.New("CNI plugins missing from /usr/lib/cni: run make deps (hack/install-deps.sh)"))
 	}
