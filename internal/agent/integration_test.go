@@ -347,10 +347,10 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The instance's packet rules: kube-proxy's are in its one nftables table, the IPv4 one;
-	// the kubelet wrote no IPv6 iptables rules (KUBE_IPTABLES_IPV4_ONLY); and the pods' traffic
-	// leaving the node is masqueraded by the agent's one rule, not by the CNI bridge plugin's
-	// chain per pod.
+	// The instance's packet rules: kube-proxy's are in its one nftables table, the IPv4 one
+	// (KUBE_IPTABLES_IPV4_ONLY); the kubelet wrote no chains of its own (makeIPTablesUtilChains);
+	// and the pods' traffic leaving the node is masqueraded by the agent's one rule, not by
+	// the CNI bridge plugin's chain per pod.
 	inNetns := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command("ip", append([]string{"netns", "exec", in.netns}, args...)...).CombinedOutput()
@@ -359,11 +359,13 @@ func TestIntegrationAgentBoots(t *testing.T) {
 		}
 		return string(out)
 	}
-	if v6 := inNetns("ip6tables-save"); strings.Contains(v6, "KUBE-") {
-		t.Errorf("IPv6 rules of Kubernetes in the instance:\n%s", v6)
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		if rules := inNetns(save); strings.Contains(rules, "KUBE-") {
+			t.Errorf("%s in the instance shows Kubernetes' chains:\n%s", save, rules)
+		}
 	}
-	if nat := inNetns("iptables", "-t", "nat", "-S"); strings.Count(nat, `--comment "herd: pod traffic leaving the node" -j MASQUERADE`) != 1 || strings.Contains(nat, "CNI-") || strings.Contains(nat, "KUBE-SERVICES") {
-		t.Errorf("the instance's NAT rules: want the agent's masquerade rule once, and no CNI or kube-proxy chain:\n%s", nat)
+	if nat := inNetns("iptables", "-t", "nat", "-S"); strings.Count(nat, `--comment "herd: pod traffic leaving the node" -j MASQUERADE`) != 1 || strings.Contains(nat, "CNI-") {
+		t.Errorf("the instance's NAT rules: want the agent's masquerade rule once, and no CNI chain:\n%s", nat)
 	}
 	if tables := inNetns("nft", "list", "tables"); !strings.Contains(tables, "table ip kube-proxy") || strings.Contains(tables, "ip6 kube-proxy") {
 		t.Errorf("the instance's nftables tables: want kube-proxy's IPv4 table and no IPv6 one:\n%s", tables)

@@ -66,10 +66,11 @@ func gogc(name string) string {
 // blocking system calls (etcd's fsync) still hand the processor on.
 var oneThreadRuntimes = map[string]bool{"etcd": true, "containerd": true}
 
-// ipv4OnlyRuntimes are the components that write packet rules: the kubelet (iptables) and
-// kube-proxy (nftables), on their own or in kube-combined. The instance's cluster is IPv4 only,
-// and with KUBE_IPTABLES_IPV4_ONLY (hack/kubernetes/patches/iptables-ipv4-only.patch and
-// nftables-ipv4-only.patch) they write no IPv6 rules, which no packet could match.
+// ipv4OnlyRuntimes are the components that write packet rules: kube-proxy (nftables, and
+// iptables to look for an earlier mode's leftovers) and the kubelet (iptables, which its
+// configuration turns off), on their own or in kube-combined. The instance's cluster is IPv4
+// only, and with KUBE_IPTABLES_IPV4_ONLY (hack/kubernetes/patches/iptables-ipv4-only.patch and
+// nftables-ipv4-only.patch) they write and read no IPv6 rules, which no packet could match.
 var ipv4OnlyRuntimes = map[string]bool{"kubelet": true, "kube-proxy": true, combinedName: true}
 
 // componentEnv is the environment of the process called name: its Go runtime's, and
@@ -278,6 +279,12 @@ func kubeletConfig(c nodeConfig) ([]byte, error) {
 		// sandbox (pause) image when it passed 85%, after which no pod could start. containerd
 		// 1.6 does not report the sandbox image as pinned, so the kubelet does not spare it.
 		"imageGCHighThresholdPercent": 100,
+		// No KUBE-FIREWALL, hint or canary chains of the kubelet's: the one rule they carry
+		// drops packets to 127.0.0.0/8 from elsewhere, against kube-proxy's iptables mode
+		// setting route_localnet for NodePorts on localhost, which the nftables mode
+		// (kubeProxyConfig) does not. Writing and then watching them took about a dozen
+		// iptables processes at each boot, and 3 a minute after.
+		"makeIPTablesUtilChains": false,
 	}
 	if c.cgroupRoot == "" {
 		delete(conf, "cgroupRoot")

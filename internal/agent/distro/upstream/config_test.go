@@ -102,6 +102,8 @@ func TestKubeletConfig(t *testing.T) {
 		"tlsCertFile":              "/var/lib/herd/i/web-1/agent/pki/kubelet.crt",
 		// The bundle's images cannot be pulled again: the kubelet must never collect them.
 		"imageGCHighThresholdPercent": float64(100),
+		// kube-proxy's nftables mode needs none of the kubelet's iptables chains.
+		"makeIPTablesUtilChains": false,
 	}
 	for k, v := range want {
 		if conf[k] != v {
