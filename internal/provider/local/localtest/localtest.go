@@ -50,6 +50,10 @@ type Snapshot struct {
 	// Iptables is iptables-save's output without comments and counters ("" when iptables-save
 	// is not installed).
 	Iptables string
+	// NFTables are the host's nftables tables, one `nft list tables` line each ("" when nft is
+	// not installed): kube-proxy writes its rules into a table of its own, inside the
+	// instance's network namespace, which iptables-save does not show.
+	NFTables string
 	// Sysctls are the values of KernelSettings, "name=value" lines.
 	Sysctls string
 	// Qdiscs are the host's queueing disciplines that shape traffic (netem, tbf, htb, ingress...;
@@ -77,6 +81,9 @@ func take() (Snapshot, error) {
 	var s Snapshot
 	var err error
 	if s.Iptables, err = iptablesSave(); err != nil {
+		return s, err
+	}
+	if s.NFTables, err = nftTables(); err != nil {
 		return s, err
 	}
 	s.Sysctls = kernelSettings()
@@ -226,6 +233,9 @@ func AssertClean(t testing.TB, before Snapshot, o Owned) {
 	if now.Iptables != before.Iptables {
 		t.Errorf("the host's iptables rules changed:\nbefore:\n%s\nafter:\n%s", before.Iptables, now.Iptables)
 	}
+	if now.NFTables != before.NFTables {
+		t.Errorf("the host's nftables tables changed:\nbefore:\n%s\nafter:\n%s", before.NFTables, now.NFTables)
+	}
 	if now.Sysctls != before.Sysctls {
 		t.Errorf("the host's kernel settings changed:\nbefore:\n%s\nafter:\n%s", before.Sysctls, now.Sysctls)
 	}
@@ -308,22 +318,40 @@ func shapingQdiscs() (string, error) {
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 
 func iptablesSave() (string, error) {
-	path, err := exec.LookPath("iptables-save")
-	if err != nil {
-		return "", nil
+	out, err := commandLines("iptables-save")
+	var lines []string
+	for _, l := range out {
+		if !strings.HasPrefix(l, "#") {
+			lines = append(lines, counters.ReplaceAllString(l, "[0:0]"))
+		}
 	}
-	out, err := exec.Command(path).Output()
+	return strings.Join(lines, "\n"), err
+}
+
+func nftTables() (string, error) {
+	lines, err := commandLines("nft", "list", "tables")
+	sort.Strings(lines)
+	return strings.Join(lines, "\n"), err
+}
+
+// commandLines runs a host program and returns the non-empty lines of its output: none, and no
+// error, when the program is not installed.
+func commandLines(name string, args ...string) ([]string, error) {
+	path, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("iptables-save: %w", err)
+		return nil, nil
+	}
+	out, err := exec.Command(path, args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.Join(append([]string{name}, args...), " "), err)
 	}
 	var lines []string
 	for _, l := range strings.Split(string(out), "\n") {
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
 		}
-		lines = append(lines, counters.ReplaceAllString(l, "[0:0]"))
 	}
-	return strings.Join(lines, "\n"), nil
+	return lines, nil
 }
 
 // netnsNames lists `ip netns list`, and the files of /run/netns (which `ip netns` may not list
