@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -293,6 +294,20 @@ func rssSumMB(root string) (float64, int) {
 	return float64(kb) / 1024, n
 }
 
+// procNamed returns the PID of a process named comm in the cgroups under root, or 0.
+func procNamed(root, comm string) int {
+	hs, err := cgroups.Hierarchies()
+	if err != nil {
+		return 0
+	}
+	for _, pid := range cgroups.Procs(hs, root) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == comm {
+			return pid
+		}
+	}
+	return 0
+}
+
 // buildHello builds the herd binary and the examples/hello node image.
 func buildHello(t *testing.T) (agentBin string, bundle image.Bundle) {
 	t.Helper()
@@ -372,6 +387,22 @@ func TestIntegrationAgentBoots(t *testing.T) {
 	}
 	if kp := inNetns("nft", "list", "table", "ip", "kube-proxy"); !strings.Contains(kp, "default/hello") {
 		t.Errorf("kube-proxy's table has no rule for the hello Service:\n%s", kp)
+	}
+	// The pod's lo is up with its address: containerd's CRI plugin sets it up (the CNI list has
+	// no loopback plugin of its own).
+	if pid := procNamed(in.cgroupRoot, "hello"); pid == 0 {
+		t.Errorf("no hello process in the instance's cgroups")
+	} else {
+		inPod := func(args ...string) string {
+			out, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n"}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Errorf("%s in the hello pod: %v\n%s", strings.Join(args, " "), err, out)
+			}
+			return string(out)
+		}
+		if link, addr := inPod("ip", "-o", "link", "show", "dev", "lo"), inPod("ip", "-o", "-4", "addr", "show", "dev", "lo"); !strings.Contains(link, "LOOPBACK,UP") || !strings.Contains(addr, "127.0.0.1/8") {
+			t.Errorf("the hello pod's lo: want it up with 127.0.0.1/8:\n%s%s", link, addr)
+		}
 	}
 	if mb, n := rssSumMB(in.cgroupRoot); n > 0 {
 		t.Logf("RSS just after boot (not idle): %.0f MB over %d processes", mb, n)

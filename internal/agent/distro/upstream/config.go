@@ -218,8 +218,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 }
 
 // cniConfig renders the CNI network list: a bridge (cni0) with host-local IPAM keeping its
-// allocations in the state dir, portmap and loopback. The bridge plugin does not masquerade
-// (ipMasq): the agent's one rule for the pod range does (masqueradePods).
+// allocations in the state dir, and portmap. The bridge plugin does not masquerade (ipMasq):
+// the agent's one rule for the pod range does (masqueradePods). It has no loopback plugin:
+// containerd's CRI plugin brings each pod's lo up with a loopback network of its own before
+// this list, and the plugin in the list ran a second time for nothing (one more process on
+// each pod's way to its sandbox, and on its way out).
 func cniConfig(c nodeConfig) ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "0.4.0",
@@ -235,7 +238,6 @@ func cniConfig(c nodeConfig) ([]byte, error) {
 				},
 			},
 			map[string]any{"type": "portmap", "capabilities": map[string]any{"portMappings": true}},
-			map[string]any{"type": "loopback"},
 		},
 	}
 	return json.MarshalIndent(conf, "", "  ")

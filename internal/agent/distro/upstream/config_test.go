@@ -67,7 +67,8 @@ func TestCNIConfig(t *testing.T) {
 	if err := json.Unmarshal(data, &conf); err != nil {
 		t.Fatal(err)
 	}
-	if conf.Name != "herd-web-1" || len(conf.Plugins) != 3 || conf.Plugins[0].Type != "bridge" {
+	// bridge then portmap; no loopback, which containerd's CRI plugin runs on its own.
+	if conf.Name != "herd-web-1" || len(conf.Plugins) != 2 || conf.Plugins[0].Type != "bridge" || conf.Plugins[1].Type != "portmap" {
 		t.Fatalf("conf = %+v", conf)
 	}
 	if conf.Plugins[0].IPAM.DataDir != "/var/lib/herd/i/web-1/agent/cni/networks" || conf.Plugins[0].IPAM.Ranges[0][0].Subnet != "10.214.0.0/24" {
