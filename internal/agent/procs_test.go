@@ -11,14 +11,20 @@ import (
 
 // What the integration tests read of an instance's processes, by its cgroup root.
 
-// rssSumMB sums the resident memory of every process in the cgroup root's subtree.
-func rssSumMB(root string) (float64, int) {
+// procs lists the processes in the cgroup root's subtree (none when the hierarchies cannot be
+// read).
+func procs(root string) []int {
 	hs, err := cgroups.Hierarchies()
 	if err != nil {
-		return 0, 0
+		return nil
 	}
+	return cgroups.Procs(hs, root)
+}
+
+// rssSumMB sums the resident memory of every process in the cgroup root's subtree.
+func rssSumMB(root string) (float64, int) {
 	var kb, n int
-	for _, pid := range cgroups.Procs(hs, root) {
+	for _, pid := range procs(root) {
 		f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			continue
@@ -38,11 +44,7 @@ func rssSumMB(root string) (float64, int) {
 
 // procNamed returns the PID of a process named comm in the cgroups under root, or 0.
 func procNamed(root, comm string) int {
-	hs, err := cgroups.Hierarchies()
-	if err != nil {
-		return 0
-	}
-	for _, pid := range cgroups.Procs(hs, root) {
+	for _, pid := range procs(root) {
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(b)) == comm {
 			return pid
 		}
