@@ -309,8 +309,8 @@ func kubeletConfig(c nodeConfig) ([]byte, error) {
 // nftables rather than iptables: in iptables mode each full sync of the rules started about 25
 // iptables processes (each reading the whole ruleset as it starts), and kube-proxy synced
 // several times while the node booted, on the two cores that the boot keeps busy; in nftables
-// mode a sync is one listing and one transaction of nft. Its first sync logs "Failed to list
-// existing nftables objects": the table does not exist yet.
+// mode a sync is one listing and one transaction of nft (and, on a full sync, a read of each of
+// its maps and sets that the listing names: hack/kubernetes/patches/nftables-sync-read-listed.patch).
 func kubeProxyConfig(c nodeConfig) ([]byte, error) {
 	conf := map[string]any{
 		"apiVersion":         "kubeproxy.config.k8s.io/v1alpha1",
