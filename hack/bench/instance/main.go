@@ -168,6 +168,12 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 			return "", err
 		}
 		bootCPUs = append(bootCPUs, bootCPU.Seconds())
+		// What the components did to get there, counted from their start: where a boot's CPU
+		// goes, by request and by controller.
+		bootWork, err := instanceWork(ctx, p, in, keys)
+		if err != nil {
+			return "", err
+		}
 		// The instance's own verdict (the agent's, after the workloads' steady wait) comes
 		// apart from the app's first answer, and is what herd and the tests wait for.
 		if err := waitReady(ctx, p, name, 3*time.Minute); err != nil {
@@ -190,6 +196,7 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 			}
 			fmt.Println(timeline(st, start, append(evs, scheduled...)))
 		}
+		printWork("  work from the components' start to the app's first answer:", nil, bootWork, answered)
 		last = in
 		if logs != "" {
 			if err := keepLogs(p.InstanceDir(name), keptLogs); err != nil {
@@ -206,9 +213,9 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 		}
 	}
 
-	netns, _, root := local.HostNames(last.Name)
+	_, _, root := local.HostNames(last.Name)
 	kubeconfig := filepath.Join(p.InstanceDir(last.Name), "agent", agent.KubeconfigFile)
-	srcs, err := workSources(kubeconfig, netns, last.Address, keys.Credential(last.Name))
+	srcs, err := instanceSources(p, last, keys)
 	if err != nil {
 		return "", err
 	}
@@ -255,7 +262,7 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 	if err := podCosts(kubeconfig, procs); err != nil {
 		return "", err
 	}
-	printWork(before, after, took)
+	printWork(fmt.Sprintf("work over the same %.0f s (from the components' metrics):", took.Seconds()), before, after, took)
 	printGoMemory(after)
 	if st, err := p.Get(ctx, last.Name); err != nil || st.State != provider.StateReady {
 		return "", fmt.Errorf("the measured instance is not Ready at the end: %+v %v", st, err)

@@ -12,14 +12,21 @@ import (
 	"herd.dev/herd/internal/kubebin"
 )
 
-// scheduledEvents returns, from the instance's events, when each pod was bound to the node, counted
-// from created: the scheduler stamps its events to the microsecond, where the kubelet's (a
-// container's start) and the controllers' are stamped to the second, too coarse for a timeline.
+// scheduledEvents returns, from the instance's events, when each pod was bound to the node and
+// when the scheduler first failed to place it (and why), counted from created: the scheduler
+// stamps its events to the microsecond, where the kubelet's (a container's start) and the
+// controllers' are stamped to the second, too coarse for a timeline. A failed attempt puts the
+// pod into the scheduler's back-off, a second or more before the next.
 func scheduledEvents(kubeconfig string, created time.Time) ([]event, error) {
 	var list struct {
 		Items []struct {
 			EventTime time.Time `json:"eventTime"`
 			Reason    string    `json:"reason"`
+			Note      string    `json:"note"`
+			Series    *struct {
+				Count            int       `json:"count"`
+				LastObservedTime time.Time `json:"lastObservedTime"`
+			} `json:"series"`
 			Regarding struct {
 				Kind, Namespace, Name string
 			} `json:"regarding"`
@@ -30,10 +37,19 @@ func scheduledEvents(kubeconfig string, created time.Time) ([]event, error) {
 	}
 	var evs []event
 	for _, e := range list.Items {
-		if e.Reason != "Scheduled" || e.Regarding.Kind != "Pod" || e.EventTime.IsZero() {
+		if e.Regarding.Kind != "Pod" || e.EventTime.IsZero() {
 			continue
 		}
-		evs = append(evs, event{at: e.EventTime.Sub(created), name: fmt.Sprintf("Pod %s/%s scheduled", e.Regarding.Namespace, e.Regarding.Name)})
+		pod := e.Regarding.Namespace + "/" + e.Regarding.Name
+		switch e.Reason {
+		case "Scheduled":
+			evs = append(evs, event{at: e.EventTime.Sub(created), name: "Pod " + pod + " scheduled"})
+		case "FailedScheduling":
+			evs = append(evs, event{at: e.EventTime.Sub(created), name: "Pod " + pod + " not scheduled: " + e.Note})
+			if e.Series != nil {
+				evs = append(evs, event{at: e.Series.LastObservedTime.Sub(created), name: fmt.Sprintf("Pod %s not scheduled again (a series of %d)", pod, e.Series.Count)})
+			}
+		}
 	}
 	return evs, nil
 }

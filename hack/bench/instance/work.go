@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -24,6 +25,8 @@ import (
 	"herd.dev/herd/internal/agent"
 	"herd.dev/herd/internal/agentauth"
 	"herd.dev/herd/internal/hostnet"
+	"herd.dev/herd/internal/provider"
+	"herd.dev/herd/internal/provider/local"
 )
 
 // source is one component's /metrics.
@@ -187,10 +190,10 @@ func sumBy(f *dto.MetricFamily, by []string) map[string]float64 {
 	return out
 }
 
-// printWork prints what each tally counted between before and after, over took: its total and
-// its largest parts.
-func printWork(before, after counts, took time.Duration) {
-	fmt.Printf("work over the same %.0f s (from the components' metrics):\n", took.Seconds())
+// printWork prints under heading what each tally counted between before and after, over took:
+// its total and its largest parts.
+func printWork(heading string, before, after counts, took time.Duration) {
+	fmt.Println(heading)
 	for _, src := range []string{"kube-combined", "etcd", "herd-agent"} {
 		for _, t := range append(tallies, goTallies...) {
 			if t.source != "" && t.source != src {
@@ -279,4 +282,21 @@ func scrapeEvery(ctx context.Context, s source, every time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// instanceSources are workSources of the instance in.
+func instanceSources(p *local.Provider, in provider.Instance, keys *agentauth.Keyring) ([]source, error) {
+	netns, _, _ := local.HostNames(in.Name)
+	kubeconfig := filepath.Join(p.InstanceDir(in.Name), "agent", agent.KubeconfigFile)
+	return workSources(kubeconfig, netns, in.Address, keys.Credential(in.Name))
+}
+
+// instanceWork reads the tallies of the instance in: what its components counted since they
+// started.
+func instanceWork(ctx context.Context, p *local.Provider, in provider.Instance, keys *agentauth.Keyring) (counts, error) {
+	srcs, err := instanceSources(p, in, keys)
+	if err != nil {
+		return nil, err
+	}
+	return readCounts(ctx, srcs), nil
 }
