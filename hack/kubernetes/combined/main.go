@@ -11,7 +11,8 @@
 // back-off); the kubelet starts sooner, once /readyz passes but for the checks of the bootstrap
 // writes it does not need (bootstrapChecks), and so do the others with --bootstrapped (a store
 // that holds those objects already), but for kube-controller-manager, which starts once the API
-// server's /healthz passes (see below). herd's local instances run their components this way
+// server's /healthz passes (see below), and kube-scheduler, which starts once the kubelet's node
+// is registered (nodewait.go). herd's local instances run their components this way
 // because every component carries its own copy of the same libraries' code and static data
 // (client-go, apimachinery, the API schemes): in one process those pages are counted, and
 // touched, once.
@@ -209,10 +210,28 @@ func main() {
 				return
 			}
 			klog.InfoS("kube-apiserver is ready; starting the other components")
+			scheduler, node, schedulerKubeconfig := index("kube-scheduler"), "", ""
+			if kubelet >= 0 && scheduler >= 0 {
+				node = flagValue(groups[kubelet].args, "--hostname-override")
+				schedulerKubeconfig = flagValue(groups[scheduler].args, "--kubeconfig")
+				if schedulerKubeconfig == "" {
+					node = ""
+				}
+			}
 			for i := range groups {
-				if i != api && i != kubelet && i != cm {
+				if i != api && i != kubelet && i != cm && (i != scheduler || node == "") {
 					start(i)
 				}
+			}
+			if node != "" {
+				go func() {
+					if err := waitNode(ctx, schedulerKubeconfig, node, done); err != nil {
+						klog.ErrorS(err, "Not starting kube-scheduler")
+						return
+					}
+					klog.InfoS("The node is registered; starting kube-scheduler", "node", node)
+					start(scheduler)
+				}()
 			}
 			if cm >= 0 {
 				if err := waitOK(ctx, readyKubeconfig, "/healthz", nil, done); err != nil {
