@@ -278,14 +278,10 @@ const readyFlag = "--start-after-ready"
 func clientFor(kubeconfig string) (*kubernetes.Clientset, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", readyFlag, err)
+		return nil, err
 	}
 	cfg.Timeout = time.Second
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", readyFlag, err)
-	}
-	return client, nil
+	return kubernetes.NewForConfig(cfg)
 }
 
 // bootstrappedFlag, first on the command line after readyFlag, says that the API server's store
@@ -314,7 +310,7 @@ var bootstrapChecks = []string{
 func waitOK(ctx context.Context, kubeconfig, path string, excluded []string, done chan result) error {
 	client, err := clientFor(kubeconfig)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", readyFlag, err)
 	}
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()

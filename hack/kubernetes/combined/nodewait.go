@@ -36,7 +36,7 @@ func flagValue(args []string, name string) string {
 func waitNode(ctx context.Context, kubeconfig, node string, done chan result) error {
 	client, err := clientFor(kubeconfig)
 	if err != nil {
-		return err
+		return fmt.Errorf("kube-scheduler's --kubeconfig: %w", err)
 	}
 	t := time.NewTicker(nodePoll)
 	defer t.Stop()
