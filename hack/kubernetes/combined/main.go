@@ -210,20 +210,20 @@ func main() {
 				return
 			}
 			klog.InfoS("kube-apiserver is ready; starting the other components")
-			scheduler, node, schedulerKubeconfig := index("kube-scheduler"), "", ""
+			// kube-scheduler waits for the kubelet's node (nodewait.go) when the kubelet names it.
+			scheduler := index("kube-scheduler")
+			var node, schedulerKubeconfig string
 			if kubelet >= 0 && scheduler >= 0 {
 				node = flagValue(groups[kubelet].args, "--hostname-override")
 				schedulerKubeconfig = flagValue(groups[scheduler].args, "--kubeconfig")
-				if schedulerKubeconfig == "" {
-					node = ""
-				}
 			}
+			waitForNode := node != "" && schedulerKubeconfig != ""
 			for i := range groups {
-				if i != api && i != kubelet && i != cm && (i != scheduler || node == "") {
+				if i != api && i != kubelet && i != cm && (i != scheduler || !waitForNode) {
 					start(i)
 				}
 			}
-			if node != "" {
+			if waitForNode {
 				go func() {
 					if err := waitNode(ctx, schedulerKubeconfig, node, done); err != nil {
 						klog.ErrorS(err, "Not starting kube-scheduler")
@@ -305,31 +305,39 @@ var bootstrapChecks = []string{
 }
 
 // waitOK polls GET path (/readyz, /healthz), less the checks excluded, of the API server that
-// kubeconfig names until it answers 200, ctx ends (an error) or a component stops (done has a
-// result: then it is put back, and an error).
+// kubeconfig names until it answers 200 (see poll).
 func waitOK(ctx context.Context, kubeconfig, path string, excluded []string, done chan result) error {
 	client, err := clientFor(kubeconfig)
 	if err != nil {
 		return fmt.Errorf("%s: %w", readyFlag, err)
 	}
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
+	return poll(ctx, 100*time.Millisecond, done, "the API server was ready", func() (bool, error) {
 		var code int
 		req := client.Discovery().RESTClient().Get().AbsPath(path)
 		for _, check := range excluded {
 			req = req.Param("exclude", check)
 		}
 		req.Do(ctx).StatusCode(&code)
-		if code == 200 {
-			return nil
+		return code == 200, nil
+	})
+}
+
+// poll calls check every period until it returns true (then nil) or an error, ctx ends (an
+// error) or a component stops before what is waited for (done has a result: then it is put
+// back, and an error).
+func poll(ctx context.Context, period time.Duration, done chan result, waitedFor string, check func() (bool, error)) error {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		if ok, err := check(); ok || err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case r := <-done:
 			done <- r
-			return fmt.Errorf("%s stopped before the API server was ready", r.name)
+			return fmt.Errorf("%s stopped before %s", r.name, waitedFor)
 		case <-t.C:
 		}
 	}

@@ -31,33 +31,20 @@ func flagValue(args []string, name string) string {
 }
 
 // waitNode polls, every nodePoll, the API server that kubeconfig names (the scheduler's, which
-// may read nodes) until the node exists, ctx ends or the API server refuses the credentials (an
-// error) or a component stops (done has a result: then it is put back, and an error).
+// may read nodes) until the node exists or the API server refuses the credentials (see poll).
 func waitNode(ctx context.Context, kubeconfig, node string, done chan result) error {
 	client, err := clientFor(kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kube-scheduler's --kubeconfig: %w", err)
 	}
-	t := time.NewTicker(nodePoll)
-	defer t.Stop()
-	for {
+	return poll(ctx, nodePoll, done, "node "+node+" was registered", func() (bool, error) {
 		_, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{ResourceVersion: "0"})
-		switch {
-		case err == nil:
-			return nil
-		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-			return fmt.Errorf("looking for node %s: %w", node, err)
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			return false, fmt.Errorf("looking for node %s: %w", node, err)
 		}
 		// Any other error is retried: the node not registered yet, or the API server busy.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case r := <-done:
-			done <- r
-			return fmt.Errorf("%s stopped before node %s was registered", r.name, node)
-		case <-t.C:
-		}
-	}
+		return err == nil, nil
+	})
 }
 
 // nodePoll is how often waitNode looks for the node: a GET the API server answers from its watch
