@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -194,7 +195,11 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 			if err != nil {
 				return "", err
 			}
-			fmt.Println(timeline(st, start, append(evs, scheduled...)))
+			started, err := runtimeEvents(filepath.Join(p.InstanceDir(name), "agent", "logs", "containerd.log"), start)
+			if err != nil {
+				return "", err
+			}
+			fmt.Println(timeline(st, start, slices.Concat(evs, scheduled, started)))
 		}
 		printWork("  work from the components' start to the app's first answer:", nil, bootWork, answered)
 		last = in
