@@ -144,7 +144,7 @@ func run(ctx context.Context, o options) (string, error) {
 	fmt.Printf("node image %s built in %.0f s\n", b.ShortDigest(), time.Since(start).Seconds())
 
 	fmt.Println("waiting for the machine-wide lock on real instances")
-	unlock, err := localtest.Lock()
+	unlock, err := localtest.Lock(ctx)
 	if err != nil {
 		return "", err
 	}

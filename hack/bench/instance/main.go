@@ -100,7 +100,7 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 	}
 	// One at a time with the tests that boot real instances: they would compete for the cores.
 	fmt.Println("waiting for the real-instance lock")
-	unlock, err := localtest.Lock()
+	unlock, err := localtest.Lock(ctx)
 	if err != nil {
 		return "", err
 	}

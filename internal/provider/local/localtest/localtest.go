@@ -24,7 +24,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"herd.dev/herd/internal/mountinfo"
@@ -513,43 +512,4 @@ func CgroupPIDs(root string) ([]int, error) {
 		})
 	}
 	return slices.Sorted(maps.Keys(set)), nil
-}
-
-// exclusiveLock is the machine-wide lock tests take before booting real instances.
-const exclusiveLock = "/run/herd-real-instance-tests.lock"
-
-// Exclusive makes the calling test the only one booting real instances on this machine until it
-// ends. Test packages run in parallel; real instances from several of them at once would compete
-// for the two cores (failing tests on timing, not on behaviour) and would show up in each other's
-// leak checks. Call it before Take.
-func Exclusive(t testing.TB) {
-	t.Helper()
-	unlock, err := Lock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(unlock)
-}
-
-// Lock takes the machine-wide lock of Exclusive for a program that boots real instances outside
-// a test (make conformance), waiting until no one else holds it; unlock releases it.
-func Lock() (unlock func(), err error) {
-	f, err := os.OpenFile(exclusiveLock, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", exclusiveLock, err)
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", exclusiveLock, err)
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
 }
