@@ -30,6 +30,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"flag"
 	"fmt"
 	"io"
@@ -199,7 +200,12 @@ func run(ctx context.Context, herdBin, nodeImage string, runs int, idle time.Dur
 			if err != nil {
 				return "", err
 			}
-			fmt.Println(timeline(st, start, slices.Concat(evs, scheduled, started)))
+			// kube-combined's log, when the components run in it.
+			node, err := nodeEvents(filepath.Join(p.InstanceDir(name), "agent", "logs", "kube-combined.log"), start)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return "", err
+			}
+			fmt.Println(timeline(st, start, slices.Concat(evs, scheduled, started, node)))
 		}
 		printWork("  work from the components' start to the app's first answer:", nil, bootWork, answered)
 		last = in
