@@ -14,10 +14,7 @@ time="2026-11-29T19:11:17.775161612Z" level=info msg="RunPodSandbox for &PodSand
 time="2026-11-29T19:11:17.819614531Z" level=info msg="StartContainer for \"e1d47294cf87968b7daa0a40\""
 time="2026-11-29T19:11:18.028602288Z" level=info msg="StartContainer for \"e1d47294cf87968b7daa0a40\" returns successfully"
 `
-	path := filepath.Join(t.TempDir(), "containerd.log")
-	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeLog(t, "containerd.log", log)
 	created := time.Date(2026, 11, 29, 19, 11, 15, 0, time.UTC)
 	evs, err := runtimeEvents(path, created)
 	if err != nil {
@@ -29,14 +26,7 @@ time="2026-11-29T19:11:18.028602288Z" level=info msg="StartContainer for \"e1d47
 		{2819614531, "container e1d47294cf87 start asked for (containerd)"},
 		{3028602288, "container e1d47294cf87 started (containerd)"},
 	}
-	if len(evs) != len(want) {
-		t.Fatalf("got %v, want %v", evs, want)
-	}
-	for i := range want {
-		if evs[i] != want[i] {
-			t.Errorf("event %d: got %v, want %v", i, evs[i], want[i])
-		}
-	}
+	sameEvents(t, evs, want)
 }
 
 func TestNodeEvents(t *testing.T) {
@@ -47,10 +37,7 @@ I1129 22:34:09.754160   27319 main.go:232] "The node is registered; starting kub
 E1129 22:34:09.760000   27319 main.go:232] "Started kubelet twice" (not a line the bench reads)
 I1129 22:34:09.772304   27319 kubelet_node_status.go:501] "Fast updating node status as it just became ready"
 `
-	path := filepath.Join(t.TempDir(), "kube-combined.log")
-	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeLog(t, "kube-combined.log", log)
 	created := time.Date(2026, 11, 29, 22, 34, 7, 677000000, time.UTC)
 	evs, err := nodeEvents(path, created)
 	if err != nil {
@@ -62,25 +49,38 @@ I1129 22:34:09.772304   27319 kubelet_node_status.go:501] "Fast updating node st
 		{2077160000, "kube-scheduler started"},
 		{2095304000, "node Ready sent (kubelet)"},
 	}
-	if len(evs) != len(want) {
-		t.Fatalf("got %v, want %v", evs, want)
-	}
-	for i := range want {
-		if evs[i] != want[i] {
-			t.Errorf("event %d: got %v, want %v", i, evs[i], want[i])
-		}
-	}
+	sameEvents(t, evs, want)
 
 	// Across a new year, klog's stamp (no year) belongs to the next year.
 	newYear := time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC)
-	if err := os.WriteFile(path, []byte(`I0101 00:00:01.000000   1 server.go:1289] "Started kubelet"`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	evs, err = nodeEvents(path, newYear)
+	evs, err = nodeEvents(writeLog(t, "kube-combined.log", `I0101 00:00:01.000000   1 server.go:1289] "Started kubelet"`+"\n"), newYear)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(evs) != 1 || evs[0].at != 2*time.Second {
 		t.Errorf("across a new year: got %v, want one event 2 s after", evs)
+	}
+}
+
+// writeLog writes a log file named name holding text into a new directory and returns its path.
+func writeLog(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sameEvents fails t unless got holds the events of want, in order.
+func sameEvents(t *testing.T, got, want []event) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("event %d: got %v, want %v", i, got[i], want[i])
+		}
 	}
 }

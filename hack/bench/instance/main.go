@@ -30,10 +30,10 @@ package main
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
