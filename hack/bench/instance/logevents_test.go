@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -14,12 +15,7 @@ time="2026-11-29T19:11:17.775161612Z" level=info msg="RunPodSandbox for &PodSand
 time="2026-11-29T19:11:17.819614531Z" level=info msg="StartContainer for \"e1d47294cf87968b7daa0a40\""
 time="2026-11-29T19:11:18.028602288Z" level=info msg="StartContainer for \"e1d47294cf87968b7daa0a40\" returns successfully"
 `
-	path := writeLog(t, "containerd.log", log)
-	created := time.Date(2026, 11, 29, 19, 11, 15, 0, time.UTC)
-	evs, err := runtimeEvents(path, created)
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := logEventsOf(t, runtimeEvents, log, time.Date(2026, 11, 29, 19, 11, 15, 0, time.UTC))
 	want := []event{
 		{2270932947, "sandbox of hello-544b8fbcdb-v747r asked for (containerd)"},
 		{2775161612, "sandbox of hello-544b8fbcdb-v747r ready (containerd)"},
@@ -37,12 +33,7 @@ I1129 22:34:09.754160   27319 main.go:232] "The node is registered; starting kub
 E1129 22:34:09.760000   27319 main.go:232] "Started kubelet twice" (not a line the bench reads)
 I1129 22:34:09.772304   27319 kubelet_node_status.go:501] "Fast updating node status as it just became ready"
 `
-	path := writeLog(t, "kube-combined.log", log)
-	created := time.Date(2026, 11, 29, 22, 34, 7, 677000000, time.UTC)
-	evs, err := nodeEvents(path, created)
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := logEventsOf(t, nodeEvents, log, time.Date(2026, 11, 29, 22, 34, 7, 677000000, time.UTC))
 	want := []event{
 		{1816982000, "kubelet started"},
 		{2049494000, "node registered (kubelet)"},
@@ -52,35 +43,30 @@ I1129 22:34:09.772304   27319 kubelet_node_status.go:501] "Fast updating node st
 	sameEvents(t, evs, want)
 
 	// Across a new year, klog's stamp (no year) belongs to the next year.
-	newYear := time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC)
-	evs, err = nodeEvents(writeLog(t, "kube-combined.log", `I0101 00:00:01.000000   1 server.go:1289] "Started kubelet"`+"\n"), newYear)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(evs) != 1 || evs[0].at != 2*time.Second {
-		t.Errorf("across a new year: got %v, want one event 2 s after", evs)
-	}
+	evs = logEventsOf(t, nodeEvents, `I0101 00:00:01.000000   1 server.go:1289] "Started kubelet"`+"\n",
+		time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC))
+	sameEvents(t, evs, []event{{2 * time.Second, "kubelet started"}})
 }
 
-// writeLog writes a log file named name holding text into a new directory and returns its path.
-func writeLog(t *testing.T, name, text string) string {
+// logEventsOf returns what read (runtimeEvents, nodeEvents) finds in a log file holding text,
+// counted from created.
+func logEventsOf(t *testing.T, read func(path string, created time.Time) ([]event, error), text string, created time.Time) []event {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
+	path := filepath.Join(t.TempDir(), "log")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	evs, err := read(path, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }
 
 // sameEvents fails t unless got holds the events of want, in order.
 func sameEvents(t *testing.T, got, want []event) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("event %d: got %v, want %v", i, got[i], want[i])
-		}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
 	}
 }
