@@ -22,7 +22,7 @@ func TestLockFileWaitsForTheHolderOrTheContext(t *testing.T) {
 		t.Fatalf("lock held by another: got %v, want the context's deadline", err)
 	}
 
-	// Released while a waiter waits: the waiter gets it.
+	// A waiter waits while it is held, and gets it once it is released.
 	got := make(chan error, 1)
 	go func() {
 		unlockSecond, err := lockFile(t.Context(), path)
@@ -31,6 +31,11 @@ func TestLockFileWaitsForTheHolderOrTheContext(t *testing.T) {
 		}
 		got <- err
 	}()
+	select {
+	case err := <-got:
+		t.Fatalf("lock held by another: the waiter returned (%v)", err)
+	case <-time.After(3 * lockPoll):
+	}
 	unlock()
 	select {
 	case err := <-got:
