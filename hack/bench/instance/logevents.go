@@ -45,21 +45,24 @@ func runtimeEvents(path string, created time.Time) ([]event, error) {
 }
 
 // nodeLine matches kube-combined's log lines (klog's format: month and day, then the local
-// time) of the kubelet's start, its node's registration and first Ready status, and the
-// scheduler's start, which waits for the registration.
-var nodeLine = regexp.MustCompile(`^[IWE](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "(Started kubelet|Successfully registered node|Fast updating node status as it just became ready|The node is registered; starting kube-scheduler)"`)
+// time) of the kubelet's start, its node's registration and first Ready status, the start of
+// kube-scheduler and kube-proxy, which wait for the registration, and kube-proxy's informer of
+// Services synced (its first rules follow once its informer of EndpointSlices is, which usually
+// syncs first).
+var nodeLine = regexp.MustCompile(`^[IWE](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "(Started kubelet|Successfully registered node|Fast updating node status as it just became ready|The node is registered; starting the components that wait for it|Caches are synced" controller="service config)"`)
 
 // nodeEventNames name the events of nodeLine's messages.
 var nodeEventNames = map[string]string{
-	"Started kubelet":                                   "kubelet started",
-	"Successfully registered node":                      "node registered (kubelet)",
-	"Fast updating node status as it just became ready": "node Ready sent (kubelet)",
-	"The node is registered; starting kube-scheduler":   "kube-scheduler started",
+	"Started kubelet":                                                  "kubelet started",
+	"Successfully registered node":                                     "node registered (kubelet)",
+	"Fast updating node status as it just became ready":                "node Ready sent (kubelet)",
+	"The node is registered; starting the components that wait for it": "kube-scheduler and kube-proxy started",
+	`Caches are synced" controller="service config`:                    "kube-proxy's Services synced",
 }
 
 // nodeEvents returns, from the kube-combined log at path, when the kubelet started, registered
-// its node and sent its first Ready status, and when kube-scheduler started, counted from
-// created.
+// its node and sent its first Ready status, when kube-scheduler and kube-proxy started, and when
+// kube-proxy's Services were synced, counted from created.
 func nodeEvents(path string, created time.Time) ([]event, error) {
 	return logEvents(path, func(line string) (event, bool) {
 		m := nodeLine.FindStringSubmatch(line)

@@ -29,16 +29,19 @@ func TestNodeEvents(t *testing.T) {
 	log := `I1129 22:34:09.493982   27319 server.go:1289] "Started kubelet"
 I1129 22:34:09.720165   27319 kubelet_node_status.go:75] "Attempting to register node" node="bench-26974-1"
 I1129 22:34:09.726494   27319 kubelet_node_status.go:78] "Successfully registered node" node="bench-26974-1"
-I1129 22:34:09.754160   27319 main.go:232] "The node is registered; starting kube-scheduler" node="bench-26974-1"
+I1129 22:34:09.754160   27319 main.go:232] "The node is registered; starting the components that wait for it" node="bench-26974-1"
 E1129 22:34:09.760000   27319 main.go:232] "Started kubelet twice" (not a line the bench reads)
 I1129 22:34:09.772304   27319 kubelet_node_status.go:501] "Fast updating node status as it just became ready"
+I1129 22:34:09.901000   27319 shared_informer.go:358] "Caches are synced" controller="endpoint slice config"
+I1129 22:34:09.902000   27319 shared_informer.go:358] "Caches are synced" controller="service config"
 `
 	evs := logEventsOf(t, nodeEvents, log, time.Date(2026, 11, 29, 22, 34, 7, 677000000, time.UTC))
 	want := []event{
 		{1816982000, "kubelet started"},
 		{2049494000, "node registered (kubelet)"},
-		{2077160000, "kube-scheduler started"},
+		{2077160000, "kube-scheduler and kube-proxy started"},
 		{2095304000, "node Ready sent (kubelet)"},
+		{2225000000, "kube-proxy's Services synced"},
 	}
 	sameEvents(t, evs, want)
 

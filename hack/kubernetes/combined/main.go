@@ -11,8 +11,8 @@
 // back-off); the kubelet starts sooner, once /readyz passes but for the checks of the bootstrap
 // writes it does not need (bootstrapChecks), and so do the others with --bootstrapped (a store
 // that holds those objects already), but for kube-controller-manager, which starts once the API
-// server's /healthz passes (see below), and kube-scheduler, which starts once the kubelet's node
-// is registered (nodewait.go). herd's local instances run their components this way
+// server's /healthz passes (see below), and kube-scheduler and kube-proxy, which start once the
+// kubelet's node is registered (nodewait.go). herd's local instances run their components this way
 // because every component carries its own copy of the same libraries' code and static data
 // (client-go, apimachinery, the API schemes): in one process those pages are counted, and
 // touched, once.
@@ -210,27 +210,28 @@ func main() {
 				return
 			}
 			klog.InfoS("kube-apiserver is ready; starting the other components")
-			// kube-scheduler waits for the kubelet's node (nodewait.go) when the kubelet names it.
-			scheduler := index("kube-scheduler")
-			var node, schedulerKubeconfig string
-			if kubelet >= 0 && scheduler >= 0 {
-				node = flagValue(groups[kubelet].args, "--hostname-override")
-				schedulerKubeconfig = flagValue(groups[scheduler].args, "--kubeconfig")
-			}
-			waitForNode := node != "" && schedulerKubeconfig != ""
-			for i := range groups {
-				if i != api && i != kubelet && i != cm && (i != scheduler || !waitForNode) {
+			// The components of afterNode wait for the kubelet's node (nodewait.go).
+			node, nodeKubeconfig := nodeToWaitFor(groups)
+			var waiting []int
+			for i, g := range groups {
+				switch {
+				case i == api || i == kubelet || i == cm:
+				case node != "" && slices.Contains(afterNode, g.name):
+					waiting = append(waiting, i)
+				default:
 					start(i)
 				}
 			}
-			if waitForNode {
+			if len(waiting) > 0 {
 				go func() {
-					if err := waitNode(ctx, schedulerKubeconfig, node, done); err != nil {
-						klog.ErrorS(err, "Not starting kube-scheduler")
+					if err := waitNode(ctx, nodeKubeconfig, node, done); err != nil {
+						klog.ErrorS(err, "Not starting the components that wait for the node")
 						return
 					}
-					klog.InfoS("The node is registered; starting kube-scheduler", "node", node)
-					start(scheduler)
+					klog.InfoS("The node is registered; starting the components that wait for it", "node", node)
+					for _, i := range waiting {
+						start(i)
+					}
 				}()
 			}
 			if cm >= 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,12 +11,42 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The scheduler of a one-node cluster starts once that node is registered. A pod it tries before
-// there is any node fails with "no nodes available", which it retries only after the back-off
-// for errors (a second at least): the node's registration does not requeue it, as it requeues
-// a pod a node's taint kept out. On a booting node the controller-manager's first pods came a
-// tenth of a second before the kubelet's registration, and were bound more than a second after.
-// Started once the node exists, the scheduler's first attempt finds it.
+// afterNode are the components of a one-node cluster that start once that node is registered,
+// when the kubelet runs in this process and names its node:
+//   - kube-scheduler: a pod it tries before there is any node fails with "no nodes available",
+//     which it retries only after the back-off for errors (a second at least): the node's
+//     registration does not requeue it, as it requeues a pod a node's taint kept out. On a
+//     booting node the controller-manager's first pods came a tenth of a second before the
+//     kubelet's registration, and were bound more than a second after.
+//   - kube-proxy: it reads its node's addresses before anything else, and asks again one
+//     second after a miss (then 2, 4, ... s later). Started with the kubelet, it asked before
+//     the node was registered in every boot measured, and wrote its first rules, which a
+//     Service's first answer waits for, 1.2-1.4 s after its start.
+//
+// Started once the node exists, each finds it at its first try.
+var afterNode = []string{"kube-scheduler", "kube-proxy"}
+
+// nodeToWaitFor returns the node the components of afterNode wait for (the kubelet's
+// --hostname-override) and the kubeconfig to look for it with: kube-scheduler's, which may read
+// nodes, or without it the kubelet's. Both are "" when no component waits: no kubelet here, or
+// one that does not name its node.
+func nodeToWaitFor(groups []group) (node, kubeconfig string) {
+	flag := func(name, f string) string {
+		if i := slices.IndexFunc(groups, func(g group) bool { return g.name == name }); i >= 0 {
+			return flagValue(groups[i].args, f)
+		}
+		return ""
+	}
+	node = flag("kubelet", "--hostname-override")
+	kubeconfig = flag("kube-scheduler", "--kubeconfig")
+	if kubeconfig == "" {
+		kubeconfig = flag("kubelet", "--kubeconfig")
+	}
+	if node == "" || kubeconfig == "" {
+		return "", ""
+	}
+	return node, kubeconfig
+}
 
 // flagValue returns the value of the flag name (--name=value or --name value) in args, or "".
 func flagValue(args []string, name string) string {
@@ -30,12 +61,12 @@ func flagValue(args []string, name string) string {
 	return ""
 }
 
-// waitNode polls, every nodePoll, the API server that kubeconfig names (the scheduler's, which
-// may read nodes) until the node exists or the API server refuses the credentials (see poll).
+// waitNode polls, every nodePoll, the API server that kubeconfig names until the node exists or
+// the API server refuses the credentials (see poll).
 func waitNode(ctx context.Context, kubeconfig, node string, done chan result) error {
 	client, err := clientFor(kubeconfig)
 	if err != nil {
-		return fmt.Errorf("kube-scheduler's --kubeconfig: %w", err)
+		return fmt.Errorf("%s: %w", kubeconfig, err)
 	}
 	return poll(ctx, nodePoll, done, "node "+node+" was registered", func() (bool, error) {
 		_, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{ResourceVersion: "0"})
