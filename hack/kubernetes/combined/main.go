@@ -211,7 +211,10 @@ func main() {
 			}
 			klog.InfoS("kube-apiserver is ready; starting the other components")
 			// The components of afterNode wait for the kubelet's node (nodewait.go).
-			node, nodeKubeconfig := nodeToWaitFor(groups)
+			var node, nodeKubeconfig string
+			if kubelet >= 0 {
+				node, nodeKubeconfig = nodeToWaitFor(groups[kubelet])
+			}
 			var waiting []int
 			for i, g := range groups {
 				switch {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -26,22 +25,11 @@ import (
 // Started once the node exists, each finds it at its first try.
 var afterNode = []string{"kube-scheduler", "kube-proxy"}
 
-// nodeToWaitFor returns the node the components of afterNode wait for (the kubelet's
-// --hostname-override) and the kubeconfig to look for it with: kube-scheduler's, which may read
-// nodes, or without it the kubelet's. Both are "" when no component waits: no kubelet here, or
-// one that does not name its node.
-func nodeToWaitFor(groups []group) (node, kubeconfig string) {
-	flag := func(name, f string) string {
-		if i := slices.IndexFunc(groups, func(g group) bool { return g.name == name }); i >= 0 {
-			return flagValue(groups[i].args, f)
-		}
-		return ""
-	}
-	node = flag("kubelet", "--hostname-override")
-	kubeconfig = flag("kube-scheduler", "--kubeconfig")
-	if kubeconfig == "" {
-		kubeconfig = flag("kubelet", "--kubeconfig")
-	}
+// nodeToWaitFor returns, from the kubelet's flags, the node the components of afterNode wait for
+// (--hostname-override) and the kubeconfig to look for it with: the kubelet's own, whose node
+// identity may read nodes (the Node authorizer). Both are "" when the kubelet does not name them.
+func nodeToWaitFor(kubelet group) (node, kubeconfig string) {
+	node, kubeconfig = flagValue(kubelet.args, "--hostname-override"), flagValue(kubelet.args, "--kubeconfig")
 	if node == "" || kubeconfig == "" {
 		return "", ""
 	}
