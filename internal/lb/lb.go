@@ -67,6 +67,10 @@ type LB struct {
 	running   bool
 	stopped   bool
 	bg        sync.WaitGroup // drains and retired listeners
+	// removed holds, by fleet, the counts of the targets removed after their drain, so that a
+	// fleet's counters (Metrics) never go down when its instances go: a rate over them would
+	// read a drop as a reset and count everything since the start as new.
+	removed map[string]Stats
 }
 
 // New returns a load balancer with no listeners. Apply a Config, then Start it.
@@ -97,6 +101,7 @@ func New(opts Options) *LB {
 		listeners: map[string]*listener{},
 		targets:   map[targetKey]*target{},
 		lstats:    map[string]*counters{},
+		removed:   map[string]Stats{},
 		budgets:   map[string]*retryBudget{},
 		rtt:       newRTTTable(opts.ClientNetworks),
 	}
@@ -355,6 +360,9 @@ func (lb *LB) drain(t *target, timeout time.Duration) {
 			return
 		}
 		delete(lb.targets, t.key)
+		final := t.stats.snapshot()
+		final.InFlight, final.Held = 0, 0 // gauges, not counts
+		lb.removed[t.key.fleet] = lb.removed[t.key.fleet].Add(final)
 		lb.mu.Unlock()
 		t.close()
 		if idle {

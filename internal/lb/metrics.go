@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"maps"
 	"math"
 	"sort"
 	"sync/atomic"
@@ -193,7 +194,8 @@ type Snapshot struct {
 	Fleets []FleetStats `json:"fleets"`
 }
 
-// FleetStats are the stats of one fleet: the sum of its groups plus requests no target could take.
+// FleetStats are the stats of one fleet: the sum of its groups plus requests no target could take
+// and the counts of its targets removed since the load balancer started.
 type FleetStats struct {
 	Fleet string `json:"fleet"`
 	Stats
@@ -246,6 +248,7 @@ func (lb *LB) Metrics() Snapshot {
 	lb.mu.Lock()
 	targets := lb.allTargets()
 	listeners := lb.allListeners()
+	removed := maps.Clone(lb.removed)
 	lb.mu.Unlock()
 
 	type gkey struct{ fleet, listener, group string }
@@ -285,6 +288,11 @@ func (lb *LB) Metrics() Snapshot {
 		}
 		f := fleetOf(l.state.Load().cfg.Fleet)
 		f.Stats = f.Stats.Add(l.stats.snapshot())
+	}
+	for fleet, st := range removed {
+		if f, ok := fleets[fleet]; ok {
+			f.Stats = f.Stats.Add(st)
+		}
 	}
 	snap := Snapshot{Time: time.Now()}
 	for _, f := range fleets {

@@ -257,3 +257,35 @@ func startPolicy(t *testing.T, e Engine, p Policy) (*LB, []*backend, Listener) {
 	waitHealthy(t, lb, 3)
 	return lb, bs, l
 }
+
+// A target removed after its drain still counts for its fleet: the fleet's counters never go
+// down when its instances go, which a rate over them (the autoscaler's) would read as a reset.
+func TestFleetCountsKeepRemovedTargets(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, e Engine) {
+		bs := newBackends(t, 2, nil)
+		cfg := Config{Listeners: []Listener{httpListener(TargetGroup{Name: "r1", Targets: targets(bs...)})}}
+		lb := startLB(t, e, cfg)
+		waitHealthy(t, lb, 2)
+		c := newClient()
+		for range 10 {
+			if code, _, _ := get(t, c, url(lb, "/")); code != http.StatusOK {
+				t.Fatalf("got %d, want 200", code)
+			}
+		}
+		waitFor(t, 5*time.Second, "10 requests counted", func() bool {
+			f, _ := lb.Metrics().Fleet("web")
+			return f.Total() == 10
+		})
+		cfg.Listeners[0].Groups[0].Targets = targets(bs[0])
+		if err := lb.Apply(cfg); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the removed target gone after its drain", func() bool {
+			g, _ := lb.Metrics().Group("web", "r1")
+			return len(g.Targets) == 1
+		})
+		if f, _ := lb.Metrics().Fleet("web"); f.Total() != 10 || f.InFlight != 0 {
+			t.Fatalf("fleet after the removal: %d requests, %d in flight; want 10 and 0", f.Total(), f.InFlight)
+		}
+	})
+}
