@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"time"
 
 	"herd.dev/herd/internal/h1"
@@ -137,6 +138,11 @@ func (h *h1conn) attempt(st *listenerState, t *target) outcome {
 			return o
 		}
 	}
+	// Let the other connections that are ready read their requests before this one leaves: the
+	// requests of one wakeup then reach the targets together, and a target woken by the first finds
+	// the others waiting instead of going back to sleep between them (docs/benchmarks/lb.md). With
+	// nothing else runnable it returns at once.
+	runtime.Gosched()
 	if err := bc.bw.Flush(); err != nil {
 		bc.c.Close()
 		o.kind, o.err = failBroken, err
