@@ -12,7 +12,8 @@
 #      from /proc), which stays comparable when the load side, not the proxy, is what saturates, and
 #      what each proxy costs the load core per request: wrk's CPU time and the backends', and the context
 #      switches per request of the backends' and the proxy's threads (/proc), which say in how large
-#      batches each side's wakeups serve requests.
+#      batches each side's wakeups serve requests, the load core's software-interrupt time and the
+#      interrupts that woke the proxy's core (what a proxy that sleeps costs the load core).
 #   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
 #   3. TLS: herd, HAProxy and nginx terminate TLS with the same ECDSA P-256 certificate (ALPN h2 and
@@ -226,11 +227,16 @@ backends_sum() {
 }
 # wrk_round PROXY URL runs wrk against URL and prints the requests/s, the proxy's CPU time per
 # request (us), the load core's: wrk's and the backends' (us), the context switches per request of
-# the backends and of the proxy, then wrk's error lines. When the load core is what saturates, the
-# proxy that costs it less per request serves more; the backends' switches say how many requests
-# each of their wakeups serves.
+# the backends and of the proxy, the load core's software-interrupt time per request (us) and the
+# interrupts that woke the proxy's core per request, then wrk's error lines. When the load core is
+# what saturates, the proxy that costs it less per request serves more; the backends' switches say
+# how many requests each of their wakeups serves, and the proxy core's interrupts how often the
+# load core had to wake a sleeping proxy. The last two are the whole machine's counters: a quiet
+# run is what makes them the proxy's.
 wrk_round() {
-	local p=$1 url=$2 t0 t1 b0 b1 s0 s1 ps0 ps1 out reqs wrk_s
+	local p=$1 url=$2 t0 t1 b0 b1 s0 s1 ps0 ps1 q0 q1 i0 i1 out reqs wrk_s
+	q0=$(softirq_ticks "$LOAD_CPU")
+	i0=$(ipis "$PROXY_CPU")
 	t0=$(cpu_ticks "${PID[$p]}")
 	b0=$(backends_sum cpu_ticks)
 	s0=$(backends_sum switches)
@@ -244,6 +250,8 @@ wrk_round() {
 	b1=$(backends_sum cpu_ticks)
 	s1=$(backends_sum switches)
 	ps1=$(switches "${PID[$p]}")
+	q1=$(softirq_ticks "$LOAD_CPU")
+	i1=$(ipis "$PROXY_CPU")
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
 	wrk_s=$(tail -1 <<<"$out" | awk '{
 		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] }
@@ -254,6 +262,8 @@ wrk_round() {
 		"$(awk -v t=$((b1 - b0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')" \
 		"$(awk -v s=$((s1 - s0)) -v n="$reqs" 'BEGIN {printf "%.3f", s / n}')" \
 		"$(awk -v s=$((ps1 - ps0)) -v n="$reqs" 'BEGIN {printf "%.3f", s / n}')" \
+		"$(awk -v t=$((q1 - q0)) -v us="$TICK_US" -v n="$reqs" 'BEGIN {printf "%.1f", t * us / n}')" \
+		"$(awk -v s=$((i1 - i0)) -v n="$reqs" 'BEGIN {printf "%.3f", s / n}')" \
 		"$(awk '/Non-2xx|Socket errors/' <<<"$out" | tr '\n' ' ')"
 }
 FIELDS=""
@@ -268,9 +278,9 @@ if phase http; then
 		# Rotate the order each round so no proxy always goes first.
 		mapfile -t order < <(rotated "$round" "${PROXIES[@]}")
 		for p in "${order[@]}"; do
-			read -r rps cpu wrk be bsw psw errs < <(wrk_round "$p" "http://127.0.0.1:${PORT[$p]}/")
+			read -r rps cpu wrk be bsw psw sirq ipi errs < <(wrk_round "$p" "http://127.0.0.1:${PORT[$p]}/")
 			log "saturation round $round $p: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request;" \
-				"context switches per request: backends ${bsw}, proxy ${psw} ${errs}"
+				"context switches per request: backends ${bsw}, proxy ${psw}; load core softirq ${sirq} us, interrupts to the proxy core ${ipi} per request ${errs}"
 			RPS[$p]+="$rps "
 			CPU[$p]+="$cpu "
 			WRK[$p]+="$wrk "
@@ -329,7 +339,7 @@ handshakes() {
 	log "tls round $round $p $kind: $out proxy_cpu_us_per_handshake=$cpu" >&2
 	echo "$(tr ' ' '\n' <<<"$out" | awk -F= '$1 == "handshakes_per_s" {print $2}') $cpu"
 }
-declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS CPU_TLS WRK_TLS BE_TLS BSW_TLS PSW_TLS
+declare -A HS HS_CPU RESUMED PQ PQ_CPU RPS_TLS CPU_TLS WRK_TLS BE_TLS BSW_TLS PSW_TLS SIRQ_TLS IPI_TLS
 if phase tls-keepalive; then
 	# Warm each proxy's TLS listener and its connection pools.
 	for p in "${TLS_PROXIES[@]}"; do
@@ -352,10 +362,12 @@ for round in $(seq 1 "$ROUNDS"); do
 			fi
 		fi
 		if phase tls-keepalive; then
-			read -r rps cpu wrk be bsw psw errs < <(wrk_round "$p" "https://127.0.0.1:${TLS_PORT[$p]}/")
+			read -r rps cpu wrk be bsw psw sirq ipi errs < <(wrk_round "$p" "https://127.0.0.1:${TLS_PORT[$p]}/")
 			log "tls round $round $p keep-alive: ${rps} req/s, ${cpu} us CPU/request; load core ${wrk} us wrk + ${be} us backends per request;" \
-				"context switches per request: backends ${bsw}, proxy ${psw} ${errs}"
+				"context switches per request: backends ${bsw}, proxy ${psw}; load core softirq ${sirq} us, interrupts to the proxy core ${ipi} per request ${errs}"
 			BSW_TLS[$p]+="$bsw "
+			SIRQ_TLS[$p]+="$sirq "
+			IPI_TLS[$p]+="$ipi "
 			PSW_TLS[$p]+="$psw "
 			RPS_TLS[$p]+="$rps "
 			CPU_TLS[$p]+="$cpu "
@@ -394,7 +406,8 @@ if phase tls-keepalive; then
 	for p in "${TLS_PROXIES[@]}"; do
 		log "$p over TLS: median $(medians_of "${RPS_TLS[$p]}") keep-alive req/s at $(medians_of "${CPU_TLS[$p]}") us proxy CPU/request" \
 			"(load core: $(medians_of "${WRK_TLS[$p]}") us wrk + $(medians_of "${BE_TLS[$p]}") us backends;" \
-			"context switches per request: backends $(medians_of "${BSW_TLS[$p]}"), proxy $(medians_of "${PSW_TLS[$p]}"));" \
+			"context switches per request: backends $(medians_of "${BSW_TLS[$p]}"), proxy $(medians_of "${PSW_TLS[$p]}");" \
+			"load core softirq $(medians_of "${SIRQ_TLS[$p]}") us, interrupts to the proxy core $(medians_of "${IPI_TLS[$p]}") per request);" \
 			"at $TLS_RATE req/s $(medians_of "${FIXED_CPU[$p]}") us proxy CPU/request, p99 $(medians_of "${FIXED_P99[$p]}") us"
 	done
 	FIELDS+=$(awk -v h="$(medians_of "${RPS_TLS[herd]}")" -v a="$(medians_of "${RPS_TLS[haproxy]}")" \

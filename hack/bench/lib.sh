@@ -98,6 +98,15 @@ switches() {
 	{ cat "${files[@]}" 2>/dev/null || true; } | awk '/^(non)?voluntary_ctxt_switches/ {s += $2} END {print s + 0}'
 }
 
+# softirq_ticks CPU prints the time core CPU has spent in software interrupts (clock ticks, /proc/stat):
+# on loopback a segment's receive path, and the wakeup of the socket's reader, run there on the
+# sender's core.
+softirq_ticks() { awk -v c="cpu$1" '$1 == c {print $8}' /proc/stat; }
+
+# ipis CPU prints the function-call and rescheduling interrupts core CPU has received: what waking a
+# task that sleeps on it costs the other core, which in a virtual machine is an exit of the sender.
+ipis() { awk -v col=$(($1 + 2)) '$1 == "CAL:" || $1 == "RES:" {s += $col} END {print s + 0}' /proc/interrupts; }
+
 # rotated prints its arguments after the first, one a line, rotated by round-1: each round another
 # proxy goes first.
 rotated() {
