@@ -13,7 +13,8 @@
 #      what each proxy costs the load core per request: wrk's CPU time and the backends', and the context
 #      switches per request of the backends' and the proxy's threads (/proc), which say in how large
 #      batches each side's wakeups serve requests, the load core's software-interrupt time and the
-#      interrupts that woke the proxy's core (what a proxy that sleeps costs the load core).
+#      function-call and rescheduling interrupts the proxy's core received (most of them wakeups of
+#      a proxy that slept, which the load core pays for).
 #   2. latency: a fixed rate of half HAProxy's median saturation rate, the same rounds; the median p99
 #      of each proxy is reported (hack/bench/lb/loadgen, coordinated-omission safe).
 #   3. TLS: herd, HAProxy and nginx terminate TLS with the same ECDSA P-256 certificate (ALPN h2 and
@@ -228,11 +229,11 @@ backends_sum() {
 # wrk_round PROXY URL runs wrk against URL and prints the requests/s, the proxy's CPU time per
 # request (us), the load core's: wrk's and the backends' (us), the context switches per request of
 # the backends and of the proxy, the load core's software-interrupt time per request (us) and the
-# interrupts that woke the proxy's core per request, then wrk's error lines. When the load core is
-# what saturates, the proxy that costs it less per request serves more; the backends' switches say
-# how many requests each of their wakeups serves, and the proxy core's interrupts how often the
-# load core had to wake a sleeping proxy. The last two are the whole machine's counters: a quiet
-# run is what makes them the proxy's.
+# function-call and rescheduling interrupts the proxy's core received per request, then wrk's error
+# lines. When the load core is what saturates, the proxy that costs it less per request serves more;
+# the backends' switches say how many requests each of their wakeups serves, and the proxy core's
+# interrupts how often the load core had to wake a sleeping proxy. The last two are the whole
+# machine's counters: a quiet run is what makes them the proxy's.
 wrk_round() {
 	local p=$1 url=$2 t0 t1 b0 b1 s0 s1 ps0 ps1 q0 q1 i0 i1 out reqs wrk_s
 	q0=$(softirq_ticks "$LOAD_CPU")
