@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"herd.dev/herd/internal/busypoll"
 	"herd.dev/herd/internal/fnvmix"
 	"herd.dev/herd/internal/h1"
 )
@@ -99,6 +100,7 @@ func (l *listener) serveH1(c *clientConn, conn net.Conn) {
 		if _, err := h.br.Peek(1); err != nil {
 			return
 		}
+		busypoll.Activity()
 		h.active.Store(true)
 		if l.closing.Load() {
 			return

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"herd.dev/herd/internal/busypoll"
 	"herd.dev/herd/internal/h1"
 )
 
@@ -62,6 +63,7 @@ func (s *socket) serve() {
 			continue
 		}
 		backoff = 0
+		busypoll.Activity()
 		s.open.Add(1)
 		cc := &clientConn{Conn: c, sock: s}
 		if l := s.handler.Load(); l != nil {
