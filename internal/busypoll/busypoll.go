@@ -35,7 +35,7 @@ type Stats struct {
 // ErrNotOneProc is returned by Start when GOMAXPROCS is not 1.
 var ErrNotOneProc = errors.New("busy polling needs GOMAXPROCS=1: with more scheduler threads Go's runtime keeps one blocked in the network poller")
 
-// poller is the process's one poller: the runtime has one epoll descriptor, so there is one poller.
+// running is the process's poller, if any: the runtime has one epoll descriptor, so there is one.
 var running atomic.Pointer[poller]
 
 // wake is how Activity resumes a parked poller.
