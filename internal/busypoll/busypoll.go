@@ -24,14 +24,6 @@ import (
 	"sync/atomic"
 )
 
-// Stats counts what the poller did.
-type Stats struct {
-	// Handoffs is how many times the poller found the network ready and let the scheduler poll it.
-	Handoffs uint64
-	// Parks is how many times the window passed with nothing to do and the poller stopped polling.
-	Parks uint64
-}
-
 // ErrNotOneProc is returned by Start when GOMAXPROCS is not 1.
 var ErrNotOneProc = errors.New("busy polling needs GOMAXPROCS=1: with more scheduler threads Go's runtime keeps one blocked in the network poller")
 
@@ -50,13 +42,4 @@ func Activity() {
 	if p := running.Load(); p != nil && p.wake.parked.Load() && p.wake.parked.CompareAndSwap(true, false) {
 		p.wake.ch <- struct{}{}
 	}
-}
-
-// Current returns what the running poller has done; zero when none runs.
-func Current() Stats {
-	p := running.Load()
-	if p == nil {
-		return Stats{}
-	}
-	return Stats{Handoffs: p.handoffs.Load(), Parks: p.parks.Load()}
 }

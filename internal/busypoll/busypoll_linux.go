@@ -15,8 +15,9 @@ import (
 
 // poller watches the runtime's epoll descriptor, epfd.
 type poller struct {
-	epfd     int
-	window   time.Duration
+	epfd   int
+	window time.Duration
+	// handoffs counts the looks that found the network ready, parks the windows that passed idle.
 	handoffs atomic.Uint64
 	parks    atomic.Uint64
 	wake     wake
@@ -70,7 +71,9 @@ func runtimeEpoll() (int, error) {
 		return -1, err
 	}
 	var target string
-	rc.Control(func(fd uintptr) { target = fmt.Sprintf("tfd: %8d ", fd) })
+	if err := rc.Control(func(fd uintptr) { target = fmt.Sprintf("tfd: %8d ", fd) }); err != nil {
+		return -1, err
+	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return -1, err

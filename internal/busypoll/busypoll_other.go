@@ -4,14 +4,12 @@ package busypoll
 
 import (
 	"errors"
-	"sync/atomic"
 	"time"
 )
 
-// poller is empty where there is no epoll to watch.
+// poller only has what Activity reads where there is no epoll to watch.
 type poller struct {
-	handoffs, parks atomic.Uint64
-	wake            wake
+	wake wake
 }
 
 // Start fails: busy polling watches the runtime's epoll descriptor, which only Linux has.
