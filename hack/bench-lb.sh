@@ -36,12 +36,17 @@
 #       tls_handshakes_vs_haproxy=<f> tls_rps_vs_haproxy=<f>
 # Every process it starts runs at nice $BENCH_NICE (default -15), so other work on the machine
 # disturbs the figures less. Everything it starts is stopped on exit.
-# Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE TLS_RATE, and PHASES (or the flag -phases LIST,
+# Knobs: ROUNDS DURATION CONNS PROXY_CPU LOAD_CPU BENCH_NICE TLS_RATE HERD_B_FLAGS, and PHASES (or the flag -phases LIST,
 # which make bench-lb takes from BENCH_LB_FLAGS): a comma-separated subset of http (saturation and
 # latency in cleartext), tls-handshakes and tls-keepalive, all three by default. A subset run prints
 # only its own fields on the last line, e.g.
 #   make bench-lb BENCH_LB_FLAGS='-phases tls-keepalive'
 # measures keep-alive requests over TLS alone, the three proxies taking turns, in about 5 minutes.
+# HERD_B_FLAGS adds a fourth TLS proxy, herd-b: herd lb with those extra flags, taking its turn in the
+# same rounds, so that a variant is compared with herd round by round (drift between runs is larger
+# than the effects such a comparison looks for); the TLS keep-alive phase then logs each herd's
+# requests/s over HAProxy's, averaged over the rounds, and how many rounds each came out ahead, e.g.
+#   HERD_B_FLAGS='--busy-poll 0' ROUNDS=12 ./hack/bench-lb.sh -phases tls-keepalive
 set -euo pipefail
 
 PHASES=${PHASES:-http,tls-handshakes,tls-keepalive}
@@ -71,6 +76,11 @@ BACKEND_PORTS=(18081 18082 18083)
 declare -A PORT=([herd]=18090 [haproxy]=18091 [nginx]=18092 [herd-nethttp]=18093)
 declare -A TLS_PORT=([herd]=18190 [haproxy]=18191 [nginx]=18192)
 TLS_PROXIES=(herd haproxy nginx)
+HERD_B_FLAGS=${HERD_B_FLAGS:-}
+if [ -n "$HERD_B_FLAGS" ]; then
+	TLS_PORT[herd-b]=18194
+	TLS_PROXIES+=(herd-b)
+fi
 declare -A PID
 # The TLS 1.3 cipher suites HAProxy and nginx choose from, in their order of preference: AES-128-GCM
 # first, the suite Go's server chooses on a CPU with AES instructions (its TLS 1.3 order cannot be
@@ -106,10 +116,12 @@ listeners:
 $targets_herd
 EOF
 	done
-	cat >>"$WORK/herd.yaml" <<EOF
+	# tls_listener PORT prints herd's TLS listener on PORT.
+	tls_listener() {
+		cat <<EOF
   - name: bench/https
     fleet: bench
-    address: 127.0.0.1:${TLS_PORT[herd]}
+    address: 127.0.0.1:$1
     tls: {certFile: $WORK/cert.pem, keyFile: $WORK/key.pem}
     healthCheck: {path: /healthz, interval: 1s}
     groups:
@@ -117,6 +129,14 @@ EOF
         targets:
 $targets_herd
 EOF
+	}
+	tls_listener "${TLS_PORT[herd]}" >>"$WORK/herd.yaml"
+	if [ -n "$HERD_B_FLAGS" ]; then
+		{
+			echo "listeners:"
+			tls_listener "${TLS_PORT[herd-b]}"
+		} >"$WORK/herd-b.yaml"
+	fi
 	cat >"$WORK/haproxy.cfg" <<EOF
 global
     nbthread 1
@@ -206,6 +226,13 @@ GOMAXPROCS=1 HERD_LB_ENGINE=net/http nice -n "$BENCH_NICE" taskset -c "$PROXY_CP
 	bin/herd lb --admin-addr "" -f "$WORK/herd-nethttp.yaml" >>"$WORK/herd-nethttp.log" 2>&1 &
 PIDS+=($!)
 PID[herd-nethttp]=$!
+if [ -n "$HERD_B_FLAGS" ]; then
+	# shellcheck disable=SC2086 # the flags are words
+	GOMAXPROCS=1 nice -n "$BENCH_NICE" taskset -c "$PROXY_CPU" \
+		bin/herd lb --admin-addr "" -f "$WORK/herd-b.yaml" $HERD_B_FLAGS >>"$WORK/herd-b.log" 2>&1 &
+	PIDS+=($!)
+	PID[herd-b]=$!
+fi
 start "$PROXY_CPU" "$HAPROXY" -db -f "$WORK/haproxy.cfg"
 PID[haproxy]=$!
 start "$PROXY_CPU" "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -g "daemon off;"
@@ -411,6 +438,13 @@ if phase tls-keepalive; then
 			"load core softirq $(medians_of "${SIRQ_TLS[$p]}") us, interrupts to the proxy core $(medians_of "${IPI_TLS[$p]}") per request);" \
 			"at $TLS_RATE req/s $(medians_of "${FIXED_CPU[$p]}") us proxy CPU/request, p99 $(medians_of "${FIXED_P99[$p]}") us"
 	done
+	if [ -n "$HERD_B_FLAGS" ]; then
+		log "herd and herd-b ($HERD_B_FLAGS) over TLS, requests/s over HAProxy's of the same round: $(awk \
+			-v h="${RPS_TLS[herd]}" -v b="${RPS_TLS[herd-b]}" -v a="${RPS_TLS[haproxy]}" 'BEGIN {
+			n = split(h, hs, " "); split(b, bs, " "); split(a, as, " ")
+			for (i = 1; i <= n; i++) { sh += hs[i] / as[i]; sb += bs[i] / as[i]; if (hs[i] > bs[i]) w++ }
+			printf "herd mean %.3f, herd-b mean %.3f; herd ahead in %d of %d rounds", sh / n, sb / n, w, n }')"
+	fi
 	FIELDS+=$(awk -v h="$(medians_of "${RPS_TLS[herd]}")" -v a="$(medians_of "${RPS_TLS[haproxy]}")" \
 		'BEGIN {printf " tls_rps_vs_haproxy=%.2f", h / a}')
 fi
